@@ -1,0 +1,211 @@
+"""Artifact directories: one per (model, stage, config hash), written atomically, with a manifest.
+
+A stage declares its config subset and inputs; `produce_artifact` decides whether it is up to date,
+otherwise runs the stage's producer into a temp dir and swaps it into place. A failing producer
+leaves the previous artifact untouched.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import ArtifactError, GateFailed
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+KEY_PACKAGES = ("torch", "transformers", "nvidia-modelopt", "safetensors", "tensorrt_llm",
+                "tritonclient", "nvidia-pytriton", "llm-pipeline")
+
+
+def sha256_file(path: Path, chunk_bytes: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk_bytes):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_json(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def package_versions(names: Iterable[str] = KEY_PACKAGES) -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def file_stat_fingerprint(paths: Iterable[Path]) -> list[list]:
+    """Cheap freshness key for source files: path, size, mtime (sha256 goes in the manifest)."""
+    return [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(paths)]
+
+
+def files_sha256(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): sha256_file(p)
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != MANIFEST}
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    stage: str
+    model: str
+    status: str
+    config: dict
+    inputs: dict
+    fingerprint: str
+    outputs: dict
+    versions: dict
+    wall_time_s: float
+    host: str
+    created_at: str
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, artifact_dir: Path) -> "Manifest":
+        path = Path(artifact_dir) / MANIFEST
+        if not path.is_file():
+            raise ArtifactError(f"{path}: no manifest; this directory is not a pipeline artifact "
+                                f"(re-run the stage that produces it)")
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise ArtifactError(f"{path}: unreadable manifest ({exc}); re-run the stage with "
+                                f"force=true") from exc
+
+    def write(self, artifact_dir: Path) -> None:
+        data = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        (Path(artifact_dir) / MANIFEST).write_text(json.dumps(data, indent=2, sort_keys=True))
+
+    @property
+    def digest(self) -> str:
+        """Identity of this artifact's content, used as the input fingerprint downstream."""
+        return sha256_json([self.stage, self.config, self.fingerprint, self.outputs])
+
+
+def input_record(path: Path) -> dict:
+    """How a manifest refers to an input: upstream artifacts by digest, files by sha256."""
+    path = Path(path)
+    if (path / MANIFEST).is_file():
+        return {"path": str(path), "artifact": Manifest.read(path).digest}
+    if path.is_file():
+        return {"path": str(path), "sha256": sha256_file(path)}
+    return {"path": str(path)}
+
+
+@dataclass(frozen=True, slots=True)
+class StageRequest:
+    """What a stage asks the artifact store for: where, under which config, from which inputs."""
+
+    workdir: Path
+    model: str
+    stage: str
+    config: dict
+    # upstream artifact dirs: their manifest digest is the freshness key (no re-hashing)
+    upstream: dict[str, Path] = field(default_factory=dict)
+    # anything else that should re-trigger the stage when it changes (e.g. source file stats)
+    fingerprint_extra: Any = None
+    force: bool = False
+
+    @property
+    def config_hash(self) -> str:
+        return sha256_json([self.config, sorted(self.upstream)])[:10]
+
+    @property
+    def artifact_dir(self) -> Path:
+        return Path(self.workdir) / self.model / f"{self.stage}-{self.config_hash}"
+
+    def fingerprint(self) -> str:
+        upstream = {k: Manifest.read(v).digest for k, v in sorted(self.upstream.items())}
+        return sha256_json([self.config, upstream, self.fingerprint_extra])
+
+
+def is_up_to_date(request: StageRequest) -> bool:
+    target = request.artifact_dir
+    if request.force or not (target / MANIFEST).is_file():
+        return False
+    try:
+        manifest = Manifest.read(target)
+    except ArtifactError:
+        return False
+    return manifest.status == "ok" and manifest.fingerprint == request.fingerprint()
+
+
+def produce_artifact(request: StageRequest, producer: Callable[[Path], dict | None]) -> Path:
+    """Run `producer(tmp_dir)` unless up to date; swap the result in atomically.
+
+    `producer` writes files into tmp_dir and returns extra manifest fields. A GateFailed raised by
+    it keeps the artifact (status=failed) and re-raises; any other exception discards tmp_dir.
+    """
+    target = request.artifact_dir
+    if is_up_to_date(request):
+        log.info("%s: up to date (%s)", request.stage, target)
+        return target
+    fingerprint = request.fingerprint()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    log.info("%s: running -> %s", request.stage, target)
+    start = time.perf_counter()
+    status, extra, gate_error = "ok", {}, None
+    try:
+        extra = producer(tmp) or {}
+    except GateFailed as exc:
+        status, gate_error = "failed", exc
+        extra = getattr(exc, "extra", {}) or {}
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    manifest = Manifest(
+        stage=request.stage, model=request.model, status=status, config=request.config,
+        inputs={k: input_record(v) for k, v in request.upstream.items()},
+        fingerprint=fingerprint, outputs=files_sha256(tmp), versions=package_versions(),
+        wall_time_s=round(time.perf_counter() - start, 3), host=socket.gethostname(),
+        created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), extra=extra,
+    )
+    manifest.write(tmp)
+    _swap_into_place(tmp, target)
+    log.info("%s: %s in %.1f s -> %s", request.stage, status, manifest.wall_time_s, target)
+    if gate_error is not None:
+        raise gate_error
+    return target
+
+
+def _swap_into_place(tmp: Path, target: Path) -> None:
+    old = target.parent / f".{target.name}.old-{os.getpid()}"
+    if target.exists():
+        os.rename(target, old)
+    os.rename(tmp, target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def verify_outputs(artifact_dir: Path) -> Manifest:
+    """Re-hash an upstream artifact's files against its manifest before a stage consumes them."""
+    manifest = Manifest.read(artifact_dir)
+    if manifest.status != "ok":
+        raise ArtifactError(f"{artifact_dir}: {manifest.stage} finished with status "
+                            f"{manifest.status!r}; fix it and re-run {manifest.stage}")
+    for name, expected in manifest.outputs.items():
+        path = Path(artifact_dir) / name
+        if not path.is_file():
+            raise ArtifactError(f"{path}: missing from the {manifest.stage} artifact; re-run "
+                                f"{manifest.stage} with force=true")
+        if sha256_file(path) != expected:
+            raise ArtifactError(f"{path}: sha256 differs from {manifest.stage}'s manifest (file "
+                                f"corrupted or edited); re-run {manifest.stage} with force=true")
+    return manifest

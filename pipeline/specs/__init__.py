@@ -1,0 +1,1 @@
+"""Frozen, typed specs, one module per Hydra config group. Built once in pipeline.config."""

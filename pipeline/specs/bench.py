@@ -1,0 +1,7 @@
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class BenchSpec:
+    name: str = "smoke"
+    seed: int = 0

@@ -1,0 +1,7 @@
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class QuantSpec:
+    name: str = "none"
+    kv_cache: str = "none"

@@ -1,0 +1,5 @@
+"""One module per stage; each exposes run(spec: PipelineSpec) -> Path (its artifact dir).
+
+A stage calls the stages it depends on (which return at once when up to date), so any stage can
+be asked for directly: `pipeline build` fetches, converts and quantizes first when needed.
+"""
