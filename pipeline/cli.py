@@ -40,7 +40,6 @@ def _hydra_main(cfg: DictConfig) -> None:
         if os.environ.get("PIPELINE_TRACEBACK"):
             raise
         log.error("%s", exc)
-        print(f"error: {exc}", file=sys.stderr)
         sys.exit(1)
 
 

@@ -1,0 +1,18 @@
+"""What every engine backend provides. The pipeline's stages talk to backends only through this."""
+
+from pathlib import Path
+from typing import Protocol
+
+
+class Backend(Protocol):
+    name: str
+
+    def check_available(self) -> None:
+        """Raise a PipelineError saying how to get this backend, before any work is done."""
+
+    def build(self, checkpoint_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict:
+        """Build an engine dir into out_dir from a TensorRT-LLM checkpoint.
+
+        out_dir/config.json follows TensorRT-LLM's engine layout: {"version", "pretrained_config",
+        "build_config"} (+ "backend"). Returns extra manifest fields (e.g. timing-cache hit).
+        """

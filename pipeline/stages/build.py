@@ -1,0 +1,38 @@
+"""build: TensorRT-LLM checkpoint (from convert or quantize) -> engine dir, by the chosen backend."""
+
+from dataclasses import asdict
+from pathlib import Path
+
+from pipeline.artifacts import Manifest, StageRequest, produce_artifact, verify_outputs
+from pipeline.backends import load_backend
+from pipeline.stages import convert
+
+
+def checkpoint(spec) -> Path:
+    """The checkpoint the engine is built from: quantize's output, or convert's when unquantized."""
+    if spec.quant.name == "none":
+        return convert.run(spec)
+    from pipeline.stages import quantize
+
+    return quantize.run(spec)
+
+
+def run(spec) -> Path:
+    backend = load_backend(spec)
+    backend.check_available()
+    ckpt_dir = checkpoint(spec)
+    tokenizer_dir = Path(Manifest.read(convert.run(spec)).extra["hf_dir"])
+    request = StageRequest(
+        workdir=Path(spec.workdir), model=spec.model.name, stage=f"build-{backend.name}",
+        config={"backend": asdict(spec.backend), "build": asdict(spec.build),
+                "hardware": spec.hardware},
+        upstream={"checkpoint": ckpt_dir}, force=spec.force,
+    )
+
+    def produce(out_dir: Path) -> dict:
+        verify_outputs(ckpt_dir)
+        extra = backend.build(ckpt_dir, tokenizer_dir, out_dir) or {}
+        return {"backend": backend.name, "checkpoint_dir": str(ckpt_dir),
+                "tokenizer_dir": str(tokenizer_dir), **extra}
+
+    return produce_artifact(request, produce)
