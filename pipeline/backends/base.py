@@ -16,3 +16,10 @@ class Backend(Protocol):
         out_dir/config.json follows TensorRT-LLM's engine layout: {"version", "pretrained_config",
         "build_config"} (+ "backend"). Returns extra manifest fields (e.g. timing-cache hit).
         """
+
+    def triton_llm_model(self, engine_dir: Path, tokenizer_dir: Path, model_dir: Path) -> str:
+        """Write the repository's `tensorrt_llm` model files into model_dir; return its config.pbtxt.
+
+        Same public inputs/outputs for both backends (those of the tensorrtllm backend), so the
+        shared preprocessing/postprocessing/ensemble/BLS models work unchanged on either.
+        """
