@@ -1,0 +1,45 @@
+"""Shared fixtures: the real config composed and shrunk, and one fetched/converted SmolLM2 per session.
+
+Add fixtures here with small targeted edits; several engineers share this file.
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from pipeline.config import to_specs
+
+REPO = Path(__file__).resolve().parent.parent
+CONF_DIR = str(REPO / "conf")
+
+torch.set_num_threads(1)  # 2 shared cores: one thread per process avoids contention collapse
+
+
+def make_spec(stage: str, *overrides: str, workdir: Path):
+    """The real Hydra config for `stage`, with overrides, as frozen specs."""
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=[f"stage={stage}", f"workdir={workdir}", *overrides])
+    return to_specs(cfg)
+
+
+@pytest.fixture(scope="session")
+def session_workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("workdir")
+
+
+@pytest.fixture(scope="session")
+def smollm_hf_dir(session_workdir) -> Path:
+    """SmolLM2-135M-Instruct as a plain HF safetensors dir (fp32), fetched once per session."""
+    from pipeline.stages import fetch
+
+    return fetch.run(make_spec("fetch", workdir=session_workdir))
+
+
+@pytest.fixture(scope="session")
+def smollm_ckpt_dir(session_workdir, smollm_hf_dir) -> Path:
+    """SmolLM2 as a TensorRT-LLM checkpoint (fp32, tp=1, pp=1)."""
+    from pipeline.stages import convert
+
+    return convert.run(make_spec("convert", workdir=session_workdir))
