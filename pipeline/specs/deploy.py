@@ -1,10 +1,50 @@
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class TorchDeployOptions:
+    """Runtime knobs of the torch engine hosted by the `tensorrt_llm` python-backend model."""
+
+    num_threads: int = 0  # torch.set_num_threads inside the model; 0 = torch's default
+    num_kv_blocks: int = 0  # 0 = size the paged KV cache from the engine's build limits
+    enable_chunked_prefill: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TrtllmDeployOptions:
+    """tensorrtllm-backend parameters (names as in its config.pbtxt template)."""
+
+    batching_strategy: str = "inflight_fused_batching"
+    kv_cache_free_gpu_mem_fraction: float = 0.9
+    max_tokens_in_paged_kv_cache: int = 0  # 0 = not set (the fraction decides)
+    enable_kv_cache_reuse: bool = False
+    enable_chunked_context: bool = False
+    shm_size: str = "2g"  # docker --shm-size for the NGC container (>= 64 MB per python model)
 
 
 @dataclass(frozen=True, slots=True)
 class DeploySpec:
+    """Model repository (deploy) and server (serve) settings; repository keys follow the
+    tensorrtllm_backend fill_template names."""
+
     repo_dir: str = "model_repo"
     host: str = "127.0.0.1"
     http_port: int = 8000
     grpc_port: int = 8001
     metrics_port: int = 8002
+    startup_timeout_s: float = 300.0
+    triton_max_batch_size: int = 0  # 0 = the engine's build_config.max_batch_size
+    decoupled_mode: bool = True
+    max_queue_delay_microseconds: int = 0
+    max_queue_size: int = 0  # 0 = unbounded; a full queue rejects at once
+    preferred_batch_sizes: tuple[int, ...] = ()  # () = (triton_max_batch_size,)
+    preprocessing_instance_count: int = 1
+    postprocessing_instance_count: int = 1
+    bls_instance_count: int = 1
+    accumulate_tokens: bool = True
+    exclude_input_in_output: bool = True
+    add_special_tokens: bool = True
+    skip_special_tokens: bool = True
+    batch_scheduler_policy: str = "guaranteed_no_evict"
+    torch: TorchDeployOptions = field(default_factory=TorchDeployOptions)
+    trtllm: TrtllmDeployOptions = field(default_factory=TrtllmDeployOptions)
