@@ -1,4 +1,4 @@
-"""Errors a user can trigger. Each message names what failed, the value, the key to change, a fix."""
+"""User-triggerable errors; messages name what failed, the value, the key to change, a fix."""
 
 
 class PipelineError(Exception):

@@ -110,9 +110,9 @@ def _download(source: Source, spec: ModelSpec) -> Path:
         return Path(snapshot_download(source.location, revision=source.revision,
                                       allow_patterns=patterns))
     except LocalEntryNotFoundError as exc:
-        raise ArtifactError(f"fetch: {source.location}@{source.revision}: not in the local HF cache "
-                            f"and the hub is unreachable or HF_HUB_OFFLINE=1; download it on a "
-                            f"connected machine or point model.source at a local dir") from exc
+        raise ArtifactError(f"fetch: {source.location}@{source.revision}: not in the local HF "
+                            f"cache and the hub is unreachable or HF_HUB_OFFLINE=1; download it "
+                            f"on a connected machine or point model.source at a local dir") from exc
     except HfHubHTTPError as exc:
         raise ArtifactError(f"fetch: {source.location}@{source.revision}: hub error: {exc}; check "
                             f"model.source / model.revision and HF_TOKEN") from exc
@@ -130,9 +130,9 @@ def _copy_hf_dir(src: Path, spec: ModelSpec, out_dir: Path) -> None:
     weights = [p for p in files if p.name.endswith(".safetensors")]
     pickles = [p for p in files if _matches(p, PICKLE_PATTERNS)]
     if not weights and pickles and not spec.allow_pickle:
-        raise ArtifactError(f"fetch: {src}: only pickle weights ({pickles[0].name}); pickles can run "
-                            f"code when loaded. Convert them to safetensors, or set "
-                            f"model.allow_pickle=true if you trust this directory")
+        raise ArtifactError(f"fetch: {src}: only pickle weights ({pickles[0].name}); "
+                            f"pickles can run code when loaded. Convert them to safetensors, or "
+                            f"set model.allow_pickle=true if you trust this directory")
     if not weights and not pickles:
         raise ArtifactError(f"fetch: {src}: no *.safetensors weights found; fix model.source")
     for path in files:

@@ -1,4 +1,4 @@
-"""Shared fixtures: the real config composed and shrunk, and one fetched/converted SmolLM2 per session.
+"""Shared fixtures: the real config, shrunk; one fetched/converted SmolLM2 per session.
 
 Add fixtures here with small targeted edits; several engineers share this file.
 """

@@ -18,7 +18,7 @@ class Backend(Protocol):
         """
 
     def triton_llm_model(self, engine_dir: Path, tokenizer_dir: Path, model_dir: Path) -> str:
-        """Write the repository's `tensorrt_llm` model files into model_dir; return its config.pbtxt.
+        """Write the `tensorrt_llm` model files into model_dir; return its config.pbtxt.
 
         Same public inputs/outputs for both backends (those of the tensorrtllm backend), so the
         shared preprocessing/postprocessing/ensemble/BLS models work unchanged on either.

@@ -1,1 +1,1 @@
-"""The TensorRT-LLM checkpoint (config.json + rank<N>.safetensors): the artifact both backends build from."""
+"""The TensorRT-LLM checkpoint (config.json + rank<N>.safetensors) both backends build from."""

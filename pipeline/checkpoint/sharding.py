@@ -44,7 +44,7 @@ def split(t: torch.Tensor, tp_size: int, tp_rank: int, dim: int) -> torch.Tensor
 
 
 def split_kv(t: torch.Tensor, num_kv_heads: int, tp_size: int, tp_rank: int) -> torch.Tensor:
-    """[kv_heads*head, ...] -> this rank's heads; duplicated when there are fewer heads than ranks."""
+    """[kv_heads*head, ...] -> this rank's heads (duplicated when heads < ranks)."""
     if num_kv_heads >= tp_size:
         return split(t, tp_size, tp_rank, 0)
     head = t.shape[0] // num_kv_heads

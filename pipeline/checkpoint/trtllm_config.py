@@ -6,7 +6,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 
 def rope_settings(hf_config: dict) -> tuple[float, dict | None]:
-    """rope_theta and scaling from either the transformers 4.x or the 5.x (rope_parameters) schema."""
+    """rope_theta and scaling from transformers 4.x keys or 5.x rope_parameters."""
     params = dict(hf_config.get("rope_parameters") or {})
     theta = hf_config.get("rope_theta", params.get("rope_theta", 10000.0))
     scaling = hf_config.get("rope_scaling") or {

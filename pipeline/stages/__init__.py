@@ -3,3 +3,8 @@
 A stage calls the stages it depends on (which return at once when up to date), so any stage can
 be asked for directly: `pipeline build` fetches, converts and quantizes first when needed.
 """
+
+
+def forced(spec, stage: str) -> bool:
+    """`force=true` re-runs the stage that was asked for, not the upstream ones it calls."""
+    return spec.force and spec.stage == stage

@@ -1,11 +1,11 @@
-"""build: TensorRT-LLM checkpoint (from convert or quantize) -> engine dir, by the chosen backend."""
+"""build: TensorRT-LLM checkpoint (from convert or quantize) -> engine dir (chosen backend)."""
 
 from dataclasses import asdict
 from pathlib import Path
 
 from pipeline.artifacts import Manifest, StageRequest, produce_artifact, verify_outputs
 from pipeline.backends import load_backend
-from pipeline.stages import convert
+from pipeline.stages import convert, forced
 
 
 def checkpoint(spec) -> Path:
@@ -26,7 +26,7 @@ def run(spec) -> Path:
         workdir=Path(spec.workdir), model=spec.model.name, stage=f"build-{backend.name}",
         config={"backend": asdict(spec.backend), "build": asdict(spec.build),
                 "hardware": spec.hardware},
-        upstream={"checkpoint": ckpt_dir}, force=spec.force,
+        upstream={"checkpoint": ckpt_dir}, force=forced(spec, "build"),
     )
 
     def produce(out_dir: Path) -> dict:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from pipeline.artifacts import StageRequest, produce_artifact, verify_outputs
 from pipeline.checkpoint.hf_to_trtllm import convert
-from pipeline.stages import fetch
+from pipeline.stages import fetch, forced
 
 
 def run(spec) -> Path:
@@ -13,7 +13,7 @@ def run(spec) -> Path:
     request = StageRequest(
         workdir=Path(spec.workdir), model=spec.model.name, stage="convert",
         config={"dtype": spec.model.dtype, "tp_size": par.tp_size, "pp_size": par.pp_size},
-        upstream={"hf_dir": hf_dir}, force=spec.force,
+        upstream={"hf_dir": hf_dir}, force=forced(spec, "convert"),
     )
 
     def produce(out_dir: Path) -> dict:

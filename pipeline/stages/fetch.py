@@ -1,10 +1,11 @@
-"""fetch: model.source (local dir, GGUF, hub id, PyPI-shipped file) -> a plain HF safetensors dir."""
+"""fetch: model.source (local dir, GGUF, hub id, PyPI-shipped file) -> plain HF safetensors dir."""
 
 from dataclasses import asdict
 from pathlib import Path
 
 from pipeline import sources
 from pipeline.artifacts import StageRequest, file_stat_fingerprint, produce_artifact
+from pipeline.stages import forced
 
 
 def run(spec) -> Path:
@@ -14,7 +15,7 @@ def run(spec) -> Path:
     request = StageRequest(
         workdir=Path(spec.workdir), model=model.name, stage="fetch", config=config,
         fingerprint_extra=[asdict(source), file_stat_fingerprint(source.local_files())],
-        force=spec.force,
+        force=forced(spec, "fetch"),
     )
 
     def produce(out_dir: Path) -> dict:
