@@ -11,10 +11,40 @@ class TorchBuildOptions:
 
 @dataclass(frozen=True, slots=True)
 class TrtllmBuildOptions:
-    """trtllm-build flags beyond the shared limits (owned by the TensorRT-LLM backend)."""
+    """trtllm-build 1.2.x flags beyond the shared limits (owned by the TensorRT-LLM backend).
+
+    Field names are the trtllm-build flag names; feature flags take "enable"/"disable" and plugin
+    flags a dtype or "disable", exactly as on its command line. There is no `strongly_typed`: 1.2's
+    build.py hard-codes BuildConfig(strongly_typed=True) and has had no such flag since 0.11.
+    """
 
     gpt_attention_plugin: str = "auto"
-    gemm_plugin: str = "disable"
+    gemm_plugin: str = "disable"  # "disable" = flag omitted (trtllm-build's default: no plugin)
+    gemm_swiglu_plugin: str = "disable"  # "fp8" needs use_fused_mlp + an FP8 checkpoint + Hopper
+    context_fmha: str = "enable"
+    use_paged_context_fmha: str = "enable"  # needed for runtime KV reuse / chunked context
+    use_fused_mlp: str = "enable"
+    remove_input_padding: str = "enable"
+    multiple_profiles: str = "disable"
+    reduce_fusion: str = "disable"  # only takes effect with tp > 1 on Llama/Gemma2
+    user_buffer: str = "disable"  # needs reduce_fusion
+    opt_num_tokens: int | None = None  # None = trtllm-build's min(max_batch_size*beam, max_num_tokens)
+    weight_streaming: bool = False  # lets the runtime keep part of the weights on the host
+    gather_context_logits: bool = False
+    speculative_decoding_mode: str | None = None  # draft_tokens_external, medusa, eagle, ...
+    max_draft_len: int = 0
+    lora_plugin: str = "disable"
+    lora_dir: tuple[str, ...] = ()  # the first dir provides the LoRA config
+    lora_target_modules: tuple[str, ...] = ()  # e.g. attn_q attn_k attn_v
+    max_lora_rank: int = 64
+    workers: int = 1  # parallel per-rank builds (capped by trtllm-build at the GPU count)
+    log_level: str = "info"
+    timing_cache: bool = True  # reuse TensorRT tactic timings across builds (same GPU + TensorRT)
+    timing_cache_dir: str = "artifacts/trtllm-timing-cache"
+    # the NGC image `make build BACKEND=trtllm DOCKER=1` runs in, and the TensorRT-LLM version it
+    # holds: engines must be built and served by exactly this version
+    container_image: str = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
+    trtllm_version: str = "1.2.1"
 
 
 @dataclass(frozen=True, slots=True)
