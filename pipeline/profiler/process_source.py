@@ -1,0 +1,47 @@
+"""CPU% and RSS of process trees (the bench client, the server and its backend stubs) via psutil.
+
+A tree is re-walked on every sample because the server starts its python-backend stubs after it
+is launched; each process keeps its own psutil handle so cpu_percent measures since last sample.
+"""
+
+import os
+
+import psutil
+
+
+class ProcessSource:
+    name = "process"
+
+    def __init__(self, roots: dict[str, int]) -> None:
+        self.roots = dict(roots)  # {label: pid}, e.g. {"bench": os.getpid(), "server": 1234}
+        self._procs: dict[int, psutil.Process] = {}
+
+    def describe(self) -> dict:
+        return {"source": "psutil", "roots": self.roots, "num_cpus": os.cpu_count(),
+                "metrics": {"cpu_pct": "% of one core, summed over the tree",
+                            "rss_bytes": "bytes, summed over the tree"}}
+
+    def _tree(self, pid: int) -> list[psutil.Process]:
+        try:
+            root = self._procs.setdefault(pid, psutil.Process(pid))
+            return [root] + root.children(recursive=True)
+        except psutil.Error:
+            return []
+
+    def sample(self) -> dict[str, dict[str, float | None]]:
+        out = {}
+        for label, pid in self.roots.items():
+            cpu, rss, alive = 0.0, 0.0, False
+            for proc in self._tree(pid):
+                proc = self._procs.setdefault(proc.pid, proc)
+                try:
+                    cpu += proc.cpu_percent(None)
+                    rss += proc.memory_info().rss
+                    alive = True
+                except psutil.Error:
+                    continue
+            out[label] = {"cpu_pct": cpu if alive else None, "rss_bytes": rss if alive else None}
+        return out
+
+    def close(self) -> None:
+        self._procs.clear()
