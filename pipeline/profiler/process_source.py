@@ -16,6 +16,9 @@ class ProcessSource:
         self.roots = dict(roots)  # {label: pid}, e.g. {"bench": os.getpid(), "server": 1234}
         self._procs: dict[int, psutil.Process] = {}
 
+    def add_root(self, label: str, pid: int) -> None:
+        self.roots = {**self.roots, label: pid}  # a new dict: the sampling thread may be iterating
+
     def describe(self) -> dict:
         return {"source": "psutil", "roots": self.roots, "num_cpus": os.cpu_count(),
                 "metrics": {"cpu_pct": "% of one core, summed over the tree",

@@ -12,6 +12,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
+from pipeline.profiler.process_source import ProcessSource
+
 log = logging.getLogger(__name__)
 
 
@@ -53,6 +55,12 @@ class Sampler:
         self._thread.join()
         for source in self.sources:
             source.close()
+
+    def watch_process(self, label: str, pid: int) -> None:
+        """Sample another process tree from now on (e.g. a server started after the sampler)."""
+        for source in self.sources:
+            if isinstance(source, ProcessSource):
+                source.add_root(label, pid)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:

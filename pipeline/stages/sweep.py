@@ -1,0 +1,44 @@
+"""sweep: batch size / concurrency 1, 2, 4, ... recording throughput, latency and memory up to
+the first size that fails (GPU OOM or KV capacity), which is reported, never raised."""
+
+import os
+import time
+from pathlib import Path
+
+from pipeline.artifacts import produce_artifact
+from pipeline.bench.baseline import hardware_key
+from pipeline.bench.session import check_bench_spec, settings
+from pipeline.stages import build
+from pipeline.stages.bench import measurement_request
+
+
+def run(spec) -> Path:
+    from pipeline.bench.runner import load_tokenizer, write_timeline
+    from pipeline.bench.sweep_report import markdown, write_sweep
+    from pipeline.bench.sweep_runner import sweep
+    from pipeline.profiler import make_sampler
+
+    check_bench_spec(spec.bench)
+    options = spec.bench.sweep
+    engine_dir = build.run(spec)
+    data = {}
+
+    def produce(out_dir: Path) -> dict:
+        origin_s = time.perf_counter()
+        sampler = make_sampler(spec.bench.profile.sample_rate_hz, {"bench": os.getpid()},
+                               origin_s)
+        with sampler:
+            result = sweep(spec, engine_dir, load_tokenizer(engine_dir), sampler, origin_s)
+        timeline = sampler.timeline()
+        data.update(model=spec.model.name, backend=spec.backend.name,
+                    hardware=hardware_key(spec.hardware), target=options.target,
+                    sizes=list(options.sizes), num_kv_blocks=options.num_kv_blocks,
+                    settings=settings(spec.bench), profile_notes=timeline["notes"],
+                    **result.to_dict())
+        write_sweep(out_dir, data)
+        write_timeline(out_dir, timeline)
+        return {k: data[k] for k in ("max_ok_size", "threshold_size", "threshold_failure")}
+
+    out = produce_artifact(measurement_request(spec, "sweep", engine_dir), produce)
+    print(markdown(data))
+    return out
