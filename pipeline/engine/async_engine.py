@@ -1,0 +1,126 @@
+"""Thread-safe front of LLMEngine: submit from any thread, stream deltas back per request.
+
+One background thread owns the LLMEngine: it takes new requests and cancels from an inbox,
+runs step() while work exists, and routes each StreamDelta to its request's handle.
+"""
+
+import logging
+import queue
+import threading
+import uuid
+from collections.abc import Iterator
+
+from pipeline.engine.llm_engine import LLMEngine
+from pipeline.engine.outputs import StreamDelta
+from pipeline.engine.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+class RequestHandle:
+    """Iterate to receive a request's StreamDeltas (blocking) until the finished one."""
+
+    def __init__(self, request_id: str, owner: "AsyncLLMEngine"):
+        self.request_id = request_id
+        self._owner = owner
+        self._deltas: queue.Queue[StreamDelta | BaseException] = queue.Queue()
+
+    def _put(self, item: StreamDelta | BaseException) -> None:
+        self._deltas.put(item)
+
+    def __iter__(self) -> Iterator[StreamDelta]:
+        while True:
+            item = self._deltas.get()
+            if isinstance(item, BaseException):
+                raise RuntimeError(f"engine failed while serving {self.request_id}") from item
+            yield item
+            if item.finished:
+                return
+
+    def cancel(self) -> None:
+        self._owner.cancel(self.request_id)
+
+
+class AsyncLLMEngine:
+    def __init__(self, engine: LLMEngine):
+        self.engine = engine  # touched only by the background thread after this point
+        self._lock = threading.Condition()
+        self._inbox: list[tuple[list[int], SamplingParams, RequestHandle]] = []
+        self._cancels: list[str] = []
+        self._handles: dict[str, RequestHandle] = {}
+        self._is_shutdown = False
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="llm-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, prompt_token_ids: list[int], params: SamplingParams,
+               request_id: str | None = None) -> RequestHandle:
+        """Queue a request; raises ValueError at once if the engine can never serve it."""
+        prompt_token_ids = list(prompt_token_ids)
+        self.engine.validate_request(prompt_token_ids, params)
+        handle = RequestHandle(uuid.uuid4().hex if request_id is None else request_id, self)
+        with self._lock:
+            if self._is_shutdown or self._error is not None:
+                raise RuntimeError("AsyncLLMEngine is shut down" if self._error is None
+                                   else f"AsyncLLMEngine failed: {self._error!r}")
+            if handle.request_id in self._handles:
+                raise ValueError(f"request: id {handle.request_id!r} is already in flight")
+            self._handles[handle.request_id] = handle
+            self._inbox.append((prompt_token_ids, params, handle))
+            self._lock.notify()
+        return handle
+
+    def cancel(self, request_id: str) -> None:
+        with self._lock:
+            self._cancels.append(request_id)
+            self._lock.notify()
+
+    def shutdown(self) -> None:
+        """Stop the thread; unfinished requests end with finish_reason "cancelled"."""
+        with self._lock:
+            self._is_shutdown = True
+            self._lock.notify()
+        self._thread.join()
+
+    def _take_inbox(self) -> bool:
+        """Move queued work into the engine; False when the loop should exit."""
+        with self._lock:
+            while not (self._inbox or self._cancels or self._is_shutdown
+                       or self.engine.has_unfinished()):
+                self._lock.wait()
+            if self._is_shutdown:
+                return False
+            inbox, self._inbox = self._inbox, []
+            cancels, self._cancels = self._cancels, []
+        for prompt_token_ids, params, handle in inbox:
+            self.engine.add_request(prompt_token_ids, params, handle.request_id)
+        for request_id in cancels:
+            self.engine.abort(request_id)
+        return True
+
+    def _route(self, deltas: list[StreamDelta]) -> None:
+        with self._lock:
+            for delta in deltas:
+                handle = self._handles.get(delta.request_id)
+                if handle is None:
+                    continue
+                handle._put(delta)
+                if delta.finished:
+                    del self._handles[delta.request_id]
+
+    def _loop(self) -> None:
+        try:
+            while self._take_inbox():
+                self._route(self.engine.step())
+        except BaseException as exc:  # noqa: BLE001 - every waiting caller must hear about it
+            logger.exception("engine thread failed")
+            with self._lock:
+                self._error = exc
+                handles, self._handles = self._handles, {}
+            for handle in handles.values():
+                handle._put(exc)
+            return
+        with self._lock:
+            handles, self._handles = self._handles, {}
+        for request_id, handle in handles.items():
+            handle._put(StreamDelta(request_id, [], True, "cancelled"))

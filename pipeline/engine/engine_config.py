@@ -1,0 +1,192 @@
+"""Engine dir config.json + runtime overrides -> one frozen EngineConfig, checked once, here.
+
+Components copy the fields they need in __init__ and never read config.json themselves.
+"""
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pipeline.engine.layers.rotary import SUPPORTED_SCALINGS, scaling_type
+from pipeline.engine.scheduler import POLICIES
+from pipeline.errors import ArtifactError, ConfigError
+
+ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """The TensorRT-LLM checkpoint's pretrained_config, as the model code needs it."""
+
+    architecture: str
+    dtype: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    norm_epsilon: float
+    rotary_base: float
+    rotary_scaling: dict | None
+    quantization: dict
+
+    @classmethod
+    def from_pretrained_config(cls, cfg: dict, where: str) -> "ModelConfig":
+        problems = []
+        if cfg.get("architecture") not in ARCHITECTURES:
+            problems.append(f"architecture={cfg.get('architecture')!r} (supported: "
+                            f"{', '.join(ARCHITECTURES)})")
+        if cfg.get("dtype") not in DTYPES:
+            problems.append(f"dtype={cfg.get('dtype')!r} (supported: {', '.join(DTYPES)})")
+        if cfg.get("position_embedding_type", "rope_gpt_neox") != "rope_gpt_neox":
+            problems.append(f"position_embedding_type={cfg['position_embedding_type']!r} "
+                            f"(supported: rope_gpt_neox)")
+        if cfg.get("hidden_act", "silu") != "silu":
+            problems.append(f"hidden_act={cfg['hidden_act']!r} (supported: silu)")
+        kind = scaling_type(cfg.get("rotary_scaling"))
+        if kind is not None and kind not in SUPPORTED_SCALINGS:
+            problems.append(f"rotary_scaling type {kind!r} (supported: none, "
+                            f"{', '.join(SUPPORTED_SCALINGS)})")
+        mapping = cfg.get("mapping") or {}
+        if mapping.get("tp_size", 1) != 1 or mapping.get("pp_size", 1) != 1:
+            problems.append(f"mapping tp_size={mapping.get('tp_size')}, pp_size="
+                            f"{mapping.get('pp_size')} (the torch engine runs tp=1, pp=1: "
+                            f"convert with parallel.tp_size=1 parallel.pp_size=1)")
+        if problems:
+            raise ConfigError(f"{where}: the torch engine cannot run this checkpoint: "
+                              f"{'; '.join(problems)}")
+        heads = cfg["num_attention_heads"]
+        return cls(
+            architecture=cfg["architecture"], dtype=cfg["dtype"], vocab_size=cfg["vocab_size"],
+            hidden_size=cfg["hidden_size"], num_layers=cfg["num_hidden_layers"],
+            num_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
+            head_dim=cfg.get("head_size") or cfg["hidden_size"] // heads,
+            intermediate_size=cfg["intermediate_size"],
+            norm_epsilon=cfg.get("norm_epsilon", 1e-5),
+            rotary_base=cfg.get("rotary_base", 10000.0),
+            rotary_scaling=cfg.get("rotary_scaling"),
+            quantization=cfg.get("quantization") or {"quant_algo": None},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeOptions:
+    """LLMEngine.from_engine_dir(**runtime): each limit may only lower the engine's build value."""
+
+    max_batch_size: int | None = None
+    max_num_tokens: int | None = None
+    scheduler_policy: str = "guaranteed_no_evict"
+    num_kv_blocks: int | None = None  # None: a fraction of free GPU memory / CPU default
+    kv_cache_free_mem_fraction: float = 0.9
+    enable_chunked_prefill: bool = True
+    use_cuda_graph: bool | None = None  # None: the build's torch.use_cuda_graph
+    dtype: str | None = None  # None: the checkpoint's dtype
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    engine_dir: Path
+    model: ModelConfig
+    device: torch.device
+    dtype: torch.dtype  # activations, unquantized weights and the KV cache
+    max_batch_size: int
+    max_input_len: int
+    max_seq_len: int
+    max_num_tokens: int
+    block_size: int
+    scheduler_policy: str
+    num_kv_blocks: int | None
+    kv_cache_free_mem_fraction: float
+    enable_chunked_prefill: bool
+    use_cuda_graph: bool
+    compile: bool
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"engine: device={device!r} but CUDA is not available here; use "
+                          f"device='cpu' or 'auto'")
+    if resolved.type not in ("cpu", "cuda"):
+        raise ConfigError(f"engine: device={device!r} is not supported; use auto, cpu or cuda")
+    return resolved
+
+
+def read_engine_json(engine_dir: Path) -> dict:
+    path = Path(engine_dir) / "config.json"
+    if not path.is_file():
+        raise ArtifactError(f"{path}: missing; build the engine with `python -m pipeline build "
+                            f"backend=torch`")
+    try:
+        cfg = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{path}: invalid JSON ({exc}); rebuild the engine") from exc
+    if cfg.get("backend") != "torch":
+        raise ArtifactError(f"{path}: backend={cfg.get('backend')!r}, not a torch engine; build "
+                            f"with backend=torch")
+    return cfg
+
+
+def _check_runtime(opts: RuntimeOptions, build: dict, where: str) -> None:
+    problems = []
+    for key in ("max_batch_size", "max_num_tokens"):
+        value = getattr(opts, key)
+        if value is not None and not 1 <= value <= build[key]:
+            problems.append(f"{key}={value} must be in [1, {build[key]}] (the build limit; "
+                            f"rebuild with build.{key}={value} to go higher)")
+    if opts.scheduler_policy not in POLICIES:
+        problems.append(f"scheduler_policy={opts.scheduler_policy!r} (use {' or '.join(POLICIES)})")
+    if opts.num_kv_blocks is not None and opts.num_kv_blocks < 1:
+        problems.append(f"num_kv_blocks={opts.num_kv_blocks} must be >= 1")
+    if not 0.0 < opts.kv_cache_free_mem_fraction <= 1.0:
+        problems.append(f"kv_cache_free_mem_fraction={opts.kv_cache_free_mem_fraction} must be "
+                        f"in (0, 1]")
+    if opts.dtype is not None and opts.dtype not in DTYPES:
+        problems.append(f"dtype={opts.dtype!r} (use one of {', '.join(DTYPES)})")
+    if problems:
+        raise ConfigError(f"{where}: bad runtime options: {'; '.join(problems)}")
+
+
+def load_engine_config(engine_dir: Path, device: str, runtime: dict) -> EngineConfig:
+    where = f"engine {engine_dir}"
+    known = [f.name for f in dataclasses.fields(RuntimeOptions)]
+    unknown = sorted(set(runtime) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}: unknown runtime options {unknown}; known: {', '.join(known)}")
+    opts = RuntimeOptions(**runtime)
+    cfg = read_engine_json(engine_dir)
+    try:
+        return _engine_config(cfg, opts, Path(engine_dir), device, where)
+    except KeyError as exc:
+        raise ArtifactError(f"{where}: config.json lacks {exc}; rebuild the engine with the "
+                            f"current pipeline") from exc
+
+
+def _engine_config(cfg: dict, opts: RuntimeOptions, engine_dir: Path, device: str,
+                   where: str) -> EngineConfig:
+    build = cfg["build_config"]
+    _check_runtime(opts, build, where)
+    model = ModelConfig.from_pretrained_config(cfg["pretrained_config"], where)
+    torch_opts = build["torch"]
+    return EngineConfig(
+        engine_dir=engine_dir, model=model, device=resolve_device(device),
+        dtype=DTYPES[opts.dtype or model.dtype],
+        max_batch_size=opts.max_batch_size or build["max_batch_size"],
+        max_input_len=build["max_input_len"], max_seq_len=build["max_seq_len"],
+        max_num_tokens=opts.max_num_tokens or build["max_num_tokens"],
+        block_size=build["plugin_config"]["tokens_per_block"],
+        scheduler_policy=opts.scheduler_policy, num_kv_blocks=opts.num_kv_blocks,
+        kv_cache_free_mem_fraction=opts.kv_cache_free_mem_fraction,
+        enable_chunked_prefill=opts.enable_chunked_prefill,
+        use_cuda_graph=(torch_opts["use_cuda_graph"] if opts.use_cuda_graph is None
+                        else opts.use_cuda_graph),
+        compile=torch_opts["compile"],
+    )

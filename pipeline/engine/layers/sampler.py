@@ -1,0 +1,65 @@
+"""Next-token choice per row: banned tokens, then greedy or temperature / top-k / top-p sampling.
+
+A row with a seed draws from its own torch.Generator, so its tokens do not depend on what else
+is in the batch; rows without one share the sampler's generator.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(slots=True)
+class SamplingTensors:
+    temperatures: torch.Tensor  # [S] float32; 1.0 on greedy rows (their draw is unused)
+    top_ks: torch.Tensor  # [S] int64; vocab size where top-k is off
+    top_ps: torch.Tensor  # [S] float32
+    is_greedy: list[bool]
+    generators: list[torch.Generator | None]  # per-row seeded generators
+    banned_token_ids: list[list[int]]  # per row: tokens that must not come next
+
+
+def filtered_probs(logits: torch.Tensor, temperatures: torch.Tensor, top_ks: torch.Tensor,
+                   top_ps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # logits [S, V] float32 -> (probs [S, V] in descending-logit order, that order [S, V])
+    scaled = logits / temperatures[:, None]
+    sorted_logits, order = scaled.sort(dim=-1, descending=True)
+    ranks = torch.arange(logits.shape[-1], device=logits.device)
+    sorted_logits = sorted_logits.masked_fill(ranks[None, :] >= top_ks[:, None], float("-inf"))
+    probs = sorted_logits.softmax(dim=-1)
+    # top-p: keep the smallest prefix whose mass reaches top_p (the first token always stays)
+    mass_before = probs.cumsum(dim=-1) - probs
+    drop = (mass_before >= top_ps[:, None]) & (top_ps[:, None] < 1.0)
+    return probs.masked_fill(drop, 0.0), order
+
+
+class Sampler(nn.Module):
+    def __init__(self, generator: torch.Generator):
+        super().__init__()
+        self.generator = generator  # rows without a seed
+
+    def forward(self, logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
+        # logits [S, V] float32 -> token ids [S] int64
+        rows = [i for i, banned in enumerate(params.banned_token_ids) for _ in banned]
+        if rows:
+            cols = [t for banned in params.banned_token_ids for t in banned]
+            logits = logits.index_put((torch.tensor(rows, device=logits.device),
+                                       torch.tensor(cols, device=logits.device)),
+                                      torch.tensor(float("-inf"), device=logits.device))
+        greedy = logits.argmax(dim=-1)
+        if all(params.is_greedy):
+            return greedy
+        probs, order = filtered_probs(logits, params.temperatures, params.top_ks, params.top_ps)
+        picks = torch.zeros_like(greedy)  # rank in `order`; greedy rows keep 0 and are replaced
+        sampled_rows = [i for i, is_greedy in enumerate(params.is_greedy) if not is_greedy]
+        for i in sampled_rows:
+            if params.generators[i] is not None:
+                picks[i] = torch.multinomial(probs[i], 1, generator=params.generators[i])[0]
+        shared = [i for i in sampled_rows if params.generators[i] is None]
+        if shared:
+            index = torch.tensor(shared, device=logits.device)
+            picks[index] = torch.multinomial(probs[index], 1, generator=self.generator)[:, 0]
+        sampled = order.gather(1, picks[:, None])[:, 0]
+        is_greedy = torch.tensor(params.is_greedy, device=logits.device)
+        return torch.where(is_greedy, greedy, sampled)

@@ -1,0 +1,194 @@
+"""The synchronous engine: requests in, tokens out, one scheduled step at a time."""
+
+import json
+import logging
+import uuid
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+from tqdm import tqdm
+from transformers import AutoTokenizer
+
+from pipeline.engine.block_manager import BlockManager
+from pipeline.engine.engine_config import EngineConfig, load_engine_config
+from pipeline.engine.model_runner import ModelRunner
+from pipeline.engine.outputs import RequestOutput, StreamDelta
+from pipeline.engine.sampling_params import SamplingParams
+from pipeline.engine.scheduler import Scheduler
+from pipeline.engine.sequence import Sequence
+from pipeline.errors import ArtifactError
+
+logger = logging.getLogger(__name__)
+
+
+def load_weights(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise ArtifactError(f"{path}: missing; rebuild the engine (build backend=torch)")
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError) as exc:
+        raise ArtifactError(f"{path}: unreadable ({exc}); rebuild the engine with force=true") \
+            from exc
+
+
+def model_eos_token_ids(tokenizer_dir: Path, tokenizer) -> tuple[int, ...]:
+    """generation_config.json's eos_token_id (int or list), else the tokenizer's eos token."""
+    path = tokenizer_dir / "generation_config.json"
+    eos = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    if eos is None:
+        return ()
+    return tuple(eos) if isinstance(eos, list) else (eos,)
+
+
+class LLMEngine:
+    """Owns the tokenizer, the scheduler (queues + block manager) and the model runner (device
+    state). Not thread-safe: AsyncLLMEngine drives it from one thread."""
+
+    def __init__(self, config: EngineConfig):
+        tokenizer_dir = config.engine_dir / "tokenizer"
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        self.eos_token_ids = model_eos_token_ids(tokenizer_dir, self.tokenizer)
+        weights = load_weights(config.engine_dir / "rank0.safetensors")
+        self.model_runner = ModelRunner(config, weights)
+        del weights  # the model holds what it needs (possibly repacked or on the GPU)
+        block_manager = BlockManager(self.model_runner.num_kv_blocks, config.block_size)
+        self.scheduler = Scheduler(block_manager, config.max_batch_size, config.max_num_tokens,
+                                   config.scheduler_policy, config.enable_chunked_prefill)
+        self.max_input_len, self.max_seq_len = config.max_input_len, config.max_seq_len
+        self.max_batch_size, self.max_num_tokens = config.max_batch_size, config.max_num_tokens
+        self.enable_chunked_prefill = config.enable_chunked_prefill
+        self.scheduler_policy = config.scheduler_policy
+        self.vocab_size = config.model.vocab_size
+        self._requests: dict[str, Sequence] = {}  # unfinished, by request id
+        self._cancelled: list[StreamDelta] = []  # reported by the next step()
+        self._num_steps = self._num_scheduled_tokens = self._num_generated_tokens = 0
+
+    @classmethod
+    def from_engine_dir(cls, path: str | Path, device: str = "auto", **runtime) -> "LLMEngine":
+        return cls(load_engine_config(Path(path), device, runtime))
+
+    def validate_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Raise ValueError for a request this engine can never serve. Reads only fixed state,
+        so any thread may call it."""
+        num_prompt = len(prompt_token_ids)
+        if num_prompt == 0:
+            raise ValueError("request: the prompt is empty")
+        if num_prompt > self.max_input_len:
+            raise ValueError(f"request: prompt has {num_prompt} tokens, above the engine's "
+                             f"max_input_len={self.max_input_len} (shorten it or rebuild with "
+                             f"build.max_input_len)")
+        if num_prompt + params.max_tokens > self.max_seq_len:
+            raise ValueError(f"request: prompt ({num_prompt} tokens) + max_tokens "
+                             f"({params.max_tokens}) exceeds the engine's max_seq_len="
+                             f"{self.max_seq_len}; lower max_tokens")
+        bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"request: token ids {bad[:5]} are outside the vocabulary "
+                             f"[0, {self.vocab_size})")
+        blocks = self.scheduler.block_manager
+        needed = blocks.num_blocks_for(num_prompt + params.max_tokens - 1)
+        if needed > blocks.num_total_blocks:
+            raise ValueError(f"request: needs {needed} KV blocks of {blocks.block_size} tokens "
+                             f"but the cache has {blocks.num_total_blocks}; "
+                             f"it can never fit (lower max_tokens or raise num_kv_blocks)")
+        if not self.enable_chunked_prefill and num_prompt > self.max_num_tokens:
+            raise ValueError(f"request: prompt has {num_prompt} tokens, above max_num_tokens="
+                             f"{self.max_num_tokens} with chunked prefill off (enable it)")
+
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
+                    request_id: str | None = None) -> str:
+        return self._add(list(prompt_token_ids), params, request_id).request_id
+
+    def _add(self, prompt_token_ids: list[int], params: SamplingParams,
+             request_id: str | None) -> Sequence:
+        request_id = uuid.uuid4().hex if request_id is None else request_id
+        if request_id in self._requests:
+            raise ValueError(f"request: id {request_id!r} is already in flight")
+        self.validate_request(prompt_token_ids, params)
+        seq = Sequence(request_id, prompt_token_ids, params, self.eos_token_ids)
+        self._requests[request_id] = seq
+        self.scheduler.add(seq)
+        return seq
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished() or bool(self._cancelled)
+
+    def abort(self, request_id: str) -> bool:
+        """Cancel a request; its final delta (finish_reason "cancelled") comes with the next
+        step(). False when it is unknown or already finished."""
+        seq = self.scheduler.abort(request_id)
+        if seq is None:
+            return False
+        del self._requests[request_id]
+        self._cancelled.append(StreamDelta(request_id, [], True, "cancelled"))
+        return True
+
+    def step(self) -> list[StreamDelta]:
+        deltas, self._cancelled = self._cancelled, []
+        scheduled = self.scheduler.schedule()
+        if not scheduled:
+            return deltas
+        token_ids = iter(self.model_runner.run(scheduled))
+        self._num_steps += 1
+        for entry in scheduled:
+            seq = entry.seq
+            reaches_end = seq.reaches_end(entry.num_tokens)
+            seq.num_computed_tokens += entry.num_tokens
+            self._num_scheduled_tokens += entry.num_tokens
+            if not reaches_end:
+                continue
+            num_before = seq.num_tokens
+            reason = seq.append_token(next(token_ids))
+            self._num_generated_tokens += 1
+            if reason is not None:
+                self.scheduler.finish(seq, reason)
+                del self._requests[seq.request_id]
+            deltas.append(StreamDelta(seq.request_id, seq.token_ids[num_before:],
+                                      reason is not None, reason))
+        return deltas
+
+    def generate(self, prompts: list[str] | list[list[int]],
+                 params: SamplingParams | list[SamplingParams],
+                 use_tqdm: bool = False) -> list[RequestOutput]:
+        """Run these prompts to completion (requests already in flight progress too)."""
+        params_list = params if isinstance(params, list) else [params] * len(prompts)
+        if len(params_list) != len(prompts):
+            raise ValueError(f"generate: {len(prompts)} prompts but {len(params_list)} params")
+        token_lists = [self.tokenizer.encode(p) if isinstance(p, str) else list(p)
+                       for p in prompts]
+        for token_ids, p in zip(token_lists, params_list, strict=True):
+            self.validate_request(token_ids, p)
+        seqs = [self._add(t, p, None) for t, p in zip(token_lists, params_list, strict=True)]
+        ids = {seq.request_id for seq in seqs}
+        with tqdm(total=len(seqs), desc="generate", disable=not use_tqdm) as bar:
+            while not all(seq.is_finished for seq in seqs):
+                bar.update(sum(d.finished and d.request_id in ids for d in self.step()))
+        return [RequestOutput.from_sequence(seq, self.decode(seq.completion_token_ids))
+                for seq in seqs]
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
+
+    def stats(self) -> dict:
+        runner, blocks = self.model_runner, self.scheduler.block_manager
+        return {
+            "num_total_blocks": blocks.num_total_blocks,
+            "num_free_blocks": blocks.num_free_blocks,
+            "block_size": blocks.block_size,
+            "num_running": len(self.scheduler.running),
+            "num_waiting": len(self.scheduler.waiting),
+            "num_preemptions": self.scheduler.num_preemptions,
+            "num_steps": self._num_steps,
+            "num_scheduled_tokens": self._num_scheduled_tokens,
+            "num_generated_tokens": self._num_generated_tokens,
+            "max_batch_size": self.max_batch_size,
+            "max_num_tokens": self.max_num_tokens,
+            "scheduler_policy": self.scheduler_policy,
+            "device": str(runner.device),
+            "dtype": str(runner.dtype).removeprefix("torch."),
+            "cuda_graph_batch_sizes": runner.graphs.batch_sizes if runner.graphs else [],
+        }

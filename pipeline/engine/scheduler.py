@@ -1,0 +1,134 @@
+"""In-flight batching: which sequences run this step, and how many tokens each feeds.
+
+Every step spends at most max_num_tokens tokens: running sequences first (a decode token each,
+or their next prompt chunk), then waiting ones in arrival order while the batch has room.
+Policies (TensorRT-LLM's CapacitySchedulerPolicy):
+- guaranteed_no_evict: admit a request only when blocks for its whole prompt + max_tokens are
+  free, and reserve them, so a running request never waits for memory;
+- max_utilization: admit when the next chunk fits; when blocks run out, preempt the newest
+  running request (its blocks are freed and it is recomputed from its tokens later).
+"""
+
+from collections import deque
+from dataclasses import dataclass
+
+from pipeline.engine.block_manager import BlockManager
+from pipeline.engine.sequence import Sequence, SequenceStatus
+
+POLICIES = ("guaranteed_no_evict", "max_utilization")
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledSequence:
+    seq: Sequence
+    num_tokens: int  # tokens fed to the model this step: 1 to decode, a chunk to prefill
+
+
+class Scheduler:
+    """Owns the waiting and running queues and the block manager."""
+
+    def __init__(self, block_manager: BlockManager, max_batch_size: int, max_num_tokens: int,
+                 policy: str, enable_chunked_prefill: bool):
+        assert policy in POLICIES, policy
+        self.block_manager = block_manager
+        self.max_batch_size = max_batch_size
+        self.max_num_tokens = max_num_tokens
+        self.is_no_evict = policy == "guaranteed_no_evict"
+        self.enable_chunked_prefill = enable_chunked_prefill
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> list[ScheduledSequence]:
+        budget = self.max_num_tokens
+        scheduled: list[ScheduledSequence] = []
+        num_preemptions_before = self.num_preemptions
+        # running: decodes and unfinished prompt chunks, oldest first
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            num_tokens = self._num_tokens_to_run(seq, budget)
+            if num_tokens == 0:
+                i += 1
+            elif self._make_room(seq, num_tokens):
+                scheduled.append(ScheduledSequence(seq, num_tokens))
+                budget -= num_tokens
+                i += 1
+        # after a preemption, admitting new work would only take the freed blocks back
+        has_preempted = self.num_preemptions > num_preemptions_before
+        # waiting: admit in arrival order; stop at the first that does not fit (no overtaking)
+        while (self.waiting and budget > 0 and len(self.running) < self.max_batch_size
+               and not has_preempted):
+            seq = self.waiting[0]
+            num_tokens = self._num_tokens_to_run(seq, budget)
+            needed = seq.num_computed_tokens + num_tokens
+            if self.is_no_evict:
+                needed = max(needed, seq.max_kv_tokens)
+            if num_tokens == 0 or not self.block_manager.can_allocate(seq, needed):
+                break
+            self.block_manager.allocate(seq, needed)
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            scheduled.append(ScheduledSequence(seq, num_tokens))
+            budget -= num_tokens
+        return scheduled
+
+    def _num_tokens_to_run(self, seq: Sequence, budget: int) -> int:
+        remaining = seq.num_uncomputed_tokens
+        if remaining <= budget:
+            return remaining
+        # a recomputed sequence may exceed max_num_tokens: it is chunked even when chunking is off
+        if self.enable_chunked_prefill or remaining > self.max_num_tokens:
+            return budget
+        return 0
+
+    def _make_room(self, seq: Sequence, num_tokens: int) -> bool:
+        """Give seq blocks for num_tokens more tokens, preempting the newest running sequences
+        while blocks are short. False when seq itself had to be preempted."""
+        manager = self.block_manager
+        is_decode = num_tokens == 1
+        while not (manager.can_append(seq) if is_decode
+                   else manager.can_allocate(seq, seq.num_computed_tokens + num_tokens)):
+            assert not self.is_no_evict, "guaranteed_no_evict reserved too few blocks"
+            victim = self.running[-1]
+            self._preempt(victim)
+            if victim is seq:
+                return False
+        if is_decode:
+            manager.may_append(seq)
+        else:
+            manager.allocate(seq, seq.num_computed_tokens + num_tokens)
+        return True
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Preempt by recompute: free the blocks, keep the tokens, requeue at the front."""
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.num_computed_tokens = 0
+        seq.num_preemptions += 1
+        seq.status = SequenceStatus.WAITING
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        self.running.remove(seq)
+        self.block_manager.free(seq)
+        seq.mark_finished(reason)
+
+    def abort(self, request_id: str) -> Sequence | None:
+        """Drop a request wherever it is; returns it (finished, "cancelled"), or None if unknown."""
+        for queue in (self.waiting, self.running):
+            for seq in queue:
+                if seq.request_id == request_id:
+                    queue.remove(seq)
+                    self.block_manager.free(seq)
+                    seq.mark_finished("cancelled")
+                    return seq
+        return None

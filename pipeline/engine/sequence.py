@@ -1,0 +1,109 @@
+"""Per-request state: tokens, progress through the KV cache, block table, stop rules, timings."""
+
+import time
+from enum import Enum
+
+import torch
+
+from pipeline.engine.sampling_params import SamplingParams
+
+
+class SequenceStatus(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class Sequence:
+    """One request. The scheduler moves it between queues, the block manager writes its
+    block_table, the model runner reads it (and creates its seeded generator), the engine
+    appends sampled tokens."""
+
+    def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                 eos_token_ids: tuple[int, ...], arrival_time_s: float | None = None):
+        self.request_id = request_id
+        self.params = params
+        self.token_ids = list(prompt_token_ids)
+        self.num_prompt_tokens = len(self.token_ids)
+        self.status = SequenceStatus.WAITING
+        self.block_table: list[int] = []
+        self.num_computed_tokens = 0  # tokens whose K/V is in the cache
+        self.num_preemptions = 0
+        self.finish_reason: str | None = None
+        self.generator: torch.Generator | None = None
+        if params.ignore_eos:
+            self.end_ids = frozenset()
+        else:
+            self.end_ids = frozenset([params.end_id] if params.end_id is not None
+                                     else eos_token_ids)
+        self.arrival_time_s = time.perf_counter() if arrival_time_s is None else arrival_time_s
+        self.first_token_time_s: float | None = None
+        self.finish_time_s: float | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.token_ids[:self.num_prompt_tokens]
+
+    @property
+    def completion_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def max_kv_tokens(self) -> int:
+        """K/V slots this request can ever need (the last sampled token is never fed back)."""
+        return self.num_prompt_tokens + self.params.max_tokens - 1
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == SequenceStatus.FINISHED
+
+    def reaches_end(self, num_scheduled_tokens: int) -> bool:
+        """True when a step over this many tokens yields logits for the next token."""
+        return self.num_computed_tokens + num_scheduled_tokens == len(self.token_ids)
+
+    def banned_token_ids(self) -> list[int]:
+        """Last tokens of bad_sequences whose other tokens end the sequence right now."""
+        banned = []
+        for bad in self.params.bad_sequences:
+            head = list(bad[:-1])
+            if not head or self.token_ids[-len(head):] == head:
+                banned.append(bad[-1])
+        return banned
+
+    def append_token(self, token_id: int) -> str | None:
+        """Record a sampled token; return the finish reason when a stop rule fires.
+
+        The end (eos) token is not kept in the output, as in TensorRT-LLM; stop tokens and stop
+        sequences are kept."""
+        if self.first_token_time_s is None:
+            self.first_token_time_s = time.perf_counter()
+        if token_id in self.end_ids:
+            return "stop"
+        self.token_ids.append(token_id)
+        if token_id in self.params.stop_token_ids or self._ends_with_stop_sequence():
+            return "stop"
+        if self.num_completion_tokens >= self.params.max_tokens:
+            return "length"
+        return None
+
+    def mark_finished(self, reason: str) -> None:
+        self.status = SequenceStatus.FINISHED
+        self.finish_reason = reason
+        self.finish_time_s = time.perf_counter()
+
+    def _ends_with_stop_sequence(self) -> bool:
+        completion = self.completion_token_ids
+        return any(len(stop) <= len(completion) and tuple(completion[-len(stop):]) == stop
+                   for stop in self.params.stop_sequences)
