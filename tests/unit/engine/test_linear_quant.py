@@ -1,0 +1,156 @@
+"""build_linear on synthetic checkpoints laid out like modelopt's TensorRT-LLM export.
+
+The reference dequantizes the same tensors in float32 and applies the same activation quantizer,
+so the only differences left are float rounding: tolerances are a few float32/bf16 ulps.
+"""
+
+import pytest
+import torch
+
+from pipeline.engine.layers.linear import ConcatLinear, build_linear, kernel_counts
+from pipeline.engine.quant.primitives import (
+    dequantize_groupwise,
+    pack_int4_rows,
+    quantize_fp8_per_tensor,
+    quantize_int4_groupwise,
+    quantize_int8_per_channel,
+    to_fp8,
+    unpack_int4_rows,
+)
+from pipeline.errors import ArtifactError, ConfigError
+
+GROUP = 64
+QUANT = {
+    "W8A16": {"quant_algo": "W8A16"},
+    "W8A8_SQ_PER_CHANNEL": {"quant_algo": "W8A8_SQ_PER_CHANNEL"},
+    "FP8": {"quant_algo": "FP8"},
+    "W4A16_AWQ": {"quant_algo": "W4A16_AWQ", "group_size": GROUP, "has_zero_point": False,
+                  "pre_quant_scale": True},
+    "W4A8_AWQ": {"quant_algo": "W4A8_AWQ", "group_size": GROUP, "has_zero_point": False,
+                 "pre_quant_scale": True},
+}
+
+
+def export_like_modelopt(algo: str, prefix: str, w: torch.Tensor, smooth: torch.Tensor,
+                         act_amax: float) -> dict[str, torch.Tensor]:
+    """Tensors modelopt writes for one linear (names and layouts per modelopt_on_cpu.md §5)."""
+    out = {}
+    if algo in ("W8A16", "W8A8_SQ_PER_CHANNEL"):
+        q, scale = quantize_int8_per_channel(w)
+        out = {"weight": q, "weights_scaling_factor": scale}
+    elif algo == "FP8":
+        q, scale = quantize_fp8_per_tensor(w)
+        out = {"weight": q, "weights_scaling_factor": scale}
+    else:
+        q, scale = quantize_int4_groupwise(w, GROUP)
+        out = {"weight": pack_int4_rows(q), "weights_scaling_factor": scale}
+    if algo == "W8A8_SQ_PER_CHANNEL":
+        out["activation_scaling_factor"] = torch.tensor([act_amax / 127])
+    if algo == "FP8":
+        out["activation_scaling_factor"] = torch.tensor([act_amax / 448])
+    if algo in ("W4A16_AWQ", "W4A8_AWQ", "W8A8_SQ_PER_CHANNEL"):
+        out["prequant_scaling_factor"] = smooth.to(torch.bfloat16)
+    if algo == "W4A8_AWQ":
+        w_dq = dequantize_groupwise(q, scale)
+        out["weights_scaling_factor_2"] = (w_dq.abs().amax() / 448).reshape(1)
+        out["activation_scaling_factor"] = torch.tensor([act_amax / 448])
+    return {f"{prefix}.{k}": v for k, v in out.items()}
+
+
+def reference(algo: str, t: dict[str, torch.Tensor], prefix: str, x: torch.Tensor) -> torch.Tensor:
+    # [T, in] float32 -> [T, out] float32: dequantized weights, fake-quantized activations
+    get = lambda s: t[f"{prefix}.{s}"].float()  # noqa: E731
+    if f"{prefix}.prequant_scaling_factor" in t:
+        x = x * get("prequant_scaling_factor")
+    if algo in ("W8A16", "W8A8_SQ_PER_CHANNEL"):
+        w = get("weight") * get("weights_scaling_factor")[:, None]
+    elif algo == "FP8":
+        w = get("weight") * get("weights_scaling_factor")
+    else:
+        w = dequantize_groupwise(unpack_int4_rows(t[f"{prefix}.weight"]),
+                                 get("weights_scaling_factor"))
+    if algo == "W4A8_AWQ":
+        s2 = get("weights_scaling_factor_2")
+        w = to_fp8(w / s2).float() * s2
+    if algo == "W8A8_SQ_PER_CHANNEL":
+        s = get("activation_scaling_factor")
+        x = torch.clamp(torch.round(x / s), -128, 127) * s
+    if algo in ("FP8", "W4A8_AWQ"):
+        s = get("activation_scaling_factor")
+        x = to_fp8(x / s).float() * s
+    return x @ w.t()
+
+
+def make_layer(algo: str, prefixes: list[str], out_sizes: list[int], in_features: int,
+               shared_input: bool = True) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    smooth = torch.rand(in_features) + 0.5
+    tensors = {}
+    for i, (p, n) in enumerate(zip(prefixes, out_sizes, strict=True)):
+        member_smooth = smooth if shared_input else smooth * (1 + i)
+        tensors |= export_like_modelopt(algo, p, torch.randn(n, in_features) * 0.05,
+                                        member_smooth, act_amax=3.0)
+    return tensors
+
+
+@pytest.mark.parametrize("algo", list(QUANT))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_quantized_linear_matches_dequantized_reference(algo, dtype):
+    prefixes, sizes = ["l.q", "l.kv"], [128, 64]
+    tensors = make_layer(algo, prefixes, sizes, in_features=256)
+    tensors["l.kv.bias"] = torch.randn(64)
+    linear = build_linear(tensors, prefixes, QUANT[algo], dtype, "cpu")
+    assert linear.output_sizes == sizes and not linear.kernel.startswith("dense")
+    x = torch.randn(5, 256)
+    expected = torch.cat([reference(algo, tensors, "l.q", x),
+                          reference(algo, tensors, "l.kv", x) + tensors["l.kv.bias"]], dim=-1)
+    y = linear(x.to(dtype)).float()
+    # float32: only accumulation order differs; bf16: activations/outputs rounded to 8 bits
+    # (and one bf16-rounded input can move an int8/fp8 activation code by one step)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    rel = ((y - expected).norm() / expected.norm()).item()
+    assert rel < tol, f"{algo} {dtype}: relative error {rel:.2e} via {linear.kernel}"
+
+
+@pytest.mark.parametrize("algo", ["W4A16_AWQ", "W4A8_AWQ"])
+def test_members_with_different_prequant_scales_run_as_separate_gemms(algo):
+    prefixes = ["mlp.fc", "mlp.gate"]
+    tensors = make_layer(algo, prefixes, [128, 128], in_features=256, shared_input=False)
+    linear = build_linear(tensors, prefixes, QUANT[algo], torch.float32, "cpu")
+    assert isinstance(linear, ConcatLinear) and linear.output_sizes == [128, 128]
+    x = torch.randn(3, 256)
+    expected = torch.cat([reference(algo, tensors, p, x) for p in prefixes], dim=-1)
+    torch.testing.assert_close(linear(x), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_int4_group_tinygemm_cannot_take_falls_back_to_dequant():
+    torch.manual_seed(0)
+    q, scale = quantize_int4_groupwise(torch.randn(64, 96), group=48)  # 48: not a tinygemm group
+    tensors = {"l.o.weight": pack_int4_rows(q), "l.o.weights_scaling_factor": scale}
+    linear = build_linear(tensors, ["l.o"], QUANT["W4A16_AWQ"], torch.float32, "cpu")
+    assert linear.kernel.startswith("dequant (tinygemm needs group")
+    x = torch.randn(2, 96)
+    torch.testing.assert_close(linear(x), x @ dequantize_groupwise(q, scale).t())
+
+
+def test_excluded_member_stays_dense_next_to_quantized_one():
+    tensors = make_layer("W8A16", ["a"], [64], in_features=128) | {"lm_head.weight":
+                                                                    torch.randn(32, 128)}
+    quant = {"quant_algo": "W8A16", "exclude_modules": ["lm_head"]}
+    head = build_linear(tensors, ["lm_head"], quant, torch.float32, "cpu")
+    both = build_linear(tensors, ["a", "lm_head"], quant, torch.float32, "cpu")
+    assert head.kernel == "dense" and isinstance(both, ConcatLinear)
+    assert kernel_counts(torch.nn.ModuleList([head, both])) == {
+        "dense": 1, "dense+torch._weight_int8pack_mm": 1}
+
+
+def test_unsupported_quant_algo_is_a_config_error():
+    tensors = {"a.weight": torch.zeros(8, 8, dtype=torch.uint8)}
+    with pytest.raises(ConfigError, match="quant_algo=NVFP4"):
+        build_linear(tensors, ["a"], {"quant_algo": "NVFP4"}, torch.float32, "cpu")
+
+
+def test_missing_scale_is_an_artifact_error():
+    tensors = {"a.weight": torch.zeros(8, 8, dtype=torch.int8)}
+    with pytest.raises(ArtifactError, match="a.weights_scaling_factor"):
+        build_linear(tensors, ["a"], {"quant_algo": "W8A16"}, torch.float32, "cpu")
