@@ -8,7 +8,8 @@ STAMP := $(VENV)/.setup-done
 OVERRIDES := $(if $(MODEL),model=$(MODEL)) $(if $(QUANT),quant=$(QUANT)) \
 	$(if $(BACKEND),backend=$(BACKEND)) $(if $(TP),parallel.tp_size=$(TP)) \
 	$(if $(PP),parallel.pp_size=$(PP)) $(ARGS)
-STAGE = $(PY) -m pipeline $(1) $(OVERRIDES)
+# DOCKER=1 runs the stage inside build.trtllm.container_image (TensorRT-LLM NGC image, repo mounted)
+STAGE = $(PY) -m $(if $(filter 1,$(DOCKER)),pipeline.trtllm.container,pipeline) $(1) $(OVERRIDES)
 
 .PHONY: help setup convert fetch quantize build deploy serve bench profile sweep regress \
 	update-baseline test lint demo clean
