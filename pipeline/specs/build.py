@@ -28,7 +28,7 @@ class TrtllmBuildOptions:
     multiple_profiles: str = "disable"
     reduce_fusion: str = "disable"  # only takes effect with tp > 1 on Llama/Gemma2
     user_buffer: str = "disable"  # needs reduce_fusion
-    opt_num_tokens: int | None = None  # None = trtllm-build's min(max_batch_size*beam, max_num_tokens)
+    opt_num_tokens: int | None = None  # None = min(max_batch_size * beam, max_num_tokens)
     weight_streaming: bool = False  # lets the runtime keep part of the weights on the host
     gather_context_logits: bool = False
     speculative_decoding_mode: str | None = None  # draft_tokens_external, medusa, eagle, ...

@@ -23,7 +23,7 @@ class BuildFacts:
     build: BuildSpec
     enable_kv_cache_reuse: bool  # deploy.trtllm.*: runtime features the engine must support
     enable_chunked_context: bool
-    dtype: str
+    dtype: str | None  # None = not known yet (a quantized export picks its own dtype)
     quant_algo: str | None
     kv_cache_quant_algo: str | None
     tp_size: int
@@ -38,7 +38,8 @@ def facts_from_spec(spec, sm: int | None) -> BuildFacts:
     return BuildFacts(
         build=spec.build, enable_kv_cache_reuse=spec.deploy.trtllm.enable_kv_cache_reuse,
         enable_chunked_context=spec.deploy.trtllm.enable_chunked_context,
-        dtype=spec.model.dtype, quant_algo=QFORMAT_ALGOS.get(spec.quant.name),
+        dtype=spec.model.dtype if spec.quant.name == "none" else None,
+        quant_algo=QFORMAT_ALGOS.get(spec.quant.name),
         kv_cache_quant_algo=KV_CACHE_ALGOS.get(spec.quant.kv_cache),
         tp_size=spec.parallel.tp_size, pp_size=spec.parallel.pp_size, sm=sm)
 
@@ -51,7 +52,7 @@ def facts_from_checkpoint(spec, checkpoint_dir: Path, sm: int | None) -> BuildFa
     return BuildFacts(
         build=spec.build, enable_kv_cache_reuse=spec.deploy.trtllm.enable_kv_cache_reuse,
         enable_chunked_context=spec.deploy.trtllm.enable_chunked_context,
-        dtype=config.get("dtype", ""), quant_algo=quant.get("quant_algo"),
+        dtype=config.get("dtype"), quant_algo=quant.get("quant_algo"),
         kv_cache_quant_algo=quant.get("kv_cache_quant_algo"),
         tp_size=int(mapping.get("tp_size", 1)), pp_size=int(mapping.get("pp_size", 1)), sm=sm,
         checkpoint=config, checkpoint_dir=Path(checkpoint_dir))

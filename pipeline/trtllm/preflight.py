@@ -126,7 +126,7 @@ def runtime_features(f: BuildFacts) -> list[str]:
     if f.kv_cache_quant_algo == "INT8":
         out.append(f"quant.kv_cache=int8: {keys} cannot work with an INT8 KV cache (TensorRT-LLM "
                    f"turns paged context FMHA off for it); use quant.kv_cache=fp8 or none {off}")
-    if f.dtype not in FMHA_DTYPES:
+    if f.dtype is not None and f.dtype not in FMHA_DTYPES:
         out.append(f"model.dtype={f.dtype}: {keys} needs context FMHA, which runs only for "
                    f"float16/bfloat16 (the attention plugin falls back to unfused MHA); convert "
                    f"with model.dtype=bfloat16 (or float16) {off}")

@@ -167,6 +167,10 @@ def test_precision_predicted_before_the_checkpoint_exists(tmp_path):
     found = preflight.violations(facts_from_spec(spec, 80))
     assert any("quant_algo=FP8: FP8 needs SM >= 89" in m for m in found), found
     assert any("quant.kv_cache=int8" in m for m in found), found
+    # a quantized export picks its own dtype: model.dtype only predicts unquantized checkpoints
+    assert not any("model.dtype=float32" in m for m in found), found
+    unquantized = trtllm_spec(tmp_path, "model.dtype=float32", REUSE)
+    found = preflight.violations(facts_from_spec(unquantized, 80))
     assert any("model.dtype=float32" in m for m in found), found
 
 
