@@ -43,3 +43,17 @@ def smollm_ckpt_dir(session_workdir, smollm_hf_dir) -> Path:
     from pipeline.stages import convert
 
     return convert.run(make_spec("convert", workdir=session_workdir))
+
+
+# limits of the shared SmolLM2 torch engine: small, so CPU tests stay fast; 16-token KV blocks
+SMOLLM_ENGINE_OVERRIDES = ("backend=torch", "build.max_batch_size=8", "build.max_input_len=192",
+                           "build.max_seq_len=256", "build.max_num_tokens=256",
+                           "build.tokens_per_block=16")
+
+
+@pytest.fixture(scope="session")
+def smollm_engine_dir(session_workdir, smollm_ckpt_dir) -> Path:
+    """SmolLM2 fp32 built by the build stage with backend=torch (SMOLLM_ENGINE_OVERRIDES)."""
+    from pipeline.stages import build
+
+    return build.run(make_spec("build", *SMOLLM_ENGINE_OVERRIDES, workdir=session_workdir))

@@ -1,0 +1,148 @@
+"""Sampling, stop rules, cancellation, request checks and the async front, on real SmolLM2."""
+
+import threading
+
+import pytest
+
+from pipeline.engine import AsyncLLMEngine, LLMEngine, SamplingParams, StreamDelta
+from pipeline.errors import ConfigError
+
+PROMPT = "My favourite animal is the"
+NUM_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def engine(smollm_engine_dir) -> LLMEngine:
+    return LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def prompt(engine) -> list[int]:
+    return engine.tokenizer.encode(PROMPT)
+
+
+@pytest.fixture(scope="module")
+def greedy(engine, prompt) -> list[int]:
+    (out,) = engine.generate([prompt], SamplingParams(max_tokens=NUM_TOKENS, ignore_eos=True))
+    assert out.finish_reason == "length" and len(out.token_ids) == NUM_TOKENS
+    return out.token_ids
+
+
+def one(engine, prompt, **params):
+    (out,) = engine.generate([prompt], SamplingParams(**params))
+    return out
+
+
+def test_seeded_sampling_repeats_alone_and_in_a_batch(engine, prompt):
+    params = SamplingParams(max_tokens=NUM_TOKENS, temperature=1.0, top_k=50, seed=1234)
+    first = engine.generate([prompt], params)[0].token_ids
+    others = [SamplingParams(max_tokens=4), SamplingParams(max_tokens=6, temperature=1.0, seed=7)]
+    batched = engine.generate([prompt, prompt, prompt[:3]], [params, *others])[0].token_ids
+    assert first == batched
+    draws = {tuple(one(engine, prompt, max_tokens=NUM_TOKENS, temperature=1.0, seed=s).token_ids)
+             for s in (1, 2, 3)}
+    assert len(draws) > 1
+
+
+def test_top_k_one_equals_greedy(engine, prompt, greedy):
+    out = one(engine, prompt, max_tokens=NUM_TOKENS, temperature=0.9, top_k=1, ignore_eos=True)
+    assert out.token_ids == greedy
+
+
+def test_max_tokens_ends_with_length(engine, prompt, greedy):
+    out = one(engine, prompt, max_tokens=3, ignore_eos=True)
+    assert out.token_ids == greedy[:3] and out.finish_reason == "length"
+
+
+def test_end_id_stops_before_it(engine, prompt, greedy):
+    end = greedy[2]
+    out = one(engine, prompt, max_tokens=NUM_TOKENS, end_id=end)
+    assert out.token_ids == greedy[:greedy.index(end)] and out.finish_reason == "stop"
+
+
+def test_stop_token_and_stop_sequence_are_kept(engine, prompt, greedy):
+    stop = greedy[3]
+    out = one(engine, prompt, max_tokens=NUM_TOKENS, stop_token_ids=[stop], ignore_eos=True)
+    assert out.token_ids == greedy[:greedy.index(stop) + 1] and out.finish_reason == "stop"
+    seq = tuple(greedy[4:6])
+    end = next(i for i in range(1, NUM_TOKENS) if tuple(greedy[i - 1:i + 1]) == seq)
+    out = one(engine, prompt, max_tokens=NUM_TOKENS, stop_sequences=[seq], ignore_eos=True)
+    assert out.token_ids == greedy[:end + 1] and out.finish_reason == "stop"
+
+
+def test_bad_sequences_are_never_generated(engine, prompt, greedy):
+    out = one(engine, prompt, max_tokens=2, bad_sequences=[[greedy[0]]], ignore_eos=True)
+    assert out.token_ids[0] != greedy[0]
+    out = one(engine, prompt, max_tokens=2, bad_sequences=[greedy[:2]], ignore_eos=True)
+    assert out.token_ids[0] == greedy[0] and out.token_ids[1] != greedy[1]
+
+
+def test_abort_cancels_and_frees_blocks(engine, prompt):
+    request_id = engine.add_request(prompt, SamplingParams(max_tokens=50))
+    for _ in range(2):
+        engine.step()
+    assert engine.stats()["num_free_blocks"] < engine.stats()["num_total_blocks"]
+    assert engine.abort(request_id)
+    assert engine.step() == [StreamDelta(request_id, [], True, "cancelled")]
+    assert not engine.has_unfinished() and not engine.abort(request_id)
+    assert engine.stats()["num_free_blocks"] == engine.stats()["num_total_blocks"]
+
+
+def test_requests_the_engine_cannot_serve_raise_value_error(engine, prompt):
+    with pytest.raises(ValueError, match="max_input_len"):
+        engine.add_request([1] * 193, SamplingParams())
+    with pytest.raises(ValueError, match="max_seq_len"):
+        engine.add_request(prompt, SamplingParams(max_tokens=256))
+    with pytest.raises(ValueError, match="empty"):
+        engine.add_request([], SamplingParams())
+    with pytest.raises(ValueError, match="vocabulary"):
+        engine.add_request([10**6], SamplingParams())
+    assert not engine.has_unfinished()
+
+
+def test_runtime_options_above_build_limits_are_refused(smollm_engine_dir):
+    with pytest.raises(ConfigError, match="max_batch_size=9"):
+        LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu", max_batch_size=9)
+    with pytest.raises(ConfigError, match="unknown runtime options"):
+        LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu", max_batch=2)
+    with pytest.raises(ConfigError, match="scheduler_policy"):
+        LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu", scheduler_policy="fifo")
+
+
+def test_async_engine_streams_to_two_threads_and_cancels(engine, prompt, greedy):
+    aeng = AsyncLLMEngine(engine)
+    results, errors = {}, []
+
+    def client(name: str, params: SamplingParams, cancel_after: int | None = None):
+        try:
+            handle = aeng.submit(prompt, params)
+            tokens, deltas = [], []
+            for delta in handle:
+                deltas.append(delta)
+                tokens.extend(delta.token_ids)
+                if cancel_after is not None and len(tokens) >= cancel_after:
+                    handle.cancel()
+            results[name] = (tokens, deltas[-1].finish_reason, len(deltas))
+        except Exception as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=client, args=("a", SamplingParams(max_tokens=NUM_TOKENS,
+                                                                   ignore_eos=True))),
+        threading.Thread(target=client, args=("b", SamplingParams(max_tokens=100), 3)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    with pytest.raises(ValueError, match="max_seq_len"):
+        aeng.submit(prompt, SamplingParams(max_tokens=1000))
+    aeng.shutdown()
+    assert not errors
+    tokens_a, reason_a, num_deltas_a = results["a"]
+    assert tokens_a == greedy and reason_a == "length" and num_deltas_a == NUM_TOKENS
+    tokens_b, reason_b, _ = results["b"]
+    assert reason_b == "cancelled" and 3 <= len(tokens_b) < 100
+    assert tokens_b[:3] == greedy[:3]
+    with pytest.raises(RuntimeError, match="shut down"):
+        aeng.submit(prompt, SamplingParams())

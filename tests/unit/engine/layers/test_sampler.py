@@ -1,0 +1,64 @@
+import torch
+
+from pipeline.engine.layers.sampler import Sampler, SamplingTensors, filtered_probs
+
+
+def tensors(n: int, vocab: int, temperature=1.0, top_k=0, top_p=1.0, greedy=False, seeds=None,
+            banned=None) -> SamplingTensors:
+    generators = []
+    for seed in seeds or [None] * n:
+        generators.append(None if seed is None else torch.Generator().manual_seed(seed))
+    return SamplingTensors(
+        temperatures=torch.full((n,), temperature), top_ks=torch.full((n,), top_k or vocab),
+        top_ps=torch.full((n,), top_p), is_greedy=[greedy] * n, generators=generators,
+        banned_token_ids=banned or [[] for _ in range(n)])
+
+
+def sampler() -> Sampler:
+    return Sampler(torch.Generator().manual_seed(0))
+
+
+def test_greedy_is_argmax_and_respects_banned_tokens():
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(1))
+    top = logits.argmax(-1)
+    assert torch.equal(sampler()(logits, tensors(3, 50, greedy=True)), top)
+    banned = [[top[0].item()], [], []]
+    picked = sampler()(logits, tensors(3, 50, greedy=True, banned=banned))
+    assert picked[0] != top[0] and torch.equal(picked[1:], top[1:])
+
+
+def test_top_k_one_equals_greedy():
+    logits = torch.randn(8, 100, generator=torch.Generator().manual_seed(2))
+    picked = sampler()(logits, tensors(8, 100, temperature=1.5, top_k=1))
+    assert torch.equal(picked, logits.argmax(-1))
+
+
+def test_seeded_rows_repeat_and_differ_from_other_seeds():
+    logits = torch.zeros(1, 1000)  # uniform: any token is equally likely
+    draws = [sampler()(logits, tensors(1, 1000, seeds=[seed])).item() for seed in (7, 7, 8, 9)]
+    assert draws[0] == draws[1]
+    assert len(set(draws)) >= 2
+
+
+def test_seeded_draw_does_not_depend_on_the_rest_of_the_batch():
+    logits = torch.zeros(3, 1000)
+    alone = sampler()(logits[:1], tensors(1, 1000, seeds=[11])).item()
+    batched = sampler()(logits, tensors(3, 1000, seeds=[11, None, 5]))
+    assert batched[0].item() == alone
+
+
+def test_top_k_and_top_p_restrict_the_support():
+    logits = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]])
+    probs, order = filtered_probs(logits, torch.ones(1), torch.tensor([2]), torch.ones(1))
+    assert (probs > 0).sum() == 2 and order[0, :2].tolist() == [0, 1]
+    # top_p: the smallest prefix whose mass reaches 0.5 is the top token (p ~ 0.64)
+    probs, _ = filtered_probs(logits, torch.ones(1), torch.tensor([5]), torch.tensor([0.5]))
+    assert (probs > 0).sum() == 1
+    picks = {sampler()(logits, tensors(1, 5, top_p=0.5, seeds=[s])).item() for s in range(20)}
+    assert picks == {0}
+
+
+def test_temperature_sampling_covers_more_than_one_token():
+    logits = torch.tensor([[1.0, 1.0, 1.0, -50.0]])
+    picks = {sampler()(logits, tensors(1, 4, seeds=[s])).item() for s in range(30)}
+    assert picks == {0, 1, 2}

@@ -1,0 +1,113 @@
+import pytest
+
+from pipeline.engine.block_manager import BlockManager
+from pipeline.engine.scheduler import Scheduler
+from pipeline.engine.sequence import SequenceStatus
+from tests.unit.engine.fake_sequences import make_seq, run_to_completion, step
+
+
+def scheduler(num_blocks=64, block_size=4, max_batch_size=8, max_num_tokens=64,
+              policy="guaranteed_no_evict", chunked=True) -> Scheduler:
+    return Scheduler(BlockManager(num_blocks, block_size), max_batch_size, max_num_tokens, policy,
+                     chunked)
+
+
+def test_long_prompt_is_chunked_by_the_token_budget():
+    s = scheduler(max_num_tokens=8)
+    s.add(make_seq("a", 20, max_tokens=2))
+    history = run_to_completion(s)
+    assert history == [[("a", 8)], [("a", 8)], [("a", 4)], [("a", 1)]]
+
+
+def test_without_chunking_a_prompt_waits_for_a_step_with_room():
+    s = scheduler(max_num_tokens=10, chunked=False)
+    s.add(make_seq("a", 6, max_tokens=3))
+    s.add(make_seq("b", 6, max_tokens=3))
+    assert [(e.seq.request_id, e.num_tokens) for e in step(s)] == [("a", 6)]
+    # the next step decodes a (1 token) and admits b whole (6 tokens)
+    assert [(e.seq.request_id, e.num_tokens) for e in step(s)] == [("a", 1), ("b", 6)]
+
+
+def test_requests_join_and_leave_between_steps():
+    s = scheduler()
+    s.add(make_seq("a", 5, max_tokens=3))
+    step(s)
+    s.add(make_seq("b", 3, max_tokens=1))
+    assert [(e.seq.request_id, e.num_tokens) for e in step(s)] == [("a", 1), ("b", 3)]
+    assert [seq.request_id for seq in s.running] == ["a"]  # b finished after one token
+    step(s)
+    assert not s.has_unfinished()
+
+
+def test_max_batch_size_caps_running_sequences():
+    s = scheduler(max_batch_size=2)
+    for i in range(4):
+        s.add(make_seq(f"r{i}", 3, max_tokens=2))
+    step(s)
+    assert len(s.running) == 2 and len(s.waiting) == 2
+    history = run_to_completion(s)
+    assert all(len(entries) <= 2 for entries in history)
+
+
+def test_guaranteed_no_evict_reserves_prompt_plus_max_tokens():
+    # each request needs 8 + 8 - 1 = 15 K/V slots = 4 blocks of 4; 6 blocks fit only one
+    s = scheduler(num_blocks=6, block_size=4)
+    s.add(make_seq("a", 8, max_tokens=8))
+    s.add(make_seq("b", 8, max_tokens=8))
+    step(s)
+    assert [seq.request_id for seq in s.running] == ["a"]
+    assert len(s.running[0].block_table) == 4 and s.block_manager.num_free_blocks == 2
+    history = run_to_completion(s)
+    assert s.num_preemptions == 0
+    assert ("b", 8) in history[-8]  # b is admitted only once a has finished
+    assert s.block_manager.num_free_blocks == 6
+
+
+def test_max_utilization_preempts_the_newest_and_recomputes_it():
+    s = scheduler(num_blocks=6, block_size=4, policy="max_utilization")
+    a, b = make_seq("a", 8, max_tokens=8), make_seq("b", 8, max_tokens=8)
+    s.add(a)
+    s.add(b)
+    step(s)  # both admitted greedily: 2 blocks each
+    assert len(s.running) == 2
+    history = run_to_completion(s)
+    assert s.num_preemptions >= 1 and b.num_preemptions >= 1 and a.num_preemptions == 0
+    # b's recompute prefill covers its prompt and the tokens it had generated
+    assert any(rid == "b" and n > 8 for entries in history for rid, n in entries)
+    assert a.completion_token_ids == b.completion_token_ids == [5] * 8
+    assert s.block_manager.num_free_blocks == 6
+
+
+def test_preempted_sequence_goes_back_to_the_front_of_the_queue():
+    s = scheduler(num_blocks=4, block_size=4, max_batch_size=2, policy="max_utilization")
+    a, b, c = make_seq("a", 4, 8), make_seq("b", 4, 8), make_seq("c", 4, 8)
+    for seq in (a, b, c):
+        s.add(seq)
+    while not b.num_preemptions:
+        step(s)
+    assert b.status == SequenceStatus.WAITING and b.num_computed_tokens == 0
+    assert b.block_table == [] and list(s.waiting) == [b, c]
+
+
+def test_abort_frees_blocks_in_either_queue():
+    s = scheduler(max_batch_size=1)
+    s.add(make_seq("a", 5))
+    s.add(make_seq("b", 5))
+    step(s)
+    aborted = s.abort("a")
+    assert aborted.finish_reason == "cancelled" and aborted.is_finished
+    assert s.abort("b").finish_reason == "cancelled"
+    assert s.abort("missing") is None
+    assert not s.has_unfinished() and s.block_manager.num_free_blocks == 64
+
+
+@pytest.mark.parametrize("policy", ["guaranteed_no_evict", "max_utilization"])
+def test_many_requests_on_a_small_cache_all_finish(policy):
+    s = scheduler(num_blocks=10, block_size=4, max_num_tokens=12, policy=policy)
+    seqs = [make_seq(f"r{i}", 3 + i % 7, max_tokens=5 + i % 4) for i in range(12)]
+    for seq in seqs:
+        s.add(seq)
+    history = run_to_completion(s)
+    assert all(seq.finish_reason == "length" for seq in seqs)
+    assert all(sum(n for _, n in entries) <= 12 for entries in history)
+    assert s.block_manager.num_free_blocks == 10
