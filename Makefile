@@ -49,7 +49,7 @@ sweep: $(STAMP)  ## batch-size sweep up to the OOM / KV-capacity threshold
 regress: $(STAMP)  ## compare bench + accuracy with the stored baseline
 	$(call STAGE,regress)
 update-baseline: $(STAMP)  ## store the current results as the new baseline
-	$(call STAGE,regress) regress_update_baseline=true
+	$(call STAGE,regress) bench.regress.update_baseline=true
 demo: $(STAMP)  ## the main job: fetch -> convert -> build -> deploy -> serve SmolLM2, stream answers
 	$(call STAGE,demo)
 

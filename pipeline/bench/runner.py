@@ -12,6 +12,7 @@ from pipeline.bench.baseline import hardware_key
 from pipeline.bench.engine_facts import EngineFacts
 from pipeline.bench.report import write_report
 from pipeline.bench.session import report_dict, run_targets
+from pipeline.bench.workload import PromptMaker
 from pipeline.profiler import make_sampler
 from pipeline.profiler.plots import plot_timeline
 
@@ -25,6 +26,10 @@ def load_tokenizer(engine_dir: Path):
     return AutoTokenizer.from_pretrained(Manifest.read(engine_dir).extra["tokenizer_dir"])
 
 
+def prompt_maker(engine_dir: Path) -> PromptMaker:
+    return PromptMaker(load_tokenizer(engine_dir))
+
+
 def write_timeline(out_dir: Path, timeline: dict) -> dict[str, Path]:
     path = out_dir / "timeline.json"
     path.write_text(json.dumps(timeline, indent=1) + "\n")
@@ -33,17 +38,17 @@ def write_timeline(out_dir: Path, timeline: dict) -> dict[str, Path]:
 
 def run_bench(spec, engine_dir: Path, out_dir: Path, with_profiler: bool) -> dict:
     """Measure, write bench.json/bench.md/requests.json/plots (+ timeline.*); return the report."""
-    tokenizer = load_tokenizer(engine_dir)
+    maker = prompt_maker(engine_dir)
     facts = EngineFacts.read(engine_dir)
     origin_s = time.perf_counter()
     sampler = make_sampler(spec.bench.profile.sample_rate_hz, {"bench": os.getpid()},
                            origin_s) if with_profiler else None
     if sampler is None:
-        results, records = run_targets(spec, engine_dir, tokenizer, facts.weights_bytes, None,
+        results, records = run_targets(spec, engine_dir, maker, facts.weights_bytes, None,
                                        origin_s)
     else:
         with sampler:
-            results, records = run_targets(spec, engine_dir, tokenizer, facts.weights_bytes,
+            results, records = run_targets(spec, engine_dir, maker, facts.weights_bytes,
                                            sampler, origin_s)
     report = report_dict(spec, engine_dir, results, hardware_key(spec.hardware),
                          facts.weights_bytes)

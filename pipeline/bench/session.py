@@ -14,7 +14,7 @@ from pipeline.bench.metrics import achieved_bandwidth_gb_s, summarize
 from pipeline.bench.records import RequestRecord
 from pipeline.bench.report import triton_overhead
 from pipeline.bench.target import Target
-from pipeline.bench.workload import BenchRequest, make_requests
+from pipeline.bench.workload import BenchRequest, PromptMaker
 from pipeline.errors import ConfigError
 from pipeline.profiler.sampler import Sampler, summarize_samples
 
@@ -50,21 +50,21 @@ class Workload:
     measured: list[BenchRequest]
 
     @classmethod
-    def from_spec(cls, bench, tokenizer, num_requests: int | None = None) -> "Workload":
+    def from_spec(cls, bench, maker: PromptMaker) -> "Workload":
         def make(n: int, seed: int, prefix: str) -> list[BenchRequest]:
-            return make_requests(tokenizer, bench.workload, bench.corpus_path, n,
-                                 bench.input_len, bench.output_len, seed, prefix)
+            return maker.make(bench.workload, bench.corpus_path, n, bench.input_len,
+                              bench.output_len, seed, prefix)
 
         # warm-up prompts come from another seed: they must not pre-fill any cache the measured
         # requests could hit
         return cls(make(bench.num_warmup_requests, bench.seed + 10_000, "warmup"),
-                   make(num_requests or bench.num_requests, bench.seed, "req"))
+                   make(bench.num_requests, bench.seed, "req"))
 
 
 def settings(bench) -> dict:
     """The settings bench numbers depend on (a baseline must match them)."""
-    keys = ("workload", "input_len", "output_len", "num_requests", "num_warmup_requests", "mode",
-            "concurrency", "request_rate", "temperature", "seed")
+    keys = ("target", "workload", "input_len", "output_len", "num_requests",
+            "num_warmup_requests", "mode", "concurrency", "request_rate", "temperature", "seed")
     return {k: getattr(bench, k) for k in keys}
 
 
@@ -125,14 +125,14 @@ def direct_target(spec, engine_dir: Path, sampler: Sampler | None = None,
         target.close()
 
 
-def run_targets(spec, engine_dir: Path, tokenizer, weights_bytes: int,
+def run_targets(spec, engine_dir: Path, maker: PromptMaker, weights_bytes: int,
                 sampler: Sampler | None, origin_s: float | None = None) -> tuple[dict, dict]:
     """Direct first (then freed), then the server: ({target: result}, {target: records})."""
     from pipeline.bench.server_target import server_target
 
     bench = spec.bench
     origin_s = time.perf_counter() if origin_s is None else origin_s
-    workload = Workload.from_spec(bench, tokenizer)
+    workload = Workload.from_spec(bench, maker)
     results, records = {}, {}
     if bench.target in ("direct", "both"):
         with direct_target(spec, engine_dir, sampler) as target:

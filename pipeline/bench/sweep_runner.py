@@ -22,6 +22,7 @@ from pipeline.bench.threshold_search import (
     classify_failure,
     find_threshold,
 )
+from pipeline.bench.workload import PromptMaker
 from pipeline.profiler.sampler import Sampler
 
 log = logging.getLogger(__name__)
@@ -40,9 +41,9 @@ def _size_bench(bench, size: int):
                                num_requests=size * bench.sweep.num_waves)
 
 
-def _measure_size(target: Target, bench, tokenizer, sampler, origin_s, size, facts) -> dict:
+def _measure_size(target: Target, bench, maker, sampler, origin_s, size, facts) -> dict:
     sized = _size_bench(bench, size)
-    result, records = measure(target, sized, Workload.from_spec(sized, tokenizer), sampler,
+    result, records = measure(target, sized, Workload.from_spec(sized, maker), sampler,
                               origin_s, label=f"size{size}:")
     summary = result["summary"]
     add_derived(summary, facts.weights_bytes)
@@ -55,7 +56,7 @@ def _measure_size(target: Target, bench, tokenizer, sampler, origin_s, size, fac
     return summary
 
 
-def _direct_run_one(target, bench, tokenizer, sampler, origin_s,
+def _direct_run_one(target, bench, maker, sampler, origin_s,
                     facts: EngineFacts) -> Callable[[int], dict]:
     import torch
 
@@ -67,7 +68,7 @@ def _direct_run_one(target, bench, tokenizer, sampler, origin_s,
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         with EngineWatch(target.engine) as watch:
-            metrics = _measure_size(target, bench, tokenizer, sampler, origin_s, size, facts)
+            metrics = _measure_size(target, bench, maker, sampler, origin_s, size, facts)
         metrics.update(watch.to_dict())
         used = watch.num_total_blocks - (watch.min_free_blocks or 0)
         metrics["kv_used_gib"] = used * facts.kv_bytes_per_block / 2**30
@@ -86,7 +87,7 @@ def _direct_run_one(target, bench, tokenizer, sampler, origin_s,
     return run_one
 
 
-def sweep(spec, engine_dir: Path, tokenizer, sampler: Sampler | None,
+def sweep(spec, engine_dir: Path, maker: PromptMaker, sampler: Sampler | None,
           origin_s: float) -> SweepResult:
     from pipeline.bench.server_target import server_target
 
@@ -98,9 +99,9 @@ def sweep(spec, engine_dir: Path, tokenizer, sampler: Sampler | None,
         context = server_target(spec, sampler)
     with context as target:
         if options.target == "direct":
-            run_one = _direct_run_one(target, bench, tokenizer, sampler, origin_s, facts)
+            run_one = _direct_run_one(target, bench, maker, sampler, origin_s, facts)
         else:
             def run_one(size: int) -> dict:
-                return _measure_size(target, bench, tokenizer, sampler, origin_s, size, facts)
+                return _measure_size(target, bench, maker, sampler, origin_s, size, facts)
         return find_threshold(options.sizes, run_one, _free_gpu_memory,
                               options.stop_at_first_failure)

@@ -52,27 +52,71 @@ def num_special_tokens(tokenizer) -> int:
                                                   ["input_ids"])
 
 
-def synthetic_requests(tokenizer, num_requests: int, input_len: int, output_len: int,
-                       seed: int, prefix: str = "req") -> list[BenchRequest]:
-    pool = word_token_pool(tokenizer)
-    num_content = input_len - num_special_tokens(tokenizer)
-    if num_content < 1 or len(pool) < 100:
-        raise ConfigError(f"bench: cannot build token-exact prompts of bench.input_len={input_len} "
-                          f"with this tokenizer ({len(pool)} usable word tokens); raise "
-                          f"bench.input_len or use bench.workload=corpus")
-    rng = random.Random(seed)
-    out = []
-    for n in range(num_requests):
-        for _ in range(10):
-            text = "".join(tokenizer.decode([i]) for i in rng.choices(pool, k=num_content))
-            ids = tokenizer(text)["input_ids"]
-            if len(ids) == input_len:
-                break
-        else:
-            raise ArtifactError(f"bench: synthetic prompt re-tokenizes to {len(ids)} tokens, not "
-                                f"bench.input_len={input_len}; use bench.workload=corpus")
-        out.append(BenchRequest(f"{prefix}-{n}", text, tuple(ids), output_len, ignore_eos=True))
-    return out
+class PromptMaker:
+    """Builds requests for one tokenizer; the word-token pool is computed once (~1 s)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self._pool: list[int] | None = None
+        self.num_special = num_special_tokens(tokenizer)
+
+    @property
+    def pool(self) -> list[int]:
+        if self._pool is None:
+            self._pool = word_token_pool(self.tokenizer)
+        return self._pool
+
+    def synthetic(self, num_requests: int, input_len: int, output_len: int, seed: int,
+                  prefix: str = "req") -> list[BenchRequest]:
+        tokenizer, pool = self.tokenizer, self.pool
+        num_content = input_len - self.num_special
+        if num_content < 1 or len(pool) < 100:
+            raise ConfigError(f"bench: cannot build token-exact prompts of bench.input_len="
+                              f"{input_len} with this tokenizer ({len(pool)} usable word tokens);"
+                              f" raise bench.input_len or use bench.workload=corpus")
+        rng = random.Random(seed)
+        out = []
+        for n in range(num_requests):
+            for _ in range(10):
+                text = "".join(tokenizer.decode([i]) for i in rng.choices(pool, k=num_content))
+                ids = tokenizer(text)["input_ids"]
+                if len(ids) == input_len:
+                    break
+            else:
+                raise ArtifactError(f"bench: synthetic prompt re-tokenizes to {len(ids)} tokens, "
+                                    f"not bench.input_len={input_len}; use "
+                                    f"bench.workload=corpus")
+            out.append(BenchRequest(f"{prefix}-{n}", text, tuple(ids), output_len,
+                                    ignore_eos=True))
+        return out
+
+    def corpus(self, path: Path, num_requests: int, input_len: int, output_len: int, seed: int,
+               prefix: str = "req") -> list[BenchRequest]:
+        """Each prompt: a randomly chosen document (continued by the next ones when short), cut
+        to input_len tokens at a token boundary; its length is re-measured after decoding."""
+        tokenizer, docs = self.tokenizer, read_corpus(path)
+        rng = random.Random(seed)
+        out = []
+        for n in range(num_requests):
+            k = rng.randrange(len(docs))
+            ids: list[int] = []
+            while len(ids) < input_len:
+                ids += tokenizer(docs[k % len(docs)] + " ", add_special_tokens=False)["input_ids"]
+                k += 1
+            text = tokenizer.decode(ids[:input_len - self.num_special])
+            out.append(BenchRequest(f"{prefix}-{n}", text, tuple(tokenizer(text)["input_ids"]),
+                                    output_len, ignore_eos=False))
+        return out
+
+    def make(self, workload: str, corpus_path: str | None, num_requests: int, input_len: int,
+             output_len: int, seed: int, prefix: str) -> list[BenchRequest]:
+        if workload == "synthetic":
+            return self.synthetic(num_requests, input_len, output_len, seed, prefix)
+        if workload == "corpus":
+            path = Path(corpus_path) if corpus_path else lee_corpus_path()
+            return self.corpus(path, num_requests, input_len, output_len, seed, prefix)
+        raise ConfigError(f"bench: bench.workload={workload!r} is unknown; use synthetic or "
+                          f"corpus")
 
 
 def read_corpus(path: Path) -> list[str]:
@@ -83,34 +127,3 @@ def read_corpus(path: Path) -> list[str]:
     if not docs:
         raise ConfigError(f"bench: corpus file {path} has no text lines; fix bench.corpus_path")
     return docs
-
-
-def corpus_requests(tokenizer, path: Path, num_requests: int, input_len: int, output_len: int,
-                    seed: int, prefix: str = "req") -> list[BenchRequest]:
-    """Each prompt: a randomly chosen document (continued by the next ones when short), cut to
-    input_len tokens at a token boundary; its length is re-measured after decoding."""
-    docs = read_corpus(path)
-    rng = random.Random(seed)
-    out = []
-    for n in range(num_requests):
-        start = rng.randrange(len(docs))
-        ids: list[int] = []
-        k = start
-        while len(ids) < input_len:
-            ids += tokenizer(docs[k % len(docs)] + " ", add_special_tokens=False)["input_ids"]
-            k += 1
-        text = tokenizer.decode(ids[:input_len - num_special_tokens(tokenizer)])
-        prompt_ids = tokenizer(text)["input_ids"]
-        out.append(BenchRequest(f"{prefix}-{n}", text, tuple(prompt_ids), output_len,
-                                ignore_eos=False))
-    return out
-
-
-def make_requests(tokenizer, workload: str, corpus_path: str | None, num_requests: int,
-                  input_len: int, output_len: int, seed: int, prefix: str) -> list[BenchRequest]:
-    if workload == "synthetic":
-        return synthetic_requests(tokenizer, num_requests, input_len, output_len, seed, prefix)
-    if workload == "corpus":
-        path = Path(corpus_path) if corpus_path else lee_corpus_path()
-        return corpus_requests(tokenizer, path, num_requests, input_len, output_len, seed, prefix)
-    raise ConfigError(f"bench: bench.workload={workload!r} is unknown; use synthetic or corpus")

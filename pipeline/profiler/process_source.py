@@ -1,7 +1,9 @@
 """CPU% and RSS of process trees (the bench client, the server and its backend stubs) via psutil.
 
-A tree is re-walked on every sample because the server starts its python-backend stubs after it
-is launched; each process keeps its own psutil handle so cpu_percent measures since last sample.
+Trees are re-walked on every sample because the server starts its python-backend stubs after it
+is launched. A process in two trees (the server is a child of the bench process) counts once,
+for the root registered last (the more specific one). Each process keeps one psutil handle, and
+cpu_percent is read once per sample, so it measures the time since the previous sample.
 """
 
 import os
@@ -27,16 +29,20 @@ class ProcessSource:
     def _tree(self, pid: int) -> list[psutil.Process]:
         try:
             root = self._procs.setdefault(pid, psutil.Process(pid))
-            return [root] + root.children(recursive=True)
+            return [root] + [self._procs.setdefault(p.pid, p)
+                             for p in root.children(recursive=True)]
         except psutil.Error:
             return []
 
     def sample(self) -> dict[str, dict[str, float | None]]:
+        claimed: set[int] = set()
         out = {}
-        for label, pid in self.roots.items():
+        for label, pid in reversed(list(self.roots.items())):
             cpu, rss, alive = 0.0, 0.0, False
             for proc in self._tree(pid):
-                proc = self._procs.setdefault(proc.pid, proc)
+                if proc.pid in claimed:
+                    continue
+                claimed.add(proc.pid)
                 try:
                     cpu += proc.cpu_percent(None)
                     rss += proc.memory_info().rss
@@ -44,7 +50,7 @@ class ProcessSource:
                 except psutil.Error:
                     continue
             out[label] = {"cpu_pct": cpu if alive else None, "rss_bytes": rss if alive else None}
-        return out
+        return {label: out[label] for label in self.roots}
 
     def close(self) -> None:
         self._procs.clear()

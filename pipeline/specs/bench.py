@@ -25,6 +25,7 @@ class RegressOptions:
 
     baseline: str | None = None  # null = baselines/<model>-<backend>-<hardware>.json
     update_baseline: bool = False  # write this run's numbers as the baseline (keeps tolerances)
+    bench_dir: str | None = None  # a bench/profile artifact to judge; null = measure anew
     # tolerances for metrics a baseline does not have yet (stored ones win)
     speed_tolerance: float = 0.5  # relative drop allowed in tok/s, req/s
     latency_tolerance: float = 1.0  # relative rise allowed in TTFT/ITL/e2e

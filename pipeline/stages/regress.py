@@ -40,6 +40,16 @@ def check_same_workload(path: Path, stored: dict, current: dict) -> None:
                           f"run with the baseline's settings or `make update-baseline`")
 
 
+def bench_result(spec) -> tuple[Path, dict]:
+    """The bench to judge: bench.regress.bench_dir if set, else a fresh bench run."""
+    bench_dir = Path(spec.bench.regress.bench_dir or bench_stage.run(spec))
+    path = bench_dir / "bench.json"
+    if not path.is_file():
+        raise ConfigError(f"regress: bench.regress.bench_dir={bench_dir} has no bench.json; point "
+                          f"it at a bench or profile artifact dir, or leave it null")
+    return bench_dir, json.loads(path.read_text())
+
+
 def measure_accuracy(spec, engine_dir: Path) -> dict:
     from pipeline.bench import accuracy
     from pipeline.bench.runner import load_tokenizer
@@ -61,16 +71,17 @@ def run(spec) -> Path:
     path = baseline_path(spec, hardware)
     options = spec.bench.regress
     stored = None if options.update_baseline else read_baseline(path)
-    if stored is not None:
+    if stored is not None and not options.bench_dir:  # fail before measuring anything
         check_same_workload(path, stored["workload"], settings(spec.bench))
     engine_dir = build.run(spec)
-    bench_dir = bench_stage.run(spec)
-    report = json.loads((bench_dir / "bench.json").read_text())
+    bench_dir, report = bench_result(spec)
+    if stored is not None:
+        check_same_workload(path, stored["workload"], report["settings"])
     current = current_metrics(report, measure_accuracy(spec, engine_dir))
     if options.update_baseline:
         previous = read_baseline(path) if path.is_file() else None
         data = build_baseline(baseline_key(spec.model.name, spec.backend.name, hardware),
-                              spec.model.name, spec.backend.name, hardware, settings(spec.bench),
+                              spec.model.name, spec.backend.name, hardware, report["settings"],
                               current, default_rules(current, options), previous,
                               package_versions())
         write_baseline(path, data)

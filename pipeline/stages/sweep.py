@@ -13,7 +13,7 @@ from pipeline.stages.bench import measurement_request
 
 
 def run(spec) -> Path:
-    from pipeline.bench.runner import load_tokenizer, write_timeline
+    from pipeline.bench.runner import prompt_maker, write_timeline
     from pipeline.bench.sweep_report import markdown, write_sweep
     from pipeline.bench.sweep_runner import sweep
     from pipeline.profiler import make_sampler
@@ -28,7 +28,7 @@ def run(spec) -> Path:
         sampler = make_sampler(spec.bench.profile.sample_rate_hz, {"bench": os.getpid()},
                                origin_s)
         with sampler:
-            result = sweep(spec, engine_dir, load_tokenizer(engine_dir), sampler, origin_s)
+            result = sweep(spec, engine_dir, prompt_maker(engine_dir), sampler, origin_s)
         timeline = sampler.timeline()
         data.update(model=spec.model.name, backend=spec.backend.name,
                     hardware=hardware_key(spec.hardware), target=options.target,

@@ -71,3 +71,20 @@ def test_sampler_without_sources_of_a_kind_still_runs():
     with sampler:
         time.sleep(0.05)
     assert sampler.samples and "query_s" in sampler.samples[0]
+
+
+def test_a_process_in_two_trees_counts_once_for_the_later_root():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        source = ProcessSource({"bench": os.getpid()})
+        alone = source.sample()["bench"]["rss_bytes"]
+        source.add_root("server", child.pid)
+        both = source.sample()
+        server_rss = both["server"]["rss_bytes"]
+        assert server_rss > 0
+        # "bench" alone held the child (a child of this process); now "server" holds it
+        assert both["bench"]["rss_bytes"] == pytest.approx(alone - server_rss,
+                                                          abs=server_rss / 2)
+    finally:
+        child.kill()
+        child.wait()

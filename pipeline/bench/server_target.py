@@ -1,0 +1,80 @@
+"""The served ensemble over gRPC streaming (pipeline.client.GrpcClient): the "through Triton"
+side of the overhead ratio. Either a server this stage launches on the deployed repository (and
+stops), or one already running at bench.server_url.
+
+Token counting: the ensemble returns text only; each streamed response is one engine step, so a
+response with text counts as one token (an empty one, e.g. the step that ended on EOS, as none).
+Synthetic requests send end_id=-1 (as trtllm-bench's --eos_id -1) to run to exactly max_tokens.
+"""
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+from pipeline.bench.target import Chunk
+from pipeline.bench.workload import BenchRequest
+from pipeline.errors import StageError
+from pipeline.profiler.sampler import Sampler
+
+log = logging.getLogger(__name__)
+NO_END_ID = -1
+
+
+class ServerTarget:
+    name = "server"
+
+    def __init__(self, url: str, timeout_s: float, model: str = "ensemble") -> None:
+        from pipeline.client import GrpcClient
+
+        self.url = url
+        self.client = GrpcClient(url, model=model, timeout_s=timeout_s)
+
+    def stream(self, request: BenchRequest, temperature: float, seed: int) -> Iterator[Chunk]:
+        from pipeline.client import GenerateRequest
+
+        generate = GenerateRequest(request.prompt, max_tokens=request.max_tokens,
+                                   temperature=temperature,
+                                   seed=seed if temperature > 0 else None,
+                                   end_id=NO_END_ID if request.ignore_eos else None)
+        for text in self.client.stream(generate):
+            yield Chunk(1 if text else 0, text)
+
+
+def _launch(spec):
+    """tritonserver on the deployed repository (deploy runs first when out of date): the wheel's
+    server for backend=torch, the NGC container for trtllm where docker exists."""
+    from pipeline.artifacts import Manifest
+    from pipeline.server import launch
+    from pipeline.stages import deploy
+
+    artifact = deploy.run(spec)
+    if spec.backend.name == "torch":
+        return launch.local_server(spec.deploy, spec.workdir)
+    extra = Manifest.read(artifact).extra
+    argv = launch.container_command(spec, Path(extra["engine_dir"]), Path(extra["tokenizer_dir"]))
+    server = launch.container_server(spec.deploy, spec.workdir, argv)
+    if server is None:
+        raise StageError(f"bench: backend={spec.backend.name} is served from a container and "
+                         f"docker is not on PATH; start the server where it runs (`make serve`) "
+                         f"and set bench.server_url=<host>:<grpc port>, or bench.target=direct")
+    return server
+
+
+@contextlib.contextmanager
+def server_target(spec, sampler: Sampler | None = None) -> Iterator[ServerTarget]:
+    bench = spec.bench
+    if bench.server_url:
+        target = ServerTarget(bench.server_url, bench.request_timeout_s)
+        target.client.wait_ready(spec.deploy.startup_timeout_s)
+        yield target
+        return
+    server = _launch(spec)
+    with contextlib.ExitStack() as stack:
+        with sampler.phase("server:start") if sampler else contextlib.nullcontext():
+            stack.enter_context(server)
+        if sampler is not None:
+            sampler.watch_process("server", server.process.pid)
+        target = ServerTarget(server.endpoints.grpc_url, bench.request_timeout_s)
+        target.client.wait_ready(spec.deploy.startup_timeout_s)
+        yield target
