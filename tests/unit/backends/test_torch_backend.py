@@ -1,0 +1,91 @@
+"""backend=torch refuses what its engine cannot run, with the key to change, before any copy."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from pipeline.backends.torch_backend import TorchBackend
+from pipeline.errors import ArtifactError, ConfigError
+from tests.conftest import make_spec
+
+CHECKPOINT = {
+    "architecture": "LlamaForCausalLM", "dtype": "float32", "vocab_size": 16, "hidden_size": 8,
+    "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_size": 4,
+    "intermediate_size": 8, "hidden_act": "silu", "position_embedding_type": "rope_gpt_neox",
+    "max_position_embeddings": 64, "rotary_base": 10000.0, "rotary_scaling": None,
+    "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1},
+    "quantization": {"quant_algo": None, "kv_cache_quant_algo": None},
+}
+
+
+def backend(tmp_path, *overrides):
+    return TorchBackend(make_spec("build", "backend=torch", *overrides, workdir=tmp_path))
+
+
+def checkpoint(tmp_path, **changes):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({**CHECKPOINT, **changes}))
+    save_file({"lm_head.weight": torch.zeros(16, 8)}, ckpt / "rank0.safetensors")
+    return ckpt
+
+
+def tokenizer(tmp_path):
+    tok = tmp_path / "hf"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text("{}")
+    (tok / "model.safetensors").write_text("weights")
+    (tok / "manifest.json").write_text("{}")
+    return tok
+
+
+@pytest.mark.parametrize(("override", "match"), [
+    ("build.max_beam_width=2", "max_beam_width=1"),
+    ("build.kv_cache_type=continuous", "kv_cache_type=paged"),
+    ("build.max_input_len=4096", "max_input_len=4096 exceeds"),
+])
+def test_build_limits_are_checked_before_work(tmp_path, override, match):
+    with pytest.raises(ConfigError, match=match):
+        backend(tmp_path, override).check_available()
+
+
+@pytest.mark.parametrize(("changes", "match"), [
+    ({"mapping": {"world_size": 2, "tp_size": 2, "pp_size": 1}}, "parallel.tp_size=1"),
+    ({"architecture": "GPTJForCausalLM"}, "GPTJForCausalLM"),
+    ({"rotary_scaling": {"type": "yarn", "factor": 4.0}}, "yarn"),
+    ({"hidden_act": "gelu"}, "hidden_act"),
+    ({"quantization": {"quant_algo": "NVFP4"}}, "NVFP4"),
+    ({"quantization": {"quant_algo": None, "kv_cache_quant_algo": "FP8"}}, "quant.kv_cache=none"),
+])
+def test_unrunnable_checkpoints_are_refused(tmp_path, changes, match):
+    out = tmp_path / "engine"
+    out.mkdir()
+    with pytest.raises(ConfigError, match=match):
+        backend(tmp_path).build(checkpoint(tmp_path, **changes), tokenizer(tmp_path), out)
+    assert not any(out.iterdir())
+
+
+def test_missing_rank_file_is_an_artifact_error(tmp_path):
+    ckpt = checkpoint(tmp_path)
+    (ckpt / "rank0.safetensors").unlink()
+    out = tmp_path / "engine"
+    out.mkdir()
+    with pytest.raises(ArtifactError, match="rank0.safetensors"):
+        backend(tmp_path).build(ckpt, tokenizer(tmp_path), out)
+
+
+def test_engine_dir_is_self_contained(tmp_path):
+    out = tmp_path / "engine"
+    out.mkdir()
+    extra = backend(tmp_path, "build.tokens_per_block=16").build(
+        checkpoint(tmp_path), tokenizer(tmp_path), out)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["backend"] == "torch" and cfg["pretrained_config"] == CHECKPOINT
+    build = cfg["build_config"]
+    assert build["plugin_config"]["tokens_per_block"] == 16 and build["max_beam_width"] == 1
+    assert build["torch"] == {"use_cuda_graph": True, "compile": False}
+    assert (out / "rank0.safetensors").is_file()
+    assert sorted(p.name for p in (out / "tokenizer").iterdir()) == ["tokenizer.json"]
+    assert extra["quant_algo"] is None
