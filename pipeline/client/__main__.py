@@ -1,0 +1,5 @@
+import sys
+
+from pipeline.client.cli import main
+
+sys.exit(main())

@@ -1,0 +1,90 @@
+"""gRPC: every call goes through ModelStreamInfer, which serves decoupled and plain models alike
+(ModelInfer refuses decoupled ones). A request is done when `triton_final_response` is set."""
+
+import queue
+import time
+import uuid
+from collections.abc import Iterator
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from pipeline.client.errors import ClientError, ClientTimeout
+from pipeline.client.request import GenerateRequest
+
+
+class GrpcClient:
+    def __init__(self, url: str = "127.0.0.1:8001", model: str = "ensemble",
+                 timeout_s: float = 60.0):
+        self.url, self.model, self.timeout_s = url, model, timeout_s
+
+    def _client(self) -> grpcclient.InferenceServerClient:
+        return grpcclient.InferenceServerClient(self.url)
+
+    def is_ready(self) -> bool:
+        try:
+            with self._client() as client:
+                return client.is_server_ready() and client.is_model_ready(self.model)
+        except InferenceServerException:
+            return False
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.is_ready():
+            if time.monotonic() > deadline:
+                raise ClientTimeout(f"client: {self.model} at {self.url} not ready after "
+                                    f"{timeout_s:.0f} s; is the server up (`make serve`)?")
+            time.sleep(0.5)
+
+    def generate(self, request: GenerateRequest) -> str:
+        """The whole answer in one response (stream=false)."""
+        return "".join(self.responses(request.arrays(stream=False)))
+
+    def stream(self, request: GenerateRequest) -> Iterator[str]:
+        """Text deltas as the server sends them (stream=true)."""
+        return self.responses(request.arrays(stream=True))
+
+    def responses(self, arrays: dict[str, np.ndarray],
+                  output: str = "text_output") -> Iterator[str]:
+        """Send one request; yield `output` of each response until the final one."""
+        inputs = []
+        for name, array in arrays.items():
+            tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        results: queue.Queue = queue.Queue()
+        client = self._client()
+        try:
+            client.start_stream(callback=lambda result, error: results.put((result, error)))
+            try:
+                client.async_stream_infer(self.model, inputs, request_id=uuid.uuid4().hex,
+                                          outputs=[grpcclient.InferRequestedOutput(output)],
+                                          enable_empty_final_response=True)
+            except InferenceServerException:
+                pass  # the stream broke; its callback got the reason, _drain raises it
+            yield from self._drain(results, output)
+        finally:
+            client.stop_stream(cancel_requests=True)
+            client.close()
+
+    def _drain(self, results: queue.Queue, output: str) -> Iterator[str]:
+        while True:
+            try:
+                result, error = results.get(timeout=self.timeout_s)
+            except queue.Empty:
+                raise ClientTimeout(f"client: no response from {self.model} at {self.url} within "
+                                    f"{self.timeout_s:.0f} s; raise --timeout or check the "
+                                    f"server log") from None
+            if error is not None:
+                raise ClientError(f"client: {self.model} at {self.url} failed the request: "
+                                  f"{error.message() if hasattr(error, 'message') else error}")
+            array = result.as_numpy(output)
+            if array is not None:
+                yield "".join(_text(v) for v in array.reshape(-1))
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                return
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,64 @@
+"""From specs and the deploy artifact to a TritonServer: local (torch) or container (trtllm)."""
+
+import logging
+import shutil
+import signal
+import time
+from pathlib import Path
+
+from pipeline.errors import StageError
+from pipeline.server.container import container_argv
+from pipeline.server.server_home import prepare_home
+from pipeline.server.triton_server import Endpoints, TritonServer
+from pipeline.specs.deploy import DeploySpec
+from pipeline.triton_repo.engine_info import EngineInfo
+
+log = logging.getLogger(__name__)
+
+
+def endpoints(deploy: DeploySpec) -> Endpoints:
+    return Endpoints(deploy.host, deploy.http_port, deploy.grpc_port, deploy.metrics_port)
+
+
+def server_dir(workdir: str) -> Path:
+    return Path(workdir).resolve() / "server"
+
+
+def _log_path(workdir: str) -> Path:
+    return server_dir(workdir) / "logs" / f"tritonserver-{time.strftime('%Y%m%d-%H%M%S')}.log"
+
+
+def local_server(deploy: DeploySpec, workdir: str) -> TritonServer:
+    home = prepare_home(server_dir(workdir))
+    return TritonServer.local(home, Path(deploy.repo_dir), endpoints(deploy), _log_path(workdir),
+                              deploy.startup_timeout_s)
+
+
+def container_command(spec, engine_dir: Path, tokenizer_dir: Path) -> list[str]:
+    engine = EngineInfo.read(engine_dir)
+    return container_argv(spec.build.trtllm.container_image, Path(spec.deploy.repo_dir),
+                          engine.world_size, endpoints(spec.deploy), spec.deploy.trtllm.shm_size,
+                          [engine_dir, tokenizer_dir])
+
+
+def container_server(deploy: DeploySpec, workdir: str, argv: list[str]) -> TritonServer | None:
+    """The container as a TritonServer, or None when docker is not on PATH."""
+    if shutil.which("docker") is None:
+        return None
+    return TritonServer(argv, endpoints(deploy), _log_path(workdir), deploy.startup_timeout_s)
+
+
+def serve_until_stopped(server: TritonServer) -> None:
+    """Block until Ctrl-C / SIGTERM (then the caller's `with` stops the server) or the server
+    exits by itself (StageError with its log tail)."""
+    def _terminate(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        code = server.process.wait()
+        raise StageError(server.failure(f"exited with code {code} while serving"))
+    except KeyboardInterrupt:
+        log.info("serve: stopping")
+    finally:
+        signal.signal(signal.SIGTERM, previous)

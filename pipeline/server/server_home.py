@@ -1,0 +1,75 @@
+"""A runnable tritonserver from the nvidia-pytriton wheel (Triton 2.51 + the python backend).
+
+The wheel's bin/backends are copied once into a cache dir with the python stub matching this
+interpreter (the wheel keeps stubs apart), as pytriton itself does. The copy loses the $ORIGIN
+RPATH to the bundled libs, so env() puts them on LD_LIBRARY_PATH, after the interpreter's own
+LIBDIR: the stub must load the same libpython as the venv, or stdlib and C core disagree.
+"""
+
+import os
+import shutil
+import sys
+import sysconfig
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from pipeline.errors import StageError
+
+
+def _pytriton_dir() -> Path:
+    try:
+        import pytriton
+    except ImportError as exc:
+        raise StageError("serve: nvidia-pytriton is not installed (it ships tritonserver); run "
+                         "`make setup` or `pip install -e '.[serve]'`") from exc
+    return Path(pytriton.__file__).parent
+
+
+@dataclass(frozen=True, slots=True)
+class ServerHome:
+    root: Path
+    libs_dir: Path
+
+    @property
+    def binary(self) -> Path:
+        return self.root / "bin" / "tritonserver"
+
+    @property
+    def backends_dir(self) -> Path:
+        return self.root / "backends"
+
+    @property
+    def caches_dir(self) -> Path:
+        return self.root / "caches"
+
+    def env(self, tmp_dir: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        lib_path = [sysconfig.get_config_var("LIBDIR"), str(self.libs_dir),
+                    env.get("LD_LIBRARY_PATH", "")]
+        env["LD_LIBRARY_PATH"] = ":".join(p for p in lib_path if p)
+        # the stub finds its prefix (and so the venv's site-packages) through python3 on PATH
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        env["TMPDIR"] = str(tmp_dir)  # python_env_* extraction dirs land where stop() cleans up
+        return env
+
+
+def prepare_home(cache_root: Path) -> ServerHome:
+    """Copy the wheel's server once per (pytriton version, python version) under cache_root."""
+    dist = _pytriton_dir() / "tritonserver"
+    python_version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = dist / "python_backend_stubs" / python_version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise StageError(f"serve: nvidia-pytriton has no python backend stub for Python "
+                         f"{python_version} ({stub}); use Python 3.8-3.13")
+    libs_dir = dist.parent.parent / "nvidia_pytriton.libs"
+    version = metadata.version("nvidia-pytriton")
+    root = Path(cache_root) / f"tritonserver-{version}-py{python_version}"
+    if not (root / "bin" / "tritonserver").is_file():
+        tmp = root.parent / f".{root.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(dist, tmp, ignore=shutil.ignore_patterns("python_backend_stubs"))
+        shutil.copy2(stub, tmp / "backends" / "python" / "triton_python_backend_stub")
+        shutil.rmtree(root, ignore_errors=True)
+        os.rename(tmp, root)
+    return ServerHome(root=root, libs_dir=libs_dir)

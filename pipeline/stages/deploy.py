@@ -1,0 +1,56 @@
+"""deploy: engine dir -> a validated five-model Triton repository, published to deploy.repo_dir.
+
+The repository is written and validated inside the deploy artifact
+(`${workdir}/<model>/deploy-<backend>-<hash>/repository`, with its manifest); only a valid one is
+copied to deploy.repo_dir (default model_repo/), swapped in with a rename. A bad deploy config
+raises before anything is published and leaves the previous repository as it was.
+"""
+
+import hashlib
+from dataclasses import asdict
+from pathlib import Path
+
+from pipeline.artifacts import Manifest, StageRequest, produce_artifact, verify_outputs
+from pipeline.backends import load_backend
+from pipeline.stages import build, forced
+from pipeline.triton_repo import repo_writer
+
+# DeploySpec fields that concern the server, not the repository (no re-deploy when they change)
+SERVER_KEYS = ("repo_dir", "host", "http_port", "grpc_port", "metrics_port", "startup_timeout_s")
+REPOSITORY = "repository"
+
+
+def _sources_digest() -> str:
+    """The python model sources are part of the repository: edits re-trigger deploy."""
+    digest = hashlib.sha256()
+    for path in sorted(repo_writer.SOURCES.glob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def run(spec) -> Path:
+    backend = load_backend(spec)
+    engine_dir = build.run(spec)
+    tokenizer_dir = Path(Manifest.read(engine_dir).extra["tokenizer_dir"]).resolve()
+    repo_config = {k: v for k, v in asdict(spec.deploy).items() if k not in SERVER_KEYS}
+    request = StageRequest(
+        workdir=Path(spec.workdir), model=spec.model.name, stage=f"deploy-{backend.name}",
+        config={"deploy": repo_config, "backend": asdict(spec.backend),
+                "container_image": spec.build.trtllm.container_image},
+        upstream={"engine": engine_dir}, fingerprint_extra=_sources_digest(),
+        force=forced(spec, "deploy"),
+    )
+
+    def produce(out_dir: Path) -> dict:
+        verify_outputs(engine_dir)
+        facts = repo_writer.write_repository(backend, engine_dir, tokenizer_dir,
+                                             out_dir / REPOSITORY, spec.deploy)
+        return {"backend": backend.name, "engine_dir": str(Path(engine_dir).resolve()),
+                "tokenizer_dir": str(tokenizer_dir), "repository": REPOSITORY, **facts}
+
+    artifact = produce_artifact(request, produce)
+    marker = {"artifact": str(artifact.resolve()), "digest": Manifest.read(artifact).digest}
+    repo_dir = Path(spec.deploy.repo_dir)
+    if repo_writer.published_marker(repo_dir) != marker:
+        repo_writer.publish(artifact / REPOSITORY, repo_dir, marker)
+    return artifact

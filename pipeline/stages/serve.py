@@ -1,0 +1,40 @@
+"""serve: deploy, then run tritonserver on deploy.repo_dir until Ctrl-C (127.0.0.1 by default).
+
+backend=torch: the tritonserver from the nvidia-pytriton wheel, on this machine.
+backend=trtllm: the NGC container (build.trtllm.container_image) with one MPI rank per engine
+rank; run through docker when it is on PATH, otherwise the command is printed to run elsewhere.
+"""
+
+import logging
+import shlex
+import time
+from pathlib import Path
+
+from pipeline.artifacts import Manifest
+from pipeline.server import launch
+from pipeline.stages import deploy
+
+log = logging.getLogger(__name__)
+
+
+def run(spec) -> Path:
+    artifact = deploy.run(spec)
+    facts = Manifest.read(artifact).extra
+    if facts["backend"] == "trtllm":
+        argv = launch.container_command(spec, Path(facts["engine_dir"]),
+                                        Path(facts["tokenizer_dir"]))
+        server = launch.container_server(spec.deploy, spec.workdir, argv)
+        if server is None:
+            print("serve: docker is not available here; on a GPU host with the NVIDIA Container "
+                  f"Toolkit run:\n{shlex.join(argv)}")
+            return artifact
+    else:
+        server = launch.local_server(spec.deploy, spec.workdir)
+    start = time.perf_counter()
+    with server:
+        ends = server.endpoints
+        print(f"serve: ready in {time.perf_counter() - start:.1f} s; {spec.deploy.repo_dir} "
+              f"({facts['backend']}) on http {ends.http_url}, grpc {ends.grpc_url}, metrics "
+              f"{ends.metrics_url}; log {server.log_path}; Ctrl-C stops it", flush=True)
+        launch.serve_until_stopped(server)
+    return artifact

@@ -1,0 +1,9 @@
+"""The Triton model repository: five models with the tensorrtllm backend's public interface.
+
+preprocessing -> tensorrt_llm -> postprocessing, chained by `ensemble` (and by the python BLS model
+`tensorrt_llm_bls`). Both engine backends write their own `tensorrt_llm`; the other four models and
+their python sources (python_models/) are shared. Configs are built as `ModelConfig` protobufs
+(model_config.py), validated as a whole (validate*.py), then swapped in atomically (repo_writer.py).
+
+Named triton_repo to keep it apart from the OpenAI Triton kernel language.
+"""

@@ -1,0 +1,143 @@
+"""tensorrt_llm_bls: preprocessing -> tensorrt_llm -> postprocessing as BLS calls, per request.
+
+Each request is served from its own thread when decoupled, so one instance keeps many requests in
+flight and the LLM model batches them. accumulate_tokens: when streaming, detokenize all tokens
+so far and send the new text (multi-byte characters split over tokens come out whole).
+"""
+
+import json
+import threading
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+PREPROCESSING_INPUTS = {"text_input": "QUERY", "max_tokens": "REQUEST_OUTPUT_LEN",
+                        "bad_words": "BAD_WORDS_DICT", "stop_words": "STOP_WORDS_DICT",
+                        "end_id": "END_ID", "pad_id": "PAD_ID"}
+PREPROCESSED = {"INPUT_ID": "input_ids", "REQUEST_INPUT_LEN": "input_lengths",
+                "REQUEST_OUTPUT_LEN": "request_output_len", "OUT_END_ID": "end_id",
+                "OUT_PAD_ID": "pad_id", "STOP_WORDS_IDS": "stop_words_list",
+                "BAD_WORDS_IDS": "bad_words_list"}
+SAMPLING_INPUTS = {"top_k": "runtime_top_k", "top_p": "runtime_top_p",
+                   "temperature": "temperature", "seed": "seed", "stream": "streaming",
+                   "exclude_input_in_output": "exclude_input_in_output"}
+
+
+def _param(params: dict, key: str, default: str) -> str:
+    value = params.get(key, {}).get("string_value", "")
+    return default if not value or value.startswith("${") else value
+
+
+def _check(response):
+    if response.has_error():
+        raise pb_utils.TritonModelException(response.error().message())
+    return response
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        params = config.get("parameters", {})
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        self.llm_name = _param(params, "tensorrt_llm_model_name", "tensorrt_llm")
+        self.accumulate = _param(params, "accumulate_tokens", "false").lower() in ("true", "1")
+
+    def execute(self, requests):
+        if not self.decoupled:
+            return [self._unary(request) for request in requests]
+        for request in requests:
+            threading.Thread(target=self._stream, args=(request,), daemon=True).start()
+        return None
+
+    def _unary(self, request):
+        try:
+            return self._texts(request, streaming_allowed=False)[-1]
+        except pb_utils.TritonModelException as exc:
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
+
+    def _stream(self, request):
+        sender = request.get_response_sender()
+        try:
+            for response in self._texts(request, streaming_allowed=True, sender=sender):
+                sender.send(response)
+            sender.send(flags=FINAL)
+        except Exception as exc:  # whatever failed must reach the client and close the request
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))),
+                        flags=FINAL)
+
+    def _texts(self, request, streaming_allowed: bool, sender=None):
+        """The text_output responses for one request (a list, or a generator when streaming)."""
+        inputs = {name: tensor for name in (*PREPROCESSING_INPUTS, *SAMPLING_INPUTS)
+                  if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None}
+        stream = "stream" in inputs and bool(inputs["stream"].as_numpy().reshape(-1)[0])
+        if stream and not streaming_allowed:
+            raise pb_utils.TritonModelException(
+                "stream=true needs the decoupled deployment (deploy.decoupled_mode=true)")
+        llm_inputs = self._preprocess(inputs)
+        llm_inputs += [pb_utils.Tensor(SAMPLING_INPUTS[name], inputs[name].as_numpy())
+                       for name in SAMPLING_INPUTS if name in inputs]
+        llm_request = pb_utils.InferenceRequest(
+            model_name=self.llm_name, inputs=llm_inputs,
+            requested_output_names=["output_ids", "sequence_length"])
+        if not self.decoupled:
+            return [self._text_response(self._tokens(_check(llm_request.exec())))]
+        responses = llm_request.exec(decoupled=True)
+        return self._deltas(responses, stream, sender)
+
+    def _deltas(self, responses, stream: bool, sender):
+        tokens, sent_text = [], ""
+        for response in responses:
+            if sender.is_cancelled():
+                return
+            new = self._tokens(_check(response))
+            if new is None:
+                continue  # an empty final response
+            if not stream:
+                yield self._text_response(new)
+                continue
+            if not self.accumulate:
+                yield self._text_response(new)
+                continue
+            tokens.extend(new.tolist())
+            text = self._decode(np.array(tokens, dtype=np.int32))
+            if text.endswith("\ufffd"):
+                continue  # a multi-byte character is still incomplete
+            yield self._string_response(text[len(sent_text):])
+            sent_text = text
+
+    def _preprocess(self, inputs) -> list:
+        request = pb_utils.InferenceRequest(
+            model_name="preprocessing",
+            inputs=[pb_utils.Tensor(PREPROCESSING_INPUTS[name], inputs[name].as_numpy())
+                    for name in PREPROCESSING_INPUTS if name in inputs],
+            requested_output_names=list(PREPROCESSED))
+        response = _check(request.exec())
+        return [pb_utils.Tensor(PREPROCESSED[name],
+                                pb_utils.get_output_tensor_by_name(response, name).as_numpy())
+                for name in PREPROCESSED]
+
+    @staticmethod
+    def _tokens(response):
+        """The first beam's valid tokens, or None for a response without outputs."""
+        ids = pb_utils.get_output_tensor_by_name(response, "output_ids")
+        if ids is None:
+            return None
+        lengths = pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy()
+        return ids.as_numpy().reshape(-1, ids.as_numpy().shape[-1])[0, :int(lengths.reshape(-1)[0])]
+
+    def _decode(self, tokens: np.ndarray) -> str:
+        request = pb_utils.InferenceRequest(
+            model_name="postprocessing", requested_output_names=["OUTPUT"],
+            inputs=[pb_utils.Tensor("TOKENS_BATCH", tokens.astype(np.int32).reshape(1, 1, -1)),
+                    pb_utils.Tensor("SEQUENCE_LENGTH", np.array([[len(tokens)]], np.int32))])
+        text = pb_utils.get_output_tensor_by_name(_check(request.exec()), "OUTPUT").as_numpy()
+        return text.reshape(-1)[0].decode()
+
+    def _text_response(self, tokens: np.ndarray):
+        return self._string_response(self._decode(tokens))
+
+    @staticmethod
+    def _string_response(text: str):
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("text_output", np.array([[text.encode()]], dtype=np.object_))])

@@ -1,0 +1,55 @@
+"""The `tensorrt_llm` model for backend=torch: a decoupled python-backend model hosting the engine.
+
+Same inputs/outputs as the tensorrtllm backend's model, so the shared ensemble/BLS drive it
+unchanged. One instance (one engine, one KV cache); concurrent Triton requests are batched in
+flight by the engine's scheduler, not by Triton.
+"""
+
+import shutil
+from pathlib import Path
+
+import pipeline
+from pipeline.specs.deploy import DeploySpec
+from pipeline.triton_repo import interface as io
+from pipeline.triton_repo import model_config as mcfg
+from pipeline.triton_repo.engine_info import EngineInfo, triton_max_batch_size
+
+MODEL_SOURCE = Path(__file__).parent / "python_models" / "torch_llm.py"
+
+
+def model_config(engine_dir: Path, deploy: DeploySpec, device: str):
+    engine = EngineInfo.read(engine_dir)
+    max_batch_size = triton_max_batch_size(deploy, engine)
+    cfg = mcfg.new_config("tensorrt_llm", max_batch_size, backend="python")
+    mcfg.add_inputs(cfg, io.LLM_INPUTS)
+    mcfg.add_outputs(cfg, io.LLM_OUTPUTS)
+    mcfg.set_decoupled(cfg, deploy.decoupled_mode)
+    mcfg.set_dynamic_batching(cfg, deploy.preferred_batch_sizes or (max_batch_size,),
+                              deploy.max_queue_delay_microseconds, deploy.max_queue_size)
+    mcfg.set_cpu_instances(cfg, 1)
+    mcfg.set_parameters(cfg, {
+        "engine_dir": Path(engine_dir).resolve(),
+        "device": device,
+        "exclude_input_in_output": deploy.exclude_input_in_output,
+        "batch_scheduler_policy": deploy.batch_scheduler_policy,
+        "num_threads": deploy.torch.num_threads,
+        "num_kv_blocks": deploy.torch.num_kv_blocks,
+        "enable_chunked_prefill": deploy.torch.enable_chunked_prefill,
+        # the stub imports this checkout's pipeline package, whatever is installed in the venv
+        "python_path": Path(pipeline.__file__).resolve().parent.parent,
+    })
+    return cfg
+
+
+def write(engine_dir: Path, tokenizer_dir: Path, model_dir: Path, *,
+          deploy: DeploySpec | None = None, device: str = "auto") -> str:
+    """Write model_dir/{config.pbtxt, 1/model.py}; return the config text.
+
+    tokenizer_dir is unused: the model takes and returns token ids (pre/postprocessing tokenize).
+    """
+    text = mcfg.render(model_config(Path(engine_dir), deploy or DeploySpec(), device))
+    version_dir = Path(model_dir) / "1"
+    version_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(MODEL_SOURCE, version_dir / "model.py")
+    (Path(model_dir) / "config.pbtxt").write_text(text)
+    return text
