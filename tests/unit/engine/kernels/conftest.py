@@ -1,0 +1,35 @@
+"""Kernel tests run on CUDA, or on CPU through triton's interpreter (TRITON_INTERPRET=1 with
+triton importable); otherwise they skip."""
+
+import os
+
+import pytest
+import torch
+
+from pipeline.engine import kernels
+
+
+@pytest.fixture(scope="session")
+def kernel_device() -> torch.device:
+    if torch.cuda.is_available() and kernels.is_available("cuda"):
+        return torch.device("cuda")
+    if os.environ.get("TRITON_INTERPRET") == "1" and kernels.is_available("cpu"):
+        return torch.device("cpu")
+    pytest.skip("needs CUDA + triton (or TRITON_INTERPRET=1 with triton installed)")
+
+
+@pytest.fixture(scope="session")
+def assert_close(kernel_device):
+    """torch.testing.assert_close allowing two roundings in 16-bit dtypes (fp16 by default
+    allows one); bf16 gets 2^-5 under the interpreter, which rounds fp32 -> bf16 toward zero at
+    each cast (the GPU rounds to nearest even)."""
+
+    def check(actual: torch.Tensor, expected: torch.Tensor) -> None:
+        tolerances = {}
+        if actual.dtype == torch.float16:
+            tolerances = {"rtol": 2**-9, "atol": 1e-5}
+        if kernel_device.type == "cpu" and actual.dtype == torch.bfloat16:
+            tolerances = {"rtol": 2**-5, "atol": 2**-6}  # cancellation in rotary sums
+        torch.testing.assert_close(actual, expected, **tolerances)
+
+    return check

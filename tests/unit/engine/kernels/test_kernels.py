@@ -1,0 +1,114 @@
+"""Each Triton kernel against its PyTorch twin in pipeline/engine/kernels/reference.py."""
+
+import pytest
+import torch
+
+from pipeline.engine.kernels import reference
+
+pytestmark = pytest.mark.gpu
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rmsnorm_and_fused_residual_add_match_reference(kernel_device, assert_close, dtype):
+    from pipeline.engine.kernels import rmsnorm
+
+    torch.manual_seed(0)
+    x, res = (torch.randn(7, 576, device=kernel_device).to(dtype) for _ in range(2))
+    weight = (torch.rand(576, device=kernel_device) + 0.5).to(dtype)
+    # within a rounding step: the kernel reduces in another order
+    assert_close(rmsnorm.rmsnorm(x, weight, 1e-5), reference.rmsnorm(x, weight, 1e-5))
+    out, summed = rmsnorm.add_rmsnorm(x, res, weight, 1e-5)
+    ref_out, ref_summed = reference.add_rmsnorm(x, res, weight, 1e-5)
+    assert_close(summed, ref_summed)
+    assert_close(out, ref_out)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_and_mul_matches_reference(kernel_device, assert_close, dtype):
+    from pipeline.engine.kernels import activation
+
+    torch.manual_seed(0)
+    x = (torch.randn(5, 2 * 1536, device=kernel_device) * 3).to(dtype)
+    assert_close(activation.silu_and_mul(x), reference.silu_and_mul(x))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rotary_neox_matches_reference(kernel_device, assert_close, dtype):
+    from pipeline.engine.kernels import rotary
+
+    torch.manual_seed(0)
+    head_dim, max_pos = 64, 300
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    angles = torch.outer(torch.arange(max_pos).float(), inv_freq).repeat(1, 2)
+    cos, sin = (t.to(kernel_device, dtype) for t in (angles.cos(), angles.sin()))
+    positions = torch.tensor([0, 5, 299, 17], device=kernel_device)
+    q = torch.randn(4, 9, head_dim, device=kernel_device).to(dtype)
+    k = torch.randn(4, 3, head_dim, device=kernel_device).to(dtype)
+    q_rot, k_rot = rotary.rotary_neox(positions, q, k, cos, sin)
+    q_ref, k_ref = reference.rotary_neox(positions, q, k, cos, sin)
+    assert_close(q_rot, q_ref)
+    assert_close(k_rot, k_ref)
+
+
+def paged_cache(kernel_device, dtype, context_lens: list[int], block_size: int = 16,
+                num_kv_heads: int = 3, head_dim: int = 64):
+    """A cache with shuffled block ownership, filled through the KV-store kernel."""
+    from pipeline.engine.kernels import kv_store
+
+    torch.manual_seed(0)
+    per_seq = [-(-n // block_size) for n in context_lens]
+    num_blocks = sum(per_seq) + 2
+    order = torch.randperm(num_blocks).tolist()
+    tables = torch.zeros(len(context_lens), max(per_seq) + 1, dtype=torch.int32)
+    k_cache = torch.zeros(num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype,
+                          device=kernel_device)
+    v_cache = torch.zeros_like(k_cache)
+    for b, n in enumerate(context_lens):
+        blocks = [order.pop() for _ in range(per_seq[b])]
+        tables[b, :len(blocks)] = torch.tensor(blocks)
+        slots = torch.tensor([blocks[p // block_size] * block_size + p % block_size
+                              for p in range(n)], device=kernel_device)
+        k, v = (torch.randn(n, num_kv_heads, head_dim, device=kernel_device).to(dtype)
+                for _ in range(2))
+        kv_store.store_kv(k, v, k_cache, v_cache, slots)
+        ref_k, ref_v = torch.zeros_like(k_cache), torch.zeros_like(v_cache)
+        reference.store_kv(k, v, ref_k, ref_v, slots)
+        written = torch.zeros(num_blocks, block_size, dtype=torch.bool, device=kernel_device)
+        written.view(-1)[slots] = True
+        assert torch.equal(k_cache[written], ref_k[written])
+        assert torch.equal(v_cache[written], ref_v[written])
+    return k_cache, v_cache, tables.to(kernel_device)
+
+
+def test_store_kv_skips_negative_slots(kernel_device):
+    from pipeline.engine.kernels import kv_store
+
+    k = torch.ones(2, 2, 16, device=kernel_device)
+    k_cache = torch.zeros(2, 4, 2, 16, device=kernel_device)
+    v_cache = torch.zeros_like(k_cache)
+    kv_store.store_kv(k, k * 2, k_cache, v_cache, torch.tensor([5, -1], device=kernel_device))
+    assert k_cache.view(-1, 2, 16)[5].eq(1).all() and k_cache.sum() == 32
+    assert v_cache.view(-1, 2, 16)[5].eq(2).all() and v_cache.sum() == 64
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("context_lens", [[1, 16, 17, 70], [300]], ids=["batch", "one-long"])
+def test_paged_decode_attention_matches_reference(kernel_device, dtype, context_lens):
+    from pipeline.engine.kernels import paged_attention
+
+    k_cache, v_cache, tables = paged_cache(kernel_device, dtype, context_lens)
+    q = torch.randn(len(context_lens), 9, 64, device=kernel_device).to(dtype)  # GQA: 9 / 3
+    lens = torch.tensor(context_lens, dtype=torch.int32, device=kernel_device)
+    out = paged_attention.paged_decode_attention(q, k_cache, v_cache, tables, lens, 0.125)
+    ref = reference.paged_decode_attention(q, k_cache, v_cache, tables, lens, 0.125)
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
+    torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
+
+
+def test_paged_decode_split_count_fills_the_gpu_but_not_past_the_blocks(kernel_device):
+    from pipeline.engine.kernels.paged_attention import num_splits_for
+
+    assert num_splits_for(batch=1, num_kv_heads=8, max_blocks=64) == 33
+    assert num_splits_for(batch=1, num_kv_heads=8, max_blocks=4) == 4
+    assert num_splits_for(batch=256, num_kv_heads=8, max_blocks=64) == 1
