@@ -1,24 +1,30 @@
 """OpenAI Triton kernels for the CUDA path; `reference` holds their plain-PyTorch twins.
 
-Kernel modules import triton at import time, so import them only after `is_available(device)`
-is True (triton ships with CUDA builds of torch; CPU installs need not have it):
+Kernel modules import triton at import time, so layers get them through `load`, which returns
+None off CUDA or without triton (triton ships with CUDA builds of torch; CPU installs need not
+have it):
 
-    if kernels.is_available(device):
-        from pipeline.engine.kernels import rmsnorm
+    self.kernel = kernels.load("rmsnorm", device)  # None: plain PyTorch
 
 Every kernel function takes and returns plain tensors, with shapes in its opening comment.
 TRITON_INTERPRET=1 runs them on CPU tensors (slowly), which the tests use where triton exists.
 """
 
+import importlib
 import importlib.util
-import os
+from types import ModuleType
 
 import torch
 
 
 def is_available(device: torch.device | str) -> bool:
-    """True when the kernels can run on `device`: CUDA (or triton's CPU interpreter) + triton."""
-    if importlib.util.find_spec("triton") is None:
-        return False
-    is_interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-    return torch.device(device).type == "cuda" or is_interpreted
+    """True when the Triton kernels run on `device`: a CUDA device, with triton importable."""
+    return torch.device(device).type == "cuda" and importlib.util.find_spec("triton") is not None
+
+
+def load(name: str, device: torch.device | str) -> ModuleType | None:
+    """Kernel module `name` (rmsnorm, rotary, activation, kv_store, paged_attention) when the
+    kernels run on `device`; None means: use the plain-PyTorch path."""
+    if not is_available(device):
+        return None
+    return importlib.import_module(f"pipeline.engine.kernels.{name}")

@@ -1,4 +1,5 @@
 """Rotary position embedding, GPT-NeoX layout (rotate halves), as TensorRT-LLM's rope_gpt_neox.
+Triton kernel on CUDA (power-of-two head sizes), plain PyTorch elsewhere.
 
 Frequencies follow transformers' rope init functions, so positions match the HF reference
 bit for bit in fp32. Scalings: none, linear, llama3.
@@ -8,6 +9,8 @@ import math
 
 import torch
 from torch import nn
+
+from pipeline.engine import kernels
 
 SUPPORTED_SCALINGS = ("linear", "llama3")
 
@@ -63,10 +66,14 @@ class RotaryEmbedding(nn.Module):
         angles = torch.cat((freqs, freqs), dim=-1)  # [max_positions, head_dim]
         self.register_buffer("cos", angles.cos().to(device, dtype), persistent=False)
         self.register_buffer("sin", angles.sin().to(device, dtype), persistent=False)
+        is_pow2 = head_dim & (head_dim - 1) == 0
+        self.kernel = kernels.load("rotary", device) if is_pow2 else None
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor,
                 k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # positions [T]; q [T, H, D]; k [T, Hkv, D] -> rotated q, k
+        if self.kernel:
+            return self.kernel.rotary_neox(positions, q, k, self.cos, self.sin)
         cos = self.cos[positions].unsqueeze(1)  # [T, 1, D]
         sin = self.sin[positions].unsqueeze(1)
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin

@@ -154,3 +154,21 @@ def test_missing_scale_is_an_artifact_error():
     tensors = {"a.weight": torch.zeros(8, 8, dtype=torch.int8)}
     with pytest.raises(ArtifactError, match="a.weights_scaling_factor"):
         build_linear(tensors, ["a"], {"quant_algo": "W8A16"}, torch.float32, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("algo", list(QUANT))
+@pytest.mark.parametrize("num_tokens", [1, 40])
+def test_quantized_linear_on_cuda_uses_pytorch_kernel_and_matches_reference(algo, num_tokens):
+    prefixes, sizes = ["l.q", "l.kv"], [256, 128]
+    tensors = make_layer(algo, prefixes, sizes, in_features=512)
+    linear = build_linear(tensors, prefixes, QUANT[algo], torch.bfloat16, "cuda")
+    x = torch.randn(num_tokens, 512)
+    expected = torch.cat([reference(algo, tensors, p, x) for p in prefixes], dim=-1)
+    y = linear(x.to("cuda", torch.bfloat16)).float().cpu()
+    rel = ((y - expected).norm() / expected.norm()).item()
+    assert rel < 2e-2, f"{algo}: relative error {rel:.2e} via {linear.kernel}"
+    # an H100 (SM 90) runs every format on a PyTorch low-precision kernel, no dequant fallback
+    if torch.cuda.get_device_capability() >= (9, 0):
+        assert not linear.kernel.startswith("dequant"), linear.kernel

@@ -34,11 +34,12 @@ def test_silu_and_mul_matches_reference(kernel_device, assert_close, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rotary_neox_matches_reference(kernel_device, assert_close, dtype):
+@pytest.mark.parametrize("head_dim", [64, 80])
+def test_rotary_neox_matches_reference(kernel_device, assert_close, dtype, head_dim):
     from pipeline.engine.kernels import rotary
 
     torch.manual_seed(0)
-    head_dim, max_pos = 64, 300
+    max_pos = 300
     inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
     angles = torch.outer(torch.arange(max_pos).float(), inv_freq).repeat(1, 2)
     cos, sin = (t.to(kernel_device, dtype) for t in (angles.cos(), angles.sin()))
