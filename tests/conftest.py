@@ -57,3 +57,37 @@ def smollm_engine_dir(session_workdir, smollm_ckpt_dir) -> Path:
     from pipeline.stages import build
 
     return build.run(make_spec("build", *SMOLLM_ENGINE_OVERRIDES, workdir=session_workdir))
+
+
+def free_ports(num: int) -> list[int]:
+    """Ports nothing listens on right now (bound to port 0, then released)."""
+    import socket
+
+    socks = [socket.socket() for _ in range(num)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+@pytest.fixture(scope="session")
+def bench_overrides(session_workdir) -> tuple[str, ...]:
+    """bench/profile/sweep/regress on the shared engine, with a private repository and ports;
+    one torch thread in the served model too, as in this process (a like-for-like ratio)."""
+    http, grpc, metrics = free_ports(3)
+    return (*SMOLLM_ENGINE_OVERRIDES, "deploy.torch.num_threads=1",
+            f"deploy.repo_dir={session_workdir / 'bench_model_repo'}",
+            f"deploy.http_port={http}", f"deploy.grpc_port={grpc}",
+            f"deploy.metrics_port={metrics}")
+
+
+@pytest.fixture(scope="session")
+def bench_profile_dir(session_workdir, smollm_engine_dir, bench_overrides) -> Path:
+    """One `profile` run (bench=smoke through the real server and in-process, sampler on); the
+    bench and regress tests read it instead of measuring again."""
+    from pipeline.stages import profile
+
+    return profile.run(make_spec("profile", *bench_overrides, workdir=session_workdir))

@@ -32,6 +32,12 @@ def markdown(data: dict) -> str:
         lines.append(f"| {r['size']} | {status} | " + " | ".join(
             _cell(r["metrics"].get(key)) for key, _ in COLUMNS) + " |")
     lines.append("")
+    capacity = data.get("kv_capacity")
+    if capacity:
+        lines.append(f"KV cache: {capacity['num_total_blocks']} blocks x "
+                     f"{capacity['tokens_per_block']} tokens ({capacity['kv_gib']:.2f} GiB); "
+                     f"{capacity['blocks_per_sequence']} blocks per sequence, so at most "
+                     f"{capacity['max_sequences']} sequences at once.")
     if data["threshold_size"] is None:
         lines.append(f"No failure up to size {data['max_ok_size']}.")
     else:

