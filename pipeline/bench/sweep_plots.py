@@ -13,13 +13,15 @@ PANELS = (
      "throughput"),
     ("latency", (("ttft_ms_p50", "TTFT p50"), ("ttft_ms_p99", "TTFT p99"),
                  ("itl_ms_p50", "ITL p50"), ("e2e_ms_p50", "end-to-end p50")), "latency (ms)"),
-    ("memory", (("peak_memory_gib", "peak memory"),), "memory (GiB)"),
+    ("memory", (("peak_memory_gib", "peak memory (NVML or RSS)"),
+                ("torch_max_allocated_gib", "torch max allocated")), "memory (GiB)"),
+    ("kv", (("kv_used_gib", "KV cache used"),), "KV cache used (GiB)"),
 )
 
 
 def plot_sweep(sweep: dict, path: Path, title: str) -> Path:
     results = sweep["results"]
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(13, 3.6))
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(16, 3.6))
     for ax, (_, series, ylabel) in zip(axes, PANELS, strict=True):
         for key, label in series:
             points = [(r["size"], r["metrics"][key]) for r in results
