@@ -86,6 +86,7 @@ class RuntimeOptions:
     kv_cache_free_mem_fraction: float = 0.9
     enable_chunked_prefill: bool = True
     use_cuda_graph: bool | None = None  # None: the build's torch.use_cuda_graph
+    compile: bool | None = None  # None: the build's torch.compile
     dtype: str | None = None  # None: the checkpoint's dtype
 
 
@@ -188,5 +189,5 @@ def _engine_config(cfg: dict, opts: RuntimeOptions, engine_dir: Path, device: st
         enable_chunked_prefill=opts.enable_chunked_prefill,
         use_cuda_graph=(torch_opts["use_cuda_graph"] if opts.use_cuda_graph is None
                         else opts.use_cuda_graph),
-        compile=torch_opts["compile"],
+        compile=torch_opts["compile"] if opts.compile is None else opts.compile,
     )

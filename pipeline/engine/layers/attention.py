@@ -1,4 +1,5 @@
-"""Attention over the paged KV cache, in plain PyTorch (runs on CPU and CUDA).
+"""Attention over the paged KV cache: plain PyTorch everywhere, Triton KV store and paged decode
+kernels on CUDA (pipeline.engine.kernels).
 
 Cache layout per layer: k_cache, v_cache [num_blocks, block_size, Hkv, D]. New K/V are written
 to their slots first; attention then reads every sequence's keys through its block table, so a
@@ -9,6 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from pipeline.engine import kernels
 from pipeline.engine.batch_metadata import BatchMetadata
 
 
@@ -62,17 +64,27 @@ def varlen_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: to
 class Attention(nn.Module):
     """Writes this step's K/V into the layer's cache, then attends (decode or varlen prefill)."""
 
-    def __init__(self, head_dim: int):
+    def __init__(self, head_dim: int, device: torch.device):
         super().__init__()
         self.scale = head_dim ** -0.5
+        self.store_kernel = kernels.load("kv_store", device)
+        self.decode_kernel = kernels.load("paged_attention", device)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
                 meta: BatchMetadata) -> torch.Tensor:
         # q [T, H, D]; k, v [T, Hkv, D]; kv_cache [2, NB, BS, Hkv, D] -> [T, H, D]
         k_cache, v_cache = kv_cache[0], kv_cache[1]
-        write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+        if self.store_kernel:
+            self.store_kernel.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        else:
+            write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
         if meta.is_decode:
-            return paged_decode_attention(q, k_cache, v_cache, meta.block_tables,
-                                          meta.context_lens, self.scale)
+            kernel = self.decode_kernel
+            # tl.dot needs blocks and heads of at least MIN_DOT rows
+            if kernel and min(k_cache.shape[1], q.shape[-1]) >= kernel.MIN_DOT:
+                decode = kernel.paged_decode_attention
+            else:
+                decode = paged_decode_attention
+            return decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens, self.scale)
         return varlen_prefill_attention(q, k_cache, v_cache, meta.block_tables, meta.query_lens,
                                         meta.context_lens_host, self.scale)

@@ -36,7 +36,7 @@ class LlamaAttention(nn.Module):
         self.qkv = build_linear(weights, [f"{prefix}.qkv"], quant, dtype, device)
         self.dense = build_linear(weights, [f"{prefix}.dense"], quant, dtype, device)
         self.rotary = rotary
-        self.attn = Attention(cfg.head_dim)
+        self.attn = Attention(cfg.head_dim, device)
 
     def forward(self, x: torch.Tensor, meta: BatchMetadata,
                 kv_cache: torch.Tensor) -> torch.Tensor:
@@ -57,7 +57,7 @@ class LlamaMLP(nn.Module):
         # mlp.fc is gate_proj and mlp.gate is up_proj: one GEMM for both
         self.gate_up = build_linear(weights, [f"{prefix}.fc", f"{prefix}.gate"], quant, dtype,
                                     device)
-        self.act = SiluAndMul()
+        self.act = SiluAndMul(device)
         self.proj = build_linear(weights, [f"{prefix}.proj"], quant, dtype, device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -78,11 +78,17 @@ class LlamaDecoderLayer(nn.Module):
             _tensor(weights, f"{prefix}.post_layernorm.weight", dtype, device), eps)
         self.mlp = LlamaMLP(cfg, weights, f"{prefix}.mlp", dtype, device)
 
-    def forward(self, x: torch.Tensor, meta: BatchMetadata,
-                kv_cache: torch.Tensor) -> torch.Tensor:
-        # [T, hidden] -> [T, hidden]
-        x = x + self.attention(self.input_layernorm(x), meta, kv_cache)
-        return x + self.mlp(self.post_layernorm(x))
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, meta: BatchMetadata,
+                kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # x [T, hidden]: the previous layer's output, not yet added to residual [T, hidden]
+        # (None before the first layer) -> (this layer's output, its residual)
+        if residual is None:
+            x, residual = self.input_layernorm(x), x
+        else:
+            x, residual = self.input_layernorm(x, residual)
+        x = self.attention(x, meta, kv_cache)
+        x, residual = self.post_layernorm(x, residual)
+        return self.mlp(x), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -106,10 +112,10 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, meta: BatchMetadata,
                 kv_cache: torch.Tensor) -> torch.Tensor:
         # input_ids [T]; kv_cache [L, 2, NB, BS, Hkv, D] -> hidden [T, hidden]
-        x = nn.functional.embedding(input_ids, self.embedding)
+        x, residual = nn.functional.embedding(input_ids, self.embedding), None
         for i, layer in enumerate(self.layers):
-            x = layer(x, meta, kv_cache[i])
-        return self.ln_f(x)
+            x, residual = layer(x, residual, meta, kv_cache[i])
+        return self.ln_f(x, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         # [S, hidden] -> [S, vocab] float32 (drops vocab padding of a TP-split head)
