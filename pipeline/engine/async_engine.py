@@ -123,4 +123,5 @@ class AsyncLLMEngine:
         with self._lock:
             handles, self._handles = self._handles, {}
         for request_id, handle in handles.items():
+            self.engine.abort(request_id)  # frees its blocks; False if it was still queued here
             handle._put(StreamDelta(request_id, [], True, "cancelled"))

@@ -146,3 +146,14 @@ def test_async_engine_streams_to_two_threads_and_cancels(engine, prompt, greedy)
     assert tokens_b[:3] == greedy[:3]
     with pytest.raises(RuntimeError, match="shut down"):
         aeng.submit(prompt, SamplingParams())
+
+
+def test_shutdown_cancels_requests_in_flight(engine, prompt):
+    aeng = AsyncLLMEngine(engine)
+    deltas = iter(aeng.submit(prompt, SamplingParams(max_tokens=100)))
+    assert len(next(deltas).token_ids) == 1
+    aeng.shutdown()
+    assert list(deltas)[-1].finish_reason == "cancelled"
+    engine.step()  # hands back the abort's delta; the engine is reusable
+    assert not engine.has_unfinished()
+    assert engine.stats()["num_free_blocks"] == engine.stats()["num_total_blocks"]
