@@ -1,12 +1,15 @@
 """Runs one scheduled step on the device: packs the batch, runs the model, samples."""
 
 import logging
+import math
 
 import torch
 
+from pipeline.engine import kernels
 from pipeline.engine.batch_metadata import BatchMetadata
 from pipeline.engine.cuda_graph_runner import CudaGraphRunner
 from pipeline.engine.engine_config import EngineConfig
+from pipeline.engine.layers.linear import kernel_counts
 from pipeline.engine.layers.sampler import Sampler, SamplingTensors
 from pipeline.engine.models import MODELS
 from pipeline.engine.scheduler import ScheduledSequence
@@ -29,11 +32,10 @@ class ModelRunner:
         m = config.model
         self.model = MODELS[m.architecture](m, weights, config.dtype, config.device,
                                             config.max_seq_len)
-        self.kv_shape = (m.num_layers, 2, 0, config.block_size, m.num_kv_heads, m.head_dim)
+        self.kv_layout = (m.num_layers, config.block_size, m.num_kv_heads, m.head_dim)
         self.num_kv_blocks = config.num_kv_blocks or self._default_num_kv_blocks(config)
-        shape = list(self.kv_shape)
-        shape[2] = self.num_kv_blocks + 1
-        self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.kv_cache = torch.zeros(self._kv_shape(self.num_kv_blocks + 1), dtype=self.dtype,
+                                    device=self.device)
         generator = torch.Generator(device=self.device)
         generator.seed()
         self.sampler = Sampler(generator)
@@ -43,14 +45,19 @@ class ModelRunner:
         elif config.compile:
             logger.warning("build.torch.compile applies to CUDA-graph decode only; ignored on %s",
                            self.device)
-        logger.info("model runner: %s %s, %d KV blocks x %d tokens (%.2f GiB), CUDA graphs: %s",
-                    self.device, self.dtype, self.num_kv_blocks, self.block_size,
-                    self.kv_cache.nbytes / 2**30,
-                    self.graphs.batch_sizes if self.graphs else "off")
+        logger.info("model runner: %s %s, %d KV blocks x %d tokens (%.2f GiB), linears %s, "
+                    "Triton kernels %s, CUDA graphs %s, torch.compile %s", self.device,
+                    self.dtype, self.num_kv_blocks, self.block_size, self.kv_cache.nbytes / 2**30,
+                    kernel_counts(self.model), "on" if kernels.is_available(self.device) else "off",
+                    self.graphs.batch_sizes if self.graphs else "off",
+                    "on" if self.graphs and config.compile else "off")
+
+    def _kv_shape(self, num_blocks: int) -> tuple[int, ...]:
+        layers, block_size, kv_heads, head_dim = self.kv_layout
+        return (layers, 2, num_blocks, block_size, kv_heads, head_dim)
 
     def _block_bytes(self) -> int:
-        layers, _, _, block_size, kv_heads, head_dim = self.kv_shape
-        return layers * 2 * block_size * kv_heads * head_dim * self.dtype.itemsize
+        return math.prod(self._kv_shape(1)) * self.dtype.itemsize
 
     def _default_num_kv_blocks(self, config: EngineConfig) -> int:
         if self.device.type != "cuda":
@@ -72,9 +79,7 @@ class ModelRunner:
     def _profile_step_bytes(self, num_tokens: int, num_sampled: int) -> int:
         """Peak activation memory of one prompt step over num_tokens tokens."""
         num_blocks = -(-num_tokens // self.block_size)
-        shape = list(self.kv_shape)
-        shape[2] = num_blocks
-        cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        cache = torch.zeros(self._kv_shape(num_blocks), dtype=self.dtype, device=self.device)
         torch.cuda.synchronize(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
         before = torch.cuda.memory_allocated(self.device)
