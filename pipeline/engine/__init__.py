@@ -8,6 +8,8 @@ Who owns which state (each piece has one owner; others only read it):
   CudaGraphRunner, the CUDA graphs and their static buffers; creates a request's seeded generator.
 - Sequence: one request's tokens, progress (num_computed_tokens), status and timings.
 - AsyncLLMEngine: the inbox and the per-request handles; its thread alone drives the LLMEngine.
+Layers and kernels (layers/, kernels/, quant/) hold only weights; the KV cache comes in as an
+argument, with the step's BatchMetadata (no global forward context).
 
     engine = LLMEngine.from_engine_dir(path, device="auto", max_batch_size=..., ...)
     outputs = engine.generate(prompts, SamplingParams(max_tokens=32))
