@@ -1,5 +1,5 @@
 """Rotary position embedding, GPT-NeoX layout (rotate halves), as TensorRT-LLM's rope_gpt_neox.
-Triton kernel on CUDA (power-of-two head sizes), plain PyTorch elsewhere.
+Triton kernel on CUDA, plain PyTorch elsewhere.
 
 Frequencies follow transformers' rope init functions, so positions match the HF reference
 bit for bit in fp32. Scalings: none, linear, llama3.
@@ -66,8 +66,7 @@ class RotaryEmbedding(nn.Module):
         angles = torch.cat((freqs, freqs), dim=-1)  # [max_positions, head_dim]
         self.register_buffer("cos", angles.cos().to(device, dtype), persistent=False)
         self.register_buffer("sin", angles.sin().to(device, dtype), persistent=False)
-        is_pow2 = head_dim & (head_dim - 1) == 0
-        self.kernel = kernels.load("rotary", device) if is_pow2 else None
+        self.kernel = kernels.load("rotary", device)
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor,
                 k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
