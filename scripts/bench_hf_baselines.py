@@ -1,0 +1,192 @@
+"""HF transformers side of scripts/bench_engine.py: the baseline models and their timings.
+
+Random-weight and checkpoint-loaded HF Llamas (so HF and the engine run the same weights), batch-1
+decode through `generate` (eager or static cache), static batching, and continuous batching
+(`generate_batch`, where this transformers has it).
+"""
+
+import inspect
+import json
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def prompts_for(vocab_size: int, work, count: int, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (count, work.input_len), generator=g).tolist()
+
+
+def random_hf_model(shape: dict, dtype: torch.dtype, device: torch.device):
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(**shape, eos_token_id=None, bos_token_id=None, pad_token_id=None)
+    torch.manual_seed(0)
+    return new_llama(config, dtype, device)  # transformers' init: N(0, 0.02)
+
+
+def new_llama(config, dtype: torch.dtype, device: torch.device):
+    """LlamaForCausalLM built directly in dtype on device (an fp32 8B would not fit beside its
+    bf16 copy; meta would leave the rotary buffers empty)."""
+    from transformers import LlamaForCausalLM
+
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            return LlamaForCausalLM(config).eval()
+    finally:
+        torch.set_default_dtype(default_dtype)
+
+
+def hf_to_trtllm(model) -> dict[str, torch.Tensor]:
+    """HF Llama tensors -> TensorRT-LLM checkpoint names (qkv fused; mlp.fc = gate_proj)."""
+    sd = {k: v.detach() for k, v in model.state_dict().items()}
+    out = {"transformer.vocab_embedding.weight": sd["model.embed_tokens.weight"],
+           "transformer.ln_f.weight": sd["model.norm.weight"],
+           "lm_head.weight": sd.get("lm_head.weight", sd["model.embed_tokens.weight"])}
+    for i in range(model.config.num_hidden_layers):
+        src, dst = f"model.layers.{i}.", f"transformer.layers.{i}."
+        out[dst + "attention.qkv.weight"] = torch.cat(
+            [sd[src + f"self_attn.{p}_proj.weight"] for p in "qkv"])
+        names = {"attention.dense": "self_attn.o_proj", "mlp.fc": "mlp.gate_proj",
+                 "mlp.gate": "mlp.up_proj", "mlp.proj": "mlp.down_proj",
+                 "input_layernorm": "input_layernorm", "post_layernorm": "post_attention_layernorm"}
+        for trt, hf in names.items():
+            out[f"{dst}{trt}.weight"] = sd[f"{src}{hf}.weight"]
+    return {k: v.contiguous().cpu() for k, v in out.items()}
+
+
+def hf_from_checkpoint(ckpt_dir: Path, dtype: torch.dtype, device: torch.device):
+    """An HF LlamaForCausalLM holding an unquantized TensorRT-LLM checkpoint's weights."""
+    from transformers import LlamaConfig
+
+    cfg = json.loads((ckpt_dir / "config.json").read_text())
+    tensors = load_file(ckpt_dir / "rank0.safetensors")
+    heads, kv_heads, head_dim = (cfg["num_attention_heads"], cfg["num_key_value_heads"],
+                                 cfg["head_size"])
+    config = LlamaConfig(
+        hidden_size=cfg["hidden_size"], intermediate_size=cfg["intermediate_size"],
+        num_hidden_layers=cfg["num_hidden_layers"], num_attention_heads=heads,
+        num_key_value_heads=kv_heads, head_dim=head_dim, vocab_size=cfg["vocab_size"],
+        rms_norm_eps=cfg["norm_epsilon"], rope_theta=cfg["rotary_base"],
+        rope_scaling=cfg.get("rotary_scaling"), tie_word_embeddings=False,
+        max_position_embeddings=cfg["max_position_embeddings"], eos_token_id=None)
+    sd = {"model.embed_tokens.weight": tensors["transformer.vocab_embedding.weight"],
+          "model.norm.weight": tensors["transformer.ln_f.weight"],
+          "lm_head.weight": tensors.get("lm_head.weight",
+                                        tensors["transformer.vocab_embedding.weight"])}
+    for i in range(config.num_hidden_layers):
+        src, dst = f"transformer.layers.{i}.", f"model.layers.{i}."
+        q, k, v = tensors[src + "attention.qkv.weight"].split(
+            [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim])
+        sd |= {dst + "self_attn.q_proj.weight": q, dst + "self_attn.k_proj.weight": k,
+               dst + "self_attn.v_proj.weight": v}
+        names = {"self_attn.o_proj": "attention.dense", "mlp.gate_proj": "mlp.fc",
+                 "mlp.up_proj": "mlp.gate", "mlp.down_proj": "mlp.proj",
+                 "input_layernorm": "input_layernorm",
+                 "post_attention_layernorm": "post_layernorm"}
+        sd |= {f"{dst}{hf}.weight": tensors[f"{src}{trt}.weight"] for hf, trt in names.items()}
+    model = new_llama(config, dtype, device)
+    model.load_state_dict(sd)
+    return model
+
+
+class TokenTimes:
+    """A transformers streamer recording when each generated token reaches the host."""
+
+    def __init__(self):
+        self.times: list[float] = []
+        self.is_prompt = True
+
+    def put(self, value) -> None:
+        if self.is_prompt:  # generate() first sends the prompt
+            self.is_prompt = False
+            return
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+def hf_decode(model, prompt: list[int], work, **kwargs) -> tuple[float, list[int]]:
+    """Batch-1 decode tok/s between the first and last generated token, and the tokens."""
+    ids = torch.tensor([prompt], device=model.device)
+    streamer = TokenTimes()
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                             max_new_tokens=work.output_len, min_new_tokens=work.output_len,
+                             streamer=streamer, **kwargs)
+    times = streamer.times
+    return (len(times) - 1) / (times[-1] - times[0]), out[0, len(prompt):].tolist()
+
+
+def hf_static_batching(model, work, vocab_size: int) -> dict:
+    """Padded-free static batches (all prompts have input_len tokens), EOS suppressed."""
+    prompts = prompts_for(vocab_size, work, work.hf_batch * work.hf_num_batches, seed=2)
+    batches = [prompts[i:i + work.hf_batch] for i in range(0, len(prompts), work.hf_batch)]
+    kwargs = {"do_sample": False, "max_new_tokens": work.output_len,
+              "min_new_tokens": work.output_len}
+    num_out, wall_s = 0, 0.0
+    with torch.inference_mode():
+        for batch in batches:
+            ids = torch.tensor(batch, device=model.device)
+            sync(model.device)
+            start = time.perf_counter()
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
+            sync(model.device)
+            wall_s += time.perf_counter() - start
+            num_out += out[:, ids.shape[1]:].numel()
+    return {"throughput_out_tok_s": num_out / wall_s, "num_requests": len(prompts),
+            "batch_size": work.hf_batch}
+
+
+def hf_continuous_batching(model, work, vocab_size: int) -> dict:
+    from transformers import GenerationConfig
+
+    if not work.hf_cb_requests:
+        return {"error": "skipped (hf_cb_requests=0)"}
+    if not hasattr(model, "generate_batch"):
+        return {"error": "this transformers has no generate_batch"}
+    prompts = prompts_for(vocab_size, work, work.hf_cb_requests, seed=2)
+    config = GenerationConfig(max_new_tokens=work.output_len, do_sample=False,
+                              eos_token_id=None, pad_token_id=0)
+    kwargs = {}
+    if "warmup" in inspect.signature(model.generate_batch).parameters:  # transformers >= 5.2x
+        kwargs["warmup"] = work.hf_cb_warmup  # captures its CUDA graphs (20 s on a CPU)
+    try:
+        sync(model.device)
+        start = time.perf_counter()
+        outs = model.generate_batch(inputs=prompts, generation_config=config, **kwargs)
+        sync(model.device)
+    except Exception as err:  # noqa: BLE001 - a baseline that fails is reported, not fatal
+        return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
+    wall_s = time.perf_counter() - start
+    num_out = sum(len(o.generated_tokens) for o in outs.values())
+    return {"throughput_out_tok_s": num_out / wall_s, "num_requests": len(prompts),
+            "num_out_tokens": num_out, "wall_s_incl_warmup": wall_s}
+
+
+def bench_hf(model, work, vocab_size: int) -> dict:
+    prompt = prompts_for(vocab_size, work, 1)[0]
+    hf_decode(model, prompt, work)  # warm-up
+    eager_tok_s, tokens = hf_decode(model, prompt, work)
+    result = {"decode_tok_s": eager_tok_s, "greedy_tokens": tokens,
+              "static_batching": hf_static_batching(model, work, vocab_size),
+              "continuous_batching": hf_continuous_batching(model, work, vocab_size)}
+    if work.hf_static_cache:
+        start = time.perf_counter()
+        hf_decode(model, prompt, work, cache_implementation="static")  # compiles
+        result["static_cache_compile_s"] = time.perf_counter() - start
+        result["static_cache_decode_tok_s"] = hf_decode(
+            model, prompt, work, cache_implementation="static")[0]
+    return result
+
+
