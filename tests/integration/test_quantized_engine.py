@@ -1,4 +1,5 @@
-"""Our quantized linears, and the engine built on them, vs modelopt's fake-quant modules, on a 2-layer real SmolLM2 (bf16).
+"""Our quantized linears, and the engine built on them, vs modelopt's fake-quant modules, on a
+2-layer real SmolLM2 (bf16).
 
 Each format: mtq.quantize (block size 64: 576 is not a multiple of 128), then
 export_tensorrt_llm_checkpoint writes the checkpoint our engine loads. The export runs on the
