@@ -38,6 +38,7 @@ from pipeline.engine import LLMEngine, SamplingParams  # noqa: E402
 from pipeline.specs.build import BuildSpec  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, when imported by tests
+from bench_gpu_checks import gpu_checks  # noqa: E402
 from bench_hf_baselines import (  # noqa: E402
     bench_hf,
     hf_from_checkpoint,
@@ -226,6 +227,19 @@ def markdown(results: dict) -> str:
     return "\n".join(rows)
 
 
+def checks_markdown(checks: dict) -> str:
+    kernel_checks = checks["kernels"]
+    lines = ["| check | kernel / op | error | ok |", "|---|---|---|---|"]
+    if "skipped" in kernel_checks:
+        lines.append(f"| Triton kernels | - | - | {kernel_checks['skipped']} |")
+    else:
+        lines += [f"| Triton {name} | triton | max abs {c['max_abs_err']:.2e} | {c['ok']} |"
+                  for name, c in kernel_checks.items()]
+    lines += [f"| linear {algo} | {c['kernel']} | rel {c['rel_err']:.2e} | {c['ok']} |"
+              for algo, c in checks["linears"].items()]
+    return "\n".join(lines)
+
+
 def work_label(results: dict) -> str:
     w = results["workload"]
     return f"{w['num_requests']} req, {w['input_len']} in / {w['output_len']} out"
@@ -239,7 +253,8 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict:
     bandwidth = copy_bandwidth(device, work.copy_bytes)
     results = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                "torch": torch.__version__, "transformers": __import__("transformers").__version__,
-               "copy_bandwidth_gb_s": bandwidth / 1e9, "workload": asdict(work), "models": {}}
+               "copy_bandwidth_gb_s": bandwidth / 1e9, "workload": asdict(work),
+               "checks": gpu_checks(device, dtype), "models": {}}
     with tempfile.TemporaryDirectory(prefix="bench_engine_") as tmp:
         scratch = Path(tmp)
         shape, name = (TINY, "tiny-llama") if args.tiny else (LLAMA_8B, "llama-3.1-8b-shape")
@@ -274,7 +289,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict:
 def write_results(results: dict, out_dir: Path) -> str:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench_engine.json").write_text(json.dumps(results, indent=2))
-    table = markdown(results)
+    table = markdown(results) + "\n\n" + checks_markdown(results["checks"])
     (out_dir / "bench_engine.md").write_text(table + "\n")
     return table
 

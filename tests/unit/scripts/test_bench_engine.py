@@ -40,4 +40,5 @@ def test_bench_engine_tiny_runs_and_needs_no_pipeline_only_packages(tmp_path):
     assert model["engine"]["decode_tok_s"] > 0 and model["roofline_tok_s"] > 0
     # same random weights in HF and in the engine (through the checkpoint): same greedy tokens
     assert model["greedy_prefix_agreement"] == work["output_len"]
+    assert all(c["ok"] for c in results["checks"]["linears"].values()), results["checks"]
     assert "batch-1 decode tok/s" in (tmp_path / "bench_engine.md").read_text()
