@@ -7,9 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-
-from pipeline.config import to_specs
 
 REPO = Path(__file__).resolve().parent.parent
 CONF_DIR = str(REPO / "conf")
@@ -19,6 +16,11 @@ torch.set_num_threads(1)  # 2 shared cores: one thread per process avoids conten
 
 def make_spec(stage: str, *overrides: str, workdir: Path):
     """The real Hydra config for `stage`, with overrides, as frozen specs."""
+    # imported here: the GPU machine runs `pytest -m gpu` without hydra installed
+    from hydra import compose, initialize_config_dir
+
+    from pipeline.config import to_specs
+
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("config", overrides=[f"stage={stage}", f"workdir={workdir}", *overrides])
     return to_specs(cfg)
