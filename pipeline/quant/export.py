@@ -87,7 +87,7 @@ def export_trtllm(model: torch.nn.Module, arch: Architecture, hf_config: dict, e
 def export_hf(model: torch.nn.Module, export_dtype: str, out_dir: Path) -> None:
     """modelopt's unified HF checkpoint (TensorRT-LLM's PyTorch flow, vLLM, SGLang read it).
 
-    Call it last: it folds AWQ/SmoothQuant scales into the model's norms in place.
+    Give it a model no other exporter has touched: both edit the model in place.
     """
     from modelopt.torch.export import export_hf_checkpoint
 

@@ -25,5 +25,5 @@ class QuantSpec:
     seed: int = 1234  # which windows are sampled for calibration
     eval_size: int = 16  # held-out windows for the perplexity gate
     max_ppl_increase_pct: float | None = None  # gate: fail when ppl rises more than this (%)
-    gate_runtime: str = "fake_quant"  # fake_quant (modelopt in memory) | engine (the export)
+    gate_runtime: str = "fake_quant"  # fake_quant (modelopt, in memory) | engine (torch engine)
     export_hf: bool = False  # also write modelopt's unified HF checkpoint under hf/

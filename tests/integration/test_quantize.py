@@ -32,7 +32,8 @@ CASES = {  # id: (overrides, quant_algo, kv_cache_quant_algo, {qkv suffix: (dtyp
     "int8_sq+kv_int8": (["quant=int8_sq", "quant.kv_cache=int8"], "W8A8_SQ_PER_CHANNEL", "INT8", {
         "weight": ("I8", [960, 576]), "weights_scaling_factor": ("F32", [960]),
         "activation_scaling_factor": F32_1, "prequant_scaling_factor": ("F16", [576])}),
-    "int4_awq": (["quant=int4_awq", "quant.block_size=64"], "W4A16_AWQ", None, {
+    "int4_awq+hf": (["quant=int4_awq", "quant.block_size=64", "quant.export_hf=true"],
+                    "W4A16_AWQ", None, {
         "weight": ("I8", [480, 576]), "weights_scaling_factor": ("F32", [960, 9]),
         "prequant_scaling_factor": ("F16", [576])}),
     "w4a8_awq": (["quant=w4a8_awq", "quant.block_size=64"], "W4A8_AWQ", None, {
@@ -144,6 +145,10 @@ def test_recipe_exports_a_checkpoint_like_converts(case, two_layer_hf_dir, conve
     decoded = decode_qkv(load_file(out / "rank0.safetensors"), config["quantization"])
     assert (decoded - qkv).norm() / qkv.norm() < DECODE_TOLERANCE[quant_algo]
 
+    if "quant.export_hf=true" in overrides:
+        hf_quant = json.loads((out / "hf" / "hf_quant_config.json").read_text())["quantization"]
+        assert hf_quant["quant_algo"] == quant_algo and (out / "hf" / "model.safetensors").is_file()
+
     report = json.loads((out / "quant_report.json").read_text())
     assert report["is_passed"] and report["recipe"] == case.split("+")[0]
     assert report["num_eval_tokens"] == 2 * 127 and report["ppl_reference"] > 1
@@ -182,3 +187,17 @@ def test_gate_fails_on_a_tiny_threshold_and_keeps_the_artifact(two_layer_hf_dir,
     passing = two_layer_spec("quantize", two_layer_hf_dir, tmp_path, "quant=nvfp4",
                              "quant.max_ppl_increase_pct=100.0")
     assert Manifest.read(quantize.run(passing)).status == "ok"
+
+
+def test_engine_gate_measures_the_export_like_fake_quant(two_layer_hf_dir, tmp_path):
+    from pipeline.stages import quantize
+
+    ppl = {}
+    for runtime in ("fake_quant", "engine"):
+        out = quantize.run(two_layer_spec("quantize", two_layer_hf_dir, tmp_path, "quant=int4_awq",
+                                          "quant.block_size=64", f"quant.gate_runtime={runtime}"))
+        report = json.loads((out / "quant_report.json").read_text())
+        ppl[runtime] = report["ppl_quantized"]
+    assert report["runtime"] == "torch engine (export)"
+    # same weights and scales, different kernels (fp16 rounding): within 1% on this 2-layer model
+    assert ppl["engine"] == pytest.approx(ppl["fake_quant"], rel=0.01)

@@ -63,3 +63,14 @@ def test_none_is_converts_checkpoint(session_workdir, smollm_ckpt_dir):
     assert quantize.run(make_spec("quantize", workdir=session_workdir)) == smollm_ckpt_dir
     with pytest.raises(ConfigError, match="quant.kv_cache=fp8 needs a modelopt recipe"):
         quantize.run(make_spec("quantize", "quant.kv_cache=fp8", workdir=session_workdir))
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["quant=nvfp4"], "the torch engine has no NVFP4 kernels"),
+    (["quant=fp8", "quant.kv_cache=fp8"], "keeps the KV cache unquantized"),
+    (["quant=int8_wo", "parallel.tp_size=3"], "runs tp_size=1, pp_size=1 only"),
+])
+def test_engine_gate_refuses_what_the_engine_cannot_run(overrides, expected, tmp_path):
+    spec = make_spec("quantize", *overrides, "quant.gate_runtime=engine", workdir=tmp_path)
+    with pytest.raises(ConfigError, match=f"quant.gate_runtime=engine: .*{expected}"):
+        quantize.run(spec)

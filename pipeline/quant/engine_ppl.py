@@ -1,0 +1,65 @@
+"""Logits from the torch engine running the exported checkpoint: the gate measures what deploys.
+
+The engine's own Llama model and quantized linears load config.json + rank0.safetensors exactly
+as `build backend=torch` ships them; each batch of windows runs as one varlen prefill (one KV
+block per window), the path a served prompt takes.
+"""
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from pipeline.errors import ConfigError
+from pipeline.quant.perplexity import LogitsFn
+from pipeline.quant.recipes import Recipe
+
+
+def check_engine_gate(recipe: Recipe, kv_cache: str, tp_size: int, pp_size: int) -> None:
+    """quant.gate_runtime=engine needs a checkpoint the torch engine runs; refuse before work."""
+    from pipeline.engine.layers.linear import check_quantization
+
+    problems = []
+    try:
+        check_quantization({"quant_algo": recipe.quant_algo})
+    except ConfigError:
+        problems.append(f"the torch engine has no {recipe.quant_algo} kernels ({recipe.name})")
+    if kv_cache != "none":
+        problems.append(f"it keeps the KV cache unquantized (quant.kv_cache={kv_cache})")
+    if tp_size * pp_size != 1:
+        problems.append(f"it runs tp_size=1, pp_size=1 only (got {tp_size}, {pp_size})")
+    if problems:
+        raise ConfigError(f"quantize: quant.gate_runtime=engine: {'; '.join(problems)}; set "
+                          f"quant.gate_runtime=fake_quant")
+
+
+def engine_logits_fn(ckpt_dir: Path, device: torch.device) -> LogitsFn:
+    from pipeline.engine.batch_metadata import BatchMetadata
+    from pipeline.engine.engine_config import DTYPES, ModelConfig
+    from pipeline.engine.models import MODELS
+
+    pretrained = json.loads((ckpt_dir / "config.json").read_text())
+    config = ModelConfig.from_pretrained_config(pretrained, f"quantize ({ckpt_dir})")
+    dtype = DTYPES[config.dtype]
+    model = MODELS[config.architecture](config, load_file(ckpt_dir / "rank0.safetensors"), dtype,
+                                        device, pretrained["max_position_embeddings"])
+
+    @torch.inference_mode()
+    def logits(ids: torch.Tensor) -> torch.Tensor:
+        # [B, S] -> [B, S, V]: B prompts of S tokens, packed, each in its own S-token block
+        num_seqs, seq_len = ids.shape
+        positions = torch.arange(seq_len, device=device).repeat(num_seqs)  # [B*S]
+        meta = BatchMetadata(
+            positions=positions,
+            slot_mapping=torch.arange(num_seqs * seq_len, device=device),
+            block_tables=torch.arange(num_seqs, dtype=torch.int32, device=device)[:, None],
+            context_lens=torch.full((num_seqs,), seq_len, dtype=torch.int32, device=device),
+            is_decode=False, query_lens=[seq_len] * num_seqs,
+            context_lens_host=[seq_len] * num_seqs)
+        kv_cache = torch.zeros(config.num_layers, 2, num_seqs, seq_len, config.num_kv_heads,
+                               config.head_dim, dtype=dtype, device=device)
+        hidden = model(ids.reshape(-1).to(device), meta, kv_cache)  # [B*S, hidden]
+        return model.compute_logits(hidden).view(num_seqs, seq_len, -1)
+
+    return logits
