@@ -5,6 +5,7 @@ import queue
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -12,6 +13,12 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from pipeline.client.errors import ClientError, ClientTimeout
 from pipeline.client.request import GenerateRequest
+
+
+@dataclass(frozen=True, slots=True)
+class StreamResponse:
+    text: str | None  # None: a response without the output (e.g. the empty final one)
+    is_final: bool
 
 
 class GrpcClient:
@@ -39,15 +46,15 @@ class GrpcClient:
 
     def generate(self, request: GenerateRequest) -> str:
         """The whole answer in one response (stream=false)."""
-        return "".join(self.responses(request.arrays(stream=False)))
+        return "".join(r.text for r in self.responses(request.arrays(stream=False)) if r.text)
 
     def stream(self, request: GenerateRequest) -> Iterator[str]:
         """Text deltas as the server sends them (stream=true)."""
-        return self.responses(request.arrays(stream=True))
+        return (r.text for r in self.responses(request.arrays(stream=True)) if r.text is not None)
 
     def responses(self, arrays: dict[str, np.ndarray],
-                  output: str = "text_output") -> Iterator[str]:
-        """Send one request; yield `output` of each response until the final one."""
+                  output: str = "text_output") -> Iterator[StreamResponse]:
+        """Send one request; yield each response (its `output` as text) up to the final one."""
         inputs = []
         for name, array in arrays.items():
             tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
@@ -55,6 +62,7 @@ class GrpcClient:
             inputs.append(tensor)
         results: queue.Queue = queue.Queue()
         client = self._client()
+        is_done = False
         try:
             client.start_stream(callback=lambda result, error: results.put((result, error)))
             try:
@@ -63,12 +71,21 @@ class GrpcClient:
                                           enable_empty_final_response=True)
             except InferenceServerException:
                 pass  # the stream broke; its callback got the reason, _drain raises it
-            yield from self._drain(results, output)
+            try:
+                for response in self._drain(results, output):
+                    is_done = response.is_final
+                    yield response
+            except ClientTimeout:
+                raise  # still in flight: cancel it
+            except ClientError:
+                is_done = True  # the server ended it with an error
+                raise
         finally:
-            client.stop_stream(cancel_requests=True)
+            # cancel only an abandoned request: cancelling finished streams leaks server state
+            client.stop_stream(cancel_requests=not is_done)
             client.close()
 
-    def _drain(self, results: queue.Queue, output: str) -> Iterator[str]:
+    def _drain(self, results: queue.Queue, output: str) -> Iterator[StreamResponse]:
         while True:
             try:
                 result, error = results.get(timeout=self.timeout_s)
@@ -80,9 +97,10 @@ class GrpcClient:
                 raise ClientError(f"client: {self.model} at {self.url} failed the request: "
                                   f"{error.message() if hasattr(error, 'message') else error}")
             array = result.as_numpy(output)
-            if array is not None:
-                yield "".join(_text(v) for v in array.reshape(-1))
-            if result.get_response().parameters["triton_final_response"].bool_param:
+            is_final = result.get_response().parameters["triton_final_response"].bool_param
+            yield StreamResponse(None if array is None else "".join(_text(v) for v in
+                                                                    array.reshape(-1)), is_final)
+            if is_final:
                 return
 
 

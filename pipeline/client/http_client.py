@@ -55,7 +55,7 @@ class HttpClient:
 
     def generate(self, request: GenerateRequest) -> str:
         body = self._post(f"/v2/models/{self.model}/generate", request.values(stream=False)).json()
-        return _checked(body, self.model)["text_output"]
+        return checked(body, self.model)["text_output"]
 
     def stream(self, request: GenerateRequest) -> Iterator[str]:
         response = self._post(f"/v2/models/{self.model}/generate_stream",
@@ -63,8 +63,9 @@ class HttpClient:
         with response:
             try:
                 for line in response.iter_lines(decode_unicode=True):
-                    if line and line.startswith("data:"):
-                        yield _checked(json.loads(line[5:]), self.model)["text_output"]
+                    event = parse_sse_line(line)
+                    if event is not None:
+                        yield checked(event, self.model)["text_output"]
             except requests.exceptions.ConnectionError as exc:  # read timeouts surface here
                 raise ClientTimeout(f"client: the stream from {self.model} stalled or broke "
                                     f"({exc}); raise --timeout or check the server log") from exc
@@ -73,7 +74,7 @@ class HttpClient:
         """KServe v2 /infer (non-decoupled models only, e.g. preprocessing)."""
         inputs = [{"name": name, "shape": list(a.shape), "datatype": np_to_triton_dtype(a.dtype),
                    "data": [_json_value(v) for v in a.reshape(-1)]} for name, a in arrays.items()]
-        body = _checked(self._post(f"/v2/models/{model}/infer", {"inputs": inputs}).json(), model)
+        body = checked(self._post(f"/v2/models/{model}/infer", {"inputs": inputs}).json(), model)
         return {out["name"]: np.array(out["data"], dtype=triton_to_np_dtype(out["datatype"]))
                 .reshape(out["shape"]) for out in body["outputs"]}
 
@@ -81,11 +82,21 @@ class HttpClient:
         return self._post(f"/v2/models/{model}").json()
 
 
+def parse_sse_line(line: str | None) -> dict | None:
+    """One `data: {...}` server-sent event line -> its JSON; None for blank/other lines."""
+    if not line or not line.startswith("data:"):
+        return None
+    try:
+        return json.loads(line[5:])
+    except json.JSONDecodeError as exc:
+        raise ClientError(f"client: malformed event from the server: {line[:200]!r}") from exc
+
+
 def _json_value(value):
     return value.decode() if isinstance(value, bytes) else value.item()
 
 
-def _checked(body: dict, model: str) -> dict:
+def checked(body: dict, model: str) -> dict:
     if "error" in body:
         raise ClientError(f"client: {model} failed the request: {body['error']}")
     return body

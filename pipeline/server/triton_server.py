@@ -23,6 +23,7 @@ from pipeline.server.server_home import ServerHome
 
 log = logging.getLogger(__name__)
 SHM_DIR = Path("/dev/shm")
+EXIT_TIMEOUT_S = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,9 @@ def local_argv(home: ServerHome, repo_dir: Path, endpoints: Endpoints, shm_prefi
         str(home.binary), f"--model-repository={Path(repo_dir).resolve()}",
         f"--backend-directory={home.backends_dir}", f"--cache-directory={home.caches_dir}",
         "--disable-auto-complete-config", "--exit-on-error=true", "--strict-readiness=true",
+        # Triton 2.51 keeps a client-cancelled ensemble request "in flight" for good, and
+        # shutdown waits this long for it before exiting anyway
+        f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
         f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
         *(f"--{kind}-address={endpoints.host}" for kind in ("http", "grpc", "metrics")),
         f"--http-port={endpoints.http_port}", f"--grpc-port={endpoints.grpc_port}",

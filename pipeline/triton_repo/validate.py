@@ -102,16 +102,15 @@ def _in_unit_interval(text: str) -> bool:
 
 
 def check_batching(configs: dict, engine_max_batch_size: int) -> list[str]:
-    errors = []
-    for name, cfg in configs.items():
-        if cfg.max_batch_size < 1:
-            errors.append(f"{name}: max_batch_size {cfg.max_batch_size} < 1; every model batches "
-                          f"(dims exclude the batch dim)")
-        elif cfg.max_batch_size > engine_max_batch_size:
-            errors.append(f"{name}: max_batch_size {cfg.max_batch_size} > the engine's "
-                          f"{engine_max_batch_size}; set deploy.triton_max_batch_size <= "
-                          f"{engine_max_batch_size} (0 = the engine's) or rebuild with a larger "
-                          f"build.max_batch_size")
+    errors = [f"{name}: max_batch_size {cfg.max_batch_size} < 1; every model batches (dims "
+              f"exclude the batch dim)" for name, cfg in configs.items() if cfg.max_batch_size < 1]
+    above = {name: cfg.max_batch_size for name, cfg in configs.items()
+             if cfg.max_batch_size > engine_max_batch_size}
+    if above:
+        errors.append(f"{', '.join(f'{n}: max_batch_size {b}' for n, b in above.items())} > the "
+                      f"engine's {engine_max_batch_size}; set deploy.triton_max_batch_size <= "
+                      f"{engine_max_batch_size} (0 = the engine's) or rebuild with a larger "
+                      f"build.max_batch_size")
     return errors
 
 

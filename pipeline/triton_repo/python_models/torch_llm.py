@@ -78,7 +78,7 @@ class TritonPythonModel:
         is_closed = False
         try:
             for chunk in stream:
-                if sender.is_cancelled():
+                if sender.is_cancelled():  # still needs the final flag to release the request
                     stream.cancel()
                     break
                 ids = chunk.token_ids.reshape(1, 1, -1)  # [batch, beam, tokens]

@@ -1,0 +1,182 @@
+"""The deployed SmolLM2 repository in the real tritonserver, through every client path.
+
+One server for the module (torch backend, CPU, one engine thread); the engine loaded in-process
+gives the expected greedy text. The last test stops the server and checks nothing is left.
+"""
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from pipeline.client import ClientError, GenerateRequest, GrpcClient, HttpClient
+from pipeline.client.metrics import fetch_metrics, metric_value
+from pipeline.engine import LLMEngine, SamplingParams
+from pipeline.server import launch
+from pipeline.server.triton_server import SHM_DIR
+from pipeline.stages import deploy
+from tests.conftest import SMOLLM_ENGINE_OVERRIDES, free_ports, make_spec
+
+pytestmark = [pytest.mark.triton, pytest.mark.slow]
+
+PROMPTS = ["The capital of France is", "Water boils at", "The first president of the USA was",
+           "Python is a programming language that", "The largest planet in our solar system is",
+           "A haiku about the sea:", "To make tea, first", "The opposite of hot is"]
+MAX_TOKENS = 16
+BURST_TOKENS = 8
+NUM_BURST_REQUESTS = 64
+
+
+@pytest.fixture(scope="module")
+def served_spec(session_workdir, smollm_engine_dir):
+    http, grpc, metrics = free_ports(3)
+    return make_spec("serve", *SMOLLM_ENGINE_OVERRIDES,
+                     f"deploy.repo_dir={session_workdir / 'serve_model_repo'}",
+                     f"deploy.http_port={http}", f"deploy.grpc_port={grpc}",
+                     f"deploy.metrics_port={metrics}", "deploy.torch.num_threads=1",
+                     workdir=session_workdir)
+
+
+@pytest.fixture(scope="module")
+def server(served_spec):
+    deploy.run(served_spec)
+    with launch.local_server(served_spec.deploy, served_spec.workdir) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def engine(smollm_engine_dir):
+    return LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu")
+
+
+def direct(engine, max_tokens: int) -> dict[str, tuple[str, int]]:
+    """prompt -> (text, number of generated tokens), greedy, straight from the engine."""
+    outputs = engine.generate(PROMPTS, SamplingParams(max_tokens=max_tokens))
+    return {p: (o.text, len(o.token_ids)) for p, o in zip(PROMPTS, outputs, strict=True)}
+
+
+@pytest.fixture(scope="module")
+def expected(engine):
+    return direct(engine, MAX_TOKENS)
+
+
+@pytest.fixture(scope="module")
+def grpc(server):
+    return GrpcClient(server.endpoints.grpc_url, timeout_s=120)
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    return HttpClient(server.endpoints.http_url, timeout_s=120)
+
+
+def test_grpc_unary_equals_the_engine(grpc, expected):
+    for prompt in PROMPTS[:2]:
+        assert grpc.generate(GenerateRequest(prompt, max_tokens=MAX_TOKENS)) == \
+            expected[prompt][0]
+
+
+def test_grpc_stream_sends_token_by_token_then_final(grpc, expected):
+    prompt = PROMPTS[2]
+    responses = list(grpc.responses(GenerateRequest(prompt, max_tokens=MAX_TOKENS)
+                                    .arrays(stream=True)))
+    text, num_tokens = expected[prompt]
+    assert [r.is_final for r in responses] == [False] * (len(responses) - 1) + [True]
+    assert len([r for r in responses if r.text]) == num_tokens  # one response per token
+    assert "".join(r.text or "" for r in responses) == text
+
+
+def test_http_generate_and_generate_stream(http, expected):
+    prompt = PROMPTS[3]
+    assert http.generate(GenerateRequest(prompt, max_tokens=MAX_TOKENS)) == expected[prompt][0]
+    deltas = list(http.stream(GenerateRequest(prompt, max_tokens=MAX_TOKENS)))
+    assert len([d for d in deltas if d]) == expected[prompt][1]
+    assert "".join(deltas) == expected[prompt][0]
+
+
+def test_bls_answers_like_the_ensemble(server, expected):
+    prompt = PROMPTS[4]
+    bls_grpc = GrpcClient(server.endpoints.grpc_url, model="tensorrt_llm_bls", timeout_s=120)
+    bls_http = HttpClient(server.endpoints.http_url, model="tensorrt_llm_bls", timeout_s=120)
+    assert "".join(bls_grpc.stream(GenerateRequest(prompt, max_tokens=MAX_TOKENS))) == \
+        expected[prompt][0]
+    assert bls_http.generate(GenerateRequest(prompt, max_tokens=MAX_TOKENS)) == expected[prompt][0]
+
+
+def engine_counters(server) -> dict[str, float]:
+    samples = fetch_metrics(server.endpoints.metrics_url)
+    names = ("pipeline_engine_batch_size", "pipeline_engine_steps",
+             "pipeline_engine_generated_tokens", "pipeline_engine_running_requests")
+    counters = {n: metric_value(samples, n, model="tensorrt_llm") for n in names}
+    counters["ensemble_success"] = metric_value(samples, "nv_inference_request_success",
+                                                model="ensemble")
+    return counters
+
+
+def settled_counters(server) -> dict[str, float]:
+    """Counters once the engine is idle and the model's metrics poll has caught up."""
+    import time
+
+    previous = None
+    for _ in range(50):
+        counters = engine_counters(server)
+        if counters == previous and counters["pipeline_engine_running_requests"] == 0:
+            return counters
+        previous = counters
+        time.sleep(0.2)
+    raise AssertionError(f"engine metrics did not settle: {previous}")
+
+
+def test_64_concurrent_streams_complete_and_are_batched_in_the_engine(server, grpc, engine):
+    want = direct(engine, BURST_TOKENS)
+    before = settled_counters(server)
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(NUM_BURST_REQUESTS)]
+    with ThreadPoolExecutor(max_workers=NUM_BURST_REQUESTS) as pool:
+        texts = list(pool.map(
+            lambda p: "".join(grpc.stream(GenerateRequest(p, max_tokens=BURST_TOKENS))), prompts))
+    assert texts == [want[p][0] for p in prompts]
+    after = settled_counters(server)
+    assert after["ensemble_success"] - before["ensemble_success"] == NUM_BURST_REQUESTS
+    steps = after["pipeline_engine_steps"] - before["pipeline_engine_steps"]
+    tokens = after["pipeline_engine_generated_tokens"] - before["pipeline_engine_generated_tokens"]
+    assert tokens == sum(want[p][1] for p in prompts)
+    # one request at a time would generate at most one token per step
+    assert tokens > 2 * steps, (tokens, steps)
+    assert after["pipeline_engine_batch_size"] > 1
+
+
+def test_errors_reach_the_client(grpc, http):
+    too_long = GenerateRequest("hello " * 400, max_tokens=4)  # over the engine's max_input_len
+    for call in (grpc.generate, http.generate, lambda r: list(http.stream(r)),
+                 lambda r: list(grpc.stream(r))):
+        with pytest.raises(ClientError, match="max_input_len=192"):
+            call(too_long)
+
+
+def test_cancelled_request_leaves_the_engine(server, engine):
+    """Cancelling reaches the engine when the LLM model is called directly (Triton 2.51 does not
+    pass an ensemble's cancellation on to its steps)."""
+    client = GrpcClient(server.endpoints.grpc_url, model="tensorrt_llm", timeout_s=120)
+    prompt = engine.tokenizer.encode(PROMPTS[5])
+    arrays = {"input_ids": np.array([prompt], np.int32),
+              "input_lengths": np.array([[len(prompt)]], np.int32),
+              "request_output_len": np.array([[150]], np.int32),
+              "end_id": np.array([[-1]], np.int32), "streaming": np.array([[True]])}
+    before = settled_counters(server)["pipeline_engine_generated_tokens"]
+    responses = client.responses(arrays, output="output_ids")
+    assert next(responses).is_final is False
+    responses.close()  # stops the gRPC stream, cancelling the request
+    generated = settled_counters(server)["pipeline_engine_generated_tokens"] - before
+    assert generated < 150
+
+
+def test_server_stops_cleanly(server):
+    pgid, prefix = server.process.pid, server.shm_prefix
+    assert list(SHM_DIR.glob(f"{prefix}*")), "the python models should hold shm while running"
+    server.stop()
+    assert server.process.returncode == 0  # exited on SIGTERM, not killed
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)  # no stub left in the server's process group
+    assert not list(SHM_DIR.glob(f"{prefix}*"))
+    assert not server.tmp_dir.exists()

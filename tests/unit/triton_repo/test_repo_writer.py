@@ -1,0 +1,69 @@
+"""The written repository: golden config.pbtxt files, python sources, atomic publish."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+import pipeline
+from pipeline.errors import ConfigError
+from pipeline.triton_repo.interface import MODEL_NAMES
+from pipeline.triton_repo.repo_writer import MARKER, publish, published_marker
+from tests.unit.triton_repo.repo_helpers import write_repo
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _normalized(text: str, root: Path) -> str:
+    """Machine-specific absolute paths -> stable names."""
+    return (text.replace(str(root.resolve()), "<ROOT>")
+            .replace(str(Path(pipeline.__file__).resolve().parent.parent), "<PYTHON_PATH>"))
+
+
+@pytest.mark.parametrize("model", MODEL_NAMES)
+def test_config_pbtxt_matches_golden(tmp_path, model):
+    repo = write_repo(tmp_path, "deploy.preprocessing_instance_count=2",
+                      "deploy.max_queue_delay_microseconds=100", "deploy.torch.num_threads=1")
+    text = _normalized((repo / model / "config.pbtxt").read_text(), tmp_path)
+    golden = GOLDEN / f"{model}.pbtxt"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text(), f"regenerate with UPDATE_GOLDEN=1 if intended ({golden})"
+
+
+def test_python_models_are_copied_from_the_package(tmp_path):
+    repo = write_repo(tmp_path)
+    sources = Path(pipeline.__file__).parent / "triton_repo" / "python_models"
+    for model, source in (("preprocessing", "preprocessing.py"),
+                          ("postprocessing", "postprocessing.py"),
+                          ("tensorrt_llm_bls", "tensorrt_llm_bls.py"),
+                          ("tensorrt_llm", "torch_llm.py")):
+        assert (repo / model / "1" / "model.py").read_bytes() == (sources / source).read_bytes()
+    assert (repo / "ensemble" / "1").is_dir()
+
+
+def test_publish_swaps_the_repository_and_keeps_the_readme(tmp_path):
+    repo = write_repo(tmp_path)
+    target = tmp_path / "model_repo"
+    target.mkdir()
+    (target / "README.md").write_text("generated, do not edit\n")
+    publish(repo, target, {"artifact": "a"})
+    assert sorted(p.name for p in target.iterdir()) == sorted(
+        [*MODEL_NAMES, "README.md", MARKER])
+    assert (target / "README.md").read_text() == "generated, do not edit\n"
+    assert published_marker(target) == {"artifact": "a"}
+    (target / "ensemble" / "stale").write_text("from the previous deploy")
+    publish(repo, target, {"artifact": "b"})
+    assert not (target / "ensemble" / "stale").exists()
+    assert published_marker(target) == {"artifact": "b"}
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".model_repo")] == []
+
+
+def test_publish_refuses_a_directory_it_did_not_write(tmp_path):
+    repo = write_repo(tmp_path)
+    target = tmp_path / "my_models"
+    target.mkdir()
+    (target / "weights.bin").write_text("precious")
+    with pytest.raises(ConfigError, match="holds files the pipeline did not write"):
+        publish(repo, target, {"artifact": "a"})
+    assert (target / "weights.bin").read_text() == "precious"
