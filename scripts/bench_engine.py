@@ -2,14 +2,16 @@
 
     PYTHONPATH=. python scripts/bench_engine.py --out $OUT [--smollm-ckpt DIR] [--tiny]
 
-Models: a Llama-3.1-8B-shaped model with random bf16 weights (the same weights serve the engine,
-through a TensorRT-LLM checkpoint and the torch backend's build, and HF), and the real SmolLM2
-when --smollm-ckpt names its converted checkpoint (run in bf16). Measured in this one run:
-copy bandwidth, batch-1 decode tok/s and its % of the HBM roofline, offline throughput
-(all requests at t=0, EOS ignored), HF `generate` (eager, and static cache = compiled) and HF
-continuous batching (`generate_batch`). Writes bench_engine.json + bench_engine.md to --out.
---tiny runs the same code on CPU with a tiny model (the unit test). Needs torch + transformers,
-not hydra/modelopt (the engine imports neither).
+Models: a Llama-3.1-8B-shaped model with random bf16 weights (the same weights serve HF and,
+through a TensorRT-LLM checkpoint and the torch backend's build, the engine), then SmolLM2 in
+bf16: its converted checkpoint with --smollm-ckpt, else its shape with random weights (speed
+does not depend on the values; EOS is ignored). First, correctness self-checks of the GPU paths
+(bench_gpu_checks.py). Measured in this one run: copy bandwidth, batch-1 decode tok/s and its %
+of the HBM roofline, offline throughput (all requests at t=0), HF `generate` (eager, and static
+cache = compiled) and HF continuous batching (`generate_batch`); optional HF baselines are
+skipped when they would overrun --budget-s. Writes bench_engine.json + bench_engine.md to --out
+(after each model, so a later failure keeps earlier results). --tiny runs the same code on CPU
+with a tiny model (the unit test). Needs torch + transformers, not hydra/modelopt.
 """
 
 import argparse
@@ -56,6 +58,10 @@ LLAMA_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers"
             "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
             "tie_word_embeddings": False}
+SMOLLM2 = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+           "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
+           "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "max_position_embeddings": 8192,
+           "tie_word_embeddings": True}
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
         "max_position_embeddings": 512, "tie_word_embeddings": False}
@@ -72,6 +78,7 @@ class Workload:
     hf_cb_requests: int = 256  # HF generate_batch: requests
     hf_static_cache: bool = True  # also time HF generate with a static (compiled) cache
     hf_cb_warmup: bool = True  # generate_batch's own warm-up (CUDA graph capture)
+    hf_reserve_s: float = 240  # run-time left for what follows an optional HF baseline
     copy_bytes: int = 2 << 30
 
 
@@ -245,44 +252,59 @@ def work_label(results: dict) -> str:
     return f"{w['num_requests']} req, {w['input_len']} in / {w['output_len']} out"
 
 
+def model_plan(args: argparse.Namespace) -> list[tuple[str, dict | Path, Workload]]:
+    """(name, random shape or checkpoint dir, workload) per model, in run order."""
+    if args.tiny:
+        plan = [("tiny-llama", TINY, TINY_WORKLOAD)]
+        if args.smollm_ckpt:
+            plan.append(("smollm2-135m", Path(args.smollm_ckpt), TINY_WORKLOAD))
+        return plan
+    static = not args.no_hf_static_cache
+    smollm = (Path(args.smollm_ckpt) if args.smollm_ckpt else SMOLLM2)
+    return [
+        ("llama-3.1-8b-shape", LLAMA_8B, Workload(num_requests=args.num_requests,
+                                                  hf_static_cache=static)),
+        ("smollm2-135m" if args.smollm_ckpt else "smollm2-135m-shape", smollm, Workload(
+            num_requests=args.num_requests, max_batch_size=512, hf_cb_requests=args.num_requests,
+            hf_static_cache=static, hf_reserve_s=60))]
+
+
+def run_model(name: str, source: dict | Path, work: Workload, device: torch.device,
+              dtype: torch.dtype, scratch: Path, bandwidth: float, deadline: float) -> dict:
+    """HF baselines on the model, then (HF freed) the engine on the same weights."""
+    dtype_name = str(dtype).removeprefix("torch.")
+    if isinstance(source, Path):  # a converted checkpoint: HF gets its weights
+        ckpt = source
+        vocab = json.loads((ckpt / "config.json").read_text())["vocab_size"]
+        model = hf_from_checkpoint(ckpt, dtype, device)
+    else:  # a shape: random weights, written as a checkpoint for the engine
+        vocab = source["vocab_size"]
+        model = random_hf_model(source, dtype, device)
+        ckpt = write_checkpoint(hf_to_trtllm(model), source, dtype_name, scratch / f"{name}-ckpt")
+    log.info("%s: HF baselines", name)
+    hf = bench_hf(model, work, vocab, deadline)
+    del model  # the engine gets the GPU to itself
+    free_memory()
+    return bench_engine_side(name, ckpt, hf, vocab, work, device, dtype, scratch, bandwidth)
+
+
 def run(args: argparse.Namespace, out_dir: Path) -> dict:
+    deadline = time.perf_counter() + args.budget_s
     device = torch.device("cpu" if args.tiny else "cuda")
-    work = TINY_WORKLOAD if args.tiny else Workload(num_requests=args.num_requests,
-                                                    hf_static_cache=not args.no_hf_static_cache)
     dtype = torch.float32 if args.tiny else torch.bfloat16
-    bandwidth = copy_bandwidth(device, work.copy_bytes)
+    plan = model_plan(args)
+    bandwidth = copy_bandwidth(device, plan[0][2].copy_bytes)
     results = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                "torch": torch.__version__, "transformers": __import__("transformers").__version__,
-               "copy_bandwidth_gb_s": bandwidth / 1e9, "workload": asdict(work),
+               "copy_bandwidth_gb_s": bandwidth / 1e9, "workload": asdict(plan[0][2]),
                "checks": gpu_checks(device, dtype), "models": {}}
     with tempfile.TemporaryDirectory(prefix="bench_engine_") as tmp:
-        scratch = Path(tmp)
-        shape, name = (TINY, "tiny-llama") if args.tiny else (LLAMA_8B, "llama-3.1-8b-shape")
-        model = random_hf_model(shape, dtype, device)
-        ckpt = write_checkpoint(hf_to_trtllm(model), shape, str(dtype).removeprefix("torch."),
-                                scratch / f"{name}-ckpt")
-        log.info("%s: HF baselines", name)
-        hf = bench_hf(model, work, shape["vocab_size"])
-        del model  # the engine gets the GPU to itself
-        free_memory()
-        results["models"][name] = bench_engine_side(name, ckpt, hf, shape["vocab_size"], work,
-                                                    device, dtype, scratch, bandwidth)
-        write_results(results, out_dir)  # partial results survive a later failure
-        if args.smollm_ckpt and (Path(args.smollm_ckpt) / "config.json").is_file():
-            ckpt = Path(args.smollm_ckpt)
-            vocab = json.loads((ckpt / "config.json").read_text())["vocab_size"]
-            smollm_work = work if args.tiny else Workload(
-                num_requests=args.num_requests, max_batch_size=512,
-                hf_cb_requests=args.num_requests, hf_static_cache=work.hf_static_cache)
-            model = hf_from_checkpoint(ckpt, dtype, device)
-            log.info("smollm2-135m: HF baselines")
-            hf = bench_hf(model, smollm_work, vocab)
-            del model
-            free_memory()
-            results["models"]["smollm2-135m"] = bench_engine_side(
-                "smollm2-135m", ckpt, hf, vocab, smollm_work, device, dtype, scratch, bandwidth)
-        elif args.smollm_ckpt:
-            results["smollm2_skipped"] = f"{args.smollm_ckpt} has no config.json"
+        for name, source, work in plan:
+            start = time.perf_counter()
+            results["models"][name] = run_model(name, source, work, device, dtype, Path(tmp),
+                                                bandwidth, deadline)
+            results["models"][name]["wall_s"] = time.perf_counter() - start
+            write_results(results, out_dir)  # partial results survive a later failure
     return results
 
 
@@ -297,7 +319,10 @@ def write_results(results: dict, out_dir: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--smollm-ckpt", help="converted SmolLM2 TensorRT-LLM checkpoint dir")
+    parser.add_argument("--smollm-ckpt", help="converted SmolLM2 TensorRT-LLM checkpoint dir "
+                        "(unquantized); without it, SmolLM2's shape with random weights")
+    parser.add_argument("--budget-s", type=float, default=450,
+                        help="optional HF baselines are skipped when they would run past it")
     parser.add_argument("--num-requests", type=int, default=512)
     parser.add_argument("--no-hf-static-cache", action="store_true",
                         help="skip HF generate with a compiled static cache (saves ~1 min)")

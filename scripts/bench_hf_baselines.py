@@ -51,7 +51,8 @@ def hf_to_trtllm(model) -> dict[str, torch.Tensor]:
     sd = {k: v.detach() for k, v in model.state_dict().items()}
     out = {"transformer.vocab_embedding.weight": sd["model.embed_tokens.weight"],
            "transformer.ln_f.weight": sd["model.norm.weight"],
-           "lm_head.weight": sd.get("lm_head.weight", sd["model.embed_tokens.weight"])}
+           # a copy: safetensors refuses tensors that share memory (tied embeddings)
+           "lm_head.weight": sd.get("lm_head.weight", sd["model.embed_tokens.weight"]).clone()}
     for i in range(model.config.num_hidden_layers):
         src, dst = f"model.layers.{i}.", f"transformer.layers.{i}."
         out[dst + "attention.qkv.weight"] = torch.cat(
@@ -180,14 +181,25 @@ def hf_continuous_batching(model, work, vocab_size: int) -> dict:
             "throughput_incl_warmup_out_tok_s": num_out / wall_s}
 
 
-def bench_hf(model, work, vocab_size: int) -> dict:
+CB_ESTIMATE_S, STATIC_CACHE_ESTIMATE_S = 60, 90  # generate_batch run, static-cache compile
+
+
+def bench_hf(model, work, vocab_size: int, deadline: float) -> dict:
+    """Eager batch-1 decode and static batching always; generate_batch and the compiled static
+    cache only when they leave work.hf_reserve_s before the deadline (the run's time budget)."""
+    has_time = lambda estimate_s: (  # noqa: E731
+        deadline - time.perf_counter() > estimate_s + work.hf_reserve_s)
     prompt = prompts_for(vocab_size, work, 1)[0]
     hf_decode(model, prompt, work)  # warm-up
     eager_tok_s, tokens = hf_decode(model, prompt, work)
     result = {"decode_tok_s": eager_tok_s, "greedy_tokens": tokens,
-              "static_batching": hf_static_batching(model, work, vocab_size),
-              "continuous_batching": hf_continuous_batching(model, work, vocab_size)}
-    if work.hf_static_cache:
+              "static_batching": hf_static_batching(model, work, vocab_size)}
+    result["continuous_batching"] = (hf_continuous_batching(model, work, vocab_size)
+                                     if has_time(CB_ESTIMATE_S)
+                                     else {"error": "skipped (time budget)"})
+    if work.hf_static_cache and not has_time(STATIC_CACHE_ESTIMATE_S):
+        result["static_cache_error"] = "skipped (time budget)"
+    elif work.hf_static_cache:
         try:
             start = time.perf_counter()
             hf_decode(model, prompt, work, cache_implementation="static")  # compiles
