@@ -26,24 +26,14 @@ from pipeline.stages import convert, fetch
 log = logging.getLogger(__name__)
 
 
-def _produce(spec, recipe: Recipe, hf_dir: Path, hf_config: dict, out_dir: Path,
-             artifact_dir: Path) -> dict:
-    import torch
-    from transformers import AutoTokenizer
-
+def _quantize_and_export(spec, recipe: Recipe, hf_config: dict, model, windows,
+                         out_dir: Path) -> tuple[dict, float, float]:
+    """Calibrate the model in place and export it; (checkpoint config, quantize s, export s)."""
     from pipeline.checkpoint.architectures import architecture_of
     from pipeline.quant import export, ptq
-    from pipeline.quant.calibration import build_windows
-    from pipeline.quant.perplexity import hf_logits_fn, perplexity
 
     quant, par = spec.quant, spec.parallel
-    verify_outputs(hf_dir)
-    windows = build_windows(AutoTokenizer.from_pretrained(hf_dir), quant)
-    model = ptq.load_model(hf_dir, getattr(torch, quant.export_dtype))
     timer = time.perf_counter()
-    ppl_reference = perplexity(hf_logits_fn(model), windows.eval, quant.batch_size,
-                               "quantize: reference ppl")
-    eval_s, timer = time.perf_counter() - timer, time.perf_counter()
     ptq.quantize(model, ptq.modelopt_config(recipe, quant, on_cpu=ptq.device().type == "cpu"),
                  windows.calib, quant.batch_size)
     quantize_s, timer = time.perf_counter() - timer, time.perf_counter()
@@ -53,21 +43,48 @@ def _produce(spec, recipe: Recipe, hf_dir: Path, hf_config: dict, out_dir: Path,
                                        quant.export_dtype, par.tp_size, par.pp_size, out_dir)
     if hf_model is not None:
         export.export_hf(hf_model, quant.export_dtype, out_dir / "hf")
-        del hf_model
-    export_s, timer = time.perf_counter() - timer, time.perf_counter()
-    quantization = ckpt_config["quantization"]
-    check_export_labels(recipe, quant.kv_cache, quantization)
-    if quant.gate_runtime == "engine":
-        from pipeline.quant.engine_ppl import engine_logits_fn
+    check_export_labels(recipe, quant.kv_cache, ckpt_config["quantization"])
+    return ckpt_config, quantize_s, time.perf_counter() - timer
 
-        del model
-        logits_fn, runtime = engine_logits_fn(out_dir, ptq.device()), "torch engine (export)"
-    else:
-        # the TRT-LLM export merged the fused-GEMM scales (q/k/v, gate/up) into the model in
-        # place, so this fake-quant forward computes with the exported scales
-        logits_fn, runtime = hf_logits_fn(model), "modelopt fake-quant (HF model)"
+
+def _quantized_logits(gate_runtime: str, model, ckpt_dir: Path):
+    """(logits fn, what it runs) for the quantized perplexity."""
+    from pipeline.quant.perplexity import hf_logits_fn
+
+    if gate_runtime == "engine":
+        from pipeline.quant.engine_ppl import engine_logits_fn
+        from pipeline.quant.ptq import device
+
+        return engine_logits_fn(ckpt_dir, device()), "torch engine (export)"
+    # the TRT-LLM export merged the fused-GEMM scales (q/k/v, gate/up) into the model in place,
+    # so this fake-quant forward computes with the exported scales
+    return hf_logits_fn(model), "modelopt fake-quant (HF model)"
+
+
+def _produce(spec, recipe: Recipe, hf_dir: Path, hf_config: dict, out_dir: Path,
+             artifact_dir: Path) -> dict:
+    import torch
+    from transformers import AutoTokenizer
+
+    from pipeline.quant import ptq
+    from pipeline.quant.calibration import build_windows
+    from pipeline.quant.perplexity import hf_logits_fn, perplexity
+
+    quant = spec.quant
+    verify_outputs(hf_dir)
+    windows = build_windows(AutoTokenizer.from_pretrained(hf_dir), quant)
+    model = ptq.load_model(hf_dir, getattr(torch, quant.export_dtype))
+    timer = time.perf_counter()
+    ppl_reference = perplexity(hf_logits_fn(model), windows.eval, quant.batch_size,
+                               "quantize: reference ppl")
+    eval_s = time.perf_counter() - timer
+    ckpt_config, quantize_s, export_s = _quantize_and_export(spec, recipe, hf_config, model,
+                                                             windows, out_dir)
+    timer = time.perf_counter()
+    logits_fn, runtime = _quantized_logits(quant.gate_runtime, model, out_dir)
     ppl_quantized = perplexity(logits_fn, windows.eval, quant.batch_size,
                                "quantize: quantized ppl")
+    quantization = ckpt_config["quantization"]
     report = gate.QualityReport(
         recipe=recipe.name, kv_cache=quant.kv_cache, quant_algo=quantization["quant_algo"],
         kv_cache_quant_algo=quantization.get("kv_cache_quant_algo"),
