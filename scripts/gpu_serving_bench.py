@@ -69,9 +69,10 @@ def base_overrides(workdir: Path, quick: bool, is_cuda: bool) -> list[str]:
               f"deploy.metrics_port={metrics}", "bench=throughput", "backend=torch"]
     if quick:
         return common + ["model.dtype=float32", "build.max_batch_size=8", "build.max_seq_len=256",
-                         "build.max_num_tokens=512", "bench.input_len=16", "bench.output_len=8",
-                         "bench.num_requests=8", "bench.num_warmup_requests=1",
-                         "bench.concurrency=4", "bench.sweep.sizes=[1,2,4,8]"]
+                         "build.max_input_len=128", "build.max_num_tokens=512",
+                         "bench.input_len=16", "bench.output_len=8", "bench.num_requests=8",
+                         "bench.num_warmup_requests=1", "bench.concurrency=4",
+                         "bench.sweep.sizes=[1,2,4,8]"]
     return common + [f"model.dtype={'bfloat16' if is_cuda else 'float32'}",
                      "build.max_batch_size=256", "build.max_input_len=1024",
                      "build.max_seq_len=2048", "build.max_num_tokens=8192"]
@@ -97,28 +98,28 @@ def run_step(stage: str, overrides: list[str], log_path: Path, timeout_s: float)
     """`python -m pipeline <stage> ...` (the CLI itself; a fresh process frees the GPU after it);
     returns the artifact dir the CLI prints last."""
     argv = [sys.executable, "-m", "pipeline", stage, *overrides]
-    with open(log_path, "w") as log_file:
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=log_file,
-                                text=True)
+    # Hydra logs to stdout; the CLI's last line is "<stage>: <artifact dir>"
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        # SIGINT first: the stage's `with` blocks stop the server it started
+        proc.send_signal(signal.SIGINT)
         try:
-            stdout, _ = proc.communicate(timeout=timeout_s)
+            output, _ = proc.communicate(timeout=90)
         except subprocess.TimeoutExpired:
-            # SIGINT first: the stage's `with` blocks stop the server it started
-            proc.send_signal(signal.SIGINT)
-            try:
-                stdout, _ = proc.communicate(timeout=90)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                stdout, _ = proc.communicate()
-            raise RuntimeError(f"`{' '.join(argv[2:4])} ...` ran past {timeout_s:.0f} s "
-                               f"(time budget); log {log_path}") from None
-    log_path.with_suffix(".out").write_text(stdout)
-    if proc.returncode != 0:
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
+            proc.kill()
+            output, _ = proc.communicate()
+        log_path.write_text(output)
+        raise RuntimeError(f"`{' '.join(argv[2:4])} ...` ran past {timeout_s:.0f} s (time "
+                           f"budget); log {log_path}") from None
+    log_path.write_text(output)
+    lines = output.strip().splitlines()
+    if proc.returncode != 0 or not lines:
         raise RuntimeError(f"`{' '.join(argv[2:4])} ...` exited {proc.returncode}; log "
-                           f"{log_path}:\n{tail}")
-    last = stdout.strip().splitlines()[-1]
-    return Path(last.removeprefix(f"{stage}: ").strip())
+                           f"{log_path}:\n" + "\n".join(lines[-30:]))
+    return Path(lines[-1].removeprefix(f"{stage}: ").strip())
 
 
 def copy_outputs(src: Path, dst: Path) -> None:

@@ -37,23 +37,25 @@ def greedy_tokens(engine, prompts: list[list[int]], max_tokens: int) -> list[lis
 
 @torch.inference_mode()
 def prompt_logits(engine, token_ids: list[int]) -> torch.Tensor:
-    """[S] ids -> [S, V] logits from one prefill of the engine's own model and kernels, in a
-    scratch KV cache (the engine's cache and queues are not touched)."""
+    """[S] ids -> [S, V] logits from one prefill of the engine's own model and kernels.
+
+    The engine has no scoring API, so this runs its model directly, the way the model runner
+    does, on the first blocks of the engine's own KV cache: only valid while the engine is idle
+    (no request owns a block), which regress guarantees (a fresh engine, before any request)."""
     from pipeline.engine.batch_metadata import BatchMetadata
 
+    assert not engine.has_unfinished(), "prompt_logits needs an idle engine"
     runner = engine.model_runner
     device, num_tokens = runner.device, len(token_ids)
     num_blocks = -(-num_tokens // runner.block_size)
-    shape = list(runner.kv_shape)
-    shape[2] = num_blocks
-    cache = torch.zeros(shape, dtype=runner.dtype, device=device)
+    assert num_blocks <= runner.num_kv_blocks, (num_blocks, runner.num_kv_blocks)
     meta = BatchMetadata(
         positions=torch.arange(num_tokens, device=device),
         slot_mapping=torch.arange(num_tokens, device=device),
         block_tables=torch.arange(num_blocks, dtype=torch.int32, device=device)[None],
         context_lens=torch.tensor([num_tokens], dtype=torch.int32, device=device),
         is_decode=False, query_lens=[num_tokens], context_lens_host=[num_tokens])
-    hidden = runner.model(torch.tensor(token_ids, device=device), meta, cache)
+    hidden = runner.model(torch.tensor(token_ids, device=device), meta, runner.kv_cache)
     return runner.model.compute_logits(hidden)
 
 
@@ -66,6 +68,7 @@ def perplexity(engine, token_ids: list[int]) -> float:
 def measure_accuracy(engine, tokenizer, num_prompts: int, max_tokens: int, ppl_num_tokens: int,
                      corpus_path: Path | None = None) -> dict:
     corpus = read_corpus(corpus_path or lee_corpus_path())
+    ppl = perplexity(engine, ppl_window(tokenizer, corpus, ppl_num_tokens))  # while idle
     return {"greedy_tokens": greedy_tokens(engine, greedy_prompts(tokenizer, corpus, num_prompts),
                                            max_tokens),
-            "ppl": perplexity(engine, ppl_window(tokenizer, corpus, ppl_num_tokens))}
+            "ppl": ppl}

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from pipeline.bench.arrivals import poisson_arrival_times
 from pipeline.bench.records import RequestRecord
-from pipeline.bench.target import Target
+from pipeline.bench.target import StreamingTarget
 from pipeline.bench.workload import BenchRequest
 from pipeline.errors import ConfigError
 
@@ -23,13 +23,14 @@ MODES = ("concurrency", "rate")
 
 
 class LoadGenerator:
-    def __init__(self, target: Target, mode: str, concurrency: int, request_rate: float,
+    def __init__(self, target: StreamingTarget, mode: str, concurrency: int, request_rate: float,
                  temperature: float, seed: int, origin_s: float) -> None:
         if mode not in MODES:
             raise ConfigError(f"bench: bench.mode={mode!r} is unknown; use one of {MODES}")
         if concurrency < 1:
             raise ConfigError(f"bench: bench.concurrency={concurrency} must be >= 1 (in "
                               f"mode=rate it caps the requests in flight)")
+        self.name = target.name
         self.target = target
         self.mode = mode
         self.concurrency = concurrency
@@ -37,6 +38,7 @@ class LoadGenerator:
         self.temperature = temperature
         self.seed = seed
         self.origin_s = origin_s
+        self.engine_stats: dict = {}  # a server's engine is not visible from here
 
     def now(self) -> float:
         return time.perf_counter() - self.origin_s

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
+from pipeline.bench.load_generator import LoadGenerator
 from pipeline.bench.target import Chunk
 from pipeline.bench.workload import BenchRequest
 from pipeline.errors import StageError
@@ -29,6 +30,10 @@ class ServerTarget:
 
         self.url = url
         self.client = GrpcClient(url, model=model, timeout_s=timeout_s)
+
+    def generator(self, bench, origin_s: float) -> LoadGenerator:
+        return LoadGenerator(self, bench.mode, bench.concurrency, bench.request_rate,
+                             bench.temperature, bench.seed, origin_s)
 
     def stream(self, request: BenchRequest, temperature: float, seed: int) -> Iterator[Chunk]:
         from pipeline.client import GenerateRequest

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.bench.direct_target import DirectTarget, served_runtime
-from pipeline.bench.load_generator import MODES, LoadGenerator
+from pipeline.bench.load_generator import MODES
 from pipeline.bench.metrics import achieved_bandwidth_gb_s, summarize
 from pipeline.bench.records import RequestRecord
 from pipeline.bench.report import triton_overhead
@@ -76,8 +76,7 @@ def measure(target: Target, bench, workload: Workload, sampler: Sampler | None,
             origin_s: float, label: str = "") -> tuple[dict, list[RequestRecord]]:
     """Warm-up, then the measured requests; returns ({summary, warmup}, measured records).
     Phases are named `<target>:<label>warmup` and `<target>:<label>measure`."""
-    gen = LoadGenerator(target, bench.mode, bench.concurrency, bench.request_rate,
-                        bench.temperature, bench.seed, origin_s)
+    gen = target.generator(bench, origin_s)
     with phase(sampler, f"{target.name}:{label}warmup"):
         warm = gen.run(workload.warmup, "warmup")
     start_s = gen.now()
@@ -87,7 +86,7 @@ def measure(target: Target, bench, workload: Workload, sampler: Sampler | None,
     if sampler is not None:
         summary["resources"] = summarize_samples(sampler.samples, start_s, gen.now())
     warm_summary = summarize(warm)
-    result = {"summary": summary, "warmup": {
+    result = {"summary": summary, "engine_stats": gen.engine_stats, "warmup": {
         "num_requests": len(warm), "num_errors": warm_summary["num_errors"],
         "duration_s": warm_summary["duration_s"]}}
     log.info("%s: %.1f output tok/s, TTFT p50 %.1f ms, ITL p50 %.1f ms, %d errors", target.name,
@@ -138,6 +137,7 @@ def run_targets(spec, engine_dir: Path, maker: PromptMaker, weights_bytes: int,
         with direct_target(spec, engine_dir, sampler) as target:
             results["direct"], records["direct"] = measure(target, bench, workload, sampler,
                                                            origin_s)
+            results["direct"]["torch_num_threads"] = target.num_threads
     if bench.target in ("server", "both"):
         with server_target(spec, sampler) as target:
             results["server"], records["server"] = measure(target, bench, workload, sampler,

@@ -1,6 +1,6 @@
 """Sweep sizes 1, 2, 4, ...: at each size, `size * num_waves` requests at concurrency `size`.
 
-direct: the engine in-process, watched through engine.stats(); a size fails when its sequences
+direct: the engine in-process, its stats() read after every step; a size fails when its sequences
 could not all run at once for lack of KV blocks (they waited, or were preempted), when a request
 is refused as never fitting, or on GPU out-of-memory. server: through Triton; a size fails when a
 request fails. Either way the failure is a result, never a crash.
@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.bench.engine_facts import EngineFacts
-from pipeline.bench.engine_watch import EngineWatch
 from pipeline.bench.session import Workload, add_derived, direct_target, measure
 from pipeline.bench.target import Target
 from pipeline.bench.threshold_search import (
@@ -48,6 +47,7 @@ def _measure_size(target: Target, bench, maker, sampler, origin_s, size, facts) 
     summary = result["summary"]
     add_derived(summary, facts.weights_bytes)
     summary.pop("resources", None)
+    summary.update(result["engine_stats"])
     if summary["num_errors"]:
         first = next(r.error for r in records if r.error)
         raise CapacityExceeded(classify_failure(RuntimeError(first)),
@@ -67,20 +67,19 @@ def _direct_run_one(target, bench, maker, sampler, origin_s,
                                    f"{size} to sweep further")
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
-        with EngineWatch(target.engine) as watch:
-            metrics = _measure_size(target, bench, maker, sampler, origin_s, size, facts)
-        metrics.update(watch.to_dict())
-        used = watch.num_total_blocks - (watch.min_free_blocks or 0)
-        metrics["kv_used_gib"] = used * facts.kv_bytes_per_block / 2**30
+        metrics = _measure_size(target, bench, maker, sampler, origin_s, size, facts)
+        total = metrics["num_total_blocks"]
+        metrics["kv_used_gib"] = (total - metrics["min_free_blocks"]) * \
+            facts.kv_bytes_per_block / 2**30
         if torch.cuda.is_available():
             metrics["torch_max_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
-        kv = (f"KV cache of {watch.num_total_blocks} blocks x {facts.tokens_per_block} tokens, "
+        kv = (f"KV cache of {total} blocks x {facts.tokens_per_block} tokens, "
               f"{bench.input_len}+{bench.output_len} tokens per sequence")
-        if watch.num_preemptions:
-            raise CapacityExceeded("kv_capacity", f"{watch.num_preemptions} preemptions at "
+        if metrics["num_preemptions"]:
+            raise CapacityExceeded("kv_capacity", f"{metrics['num_preemptions']} preemptions at "
                                    f"{size} concurrent sequences ({kv})", metrics)
-        if watch.peak_running < size:
-            raise CapacityExceeded("kv_capacity", f"only {watch.peak_running} of {size} "
+        if metrics["peak_running"] < size:
+            raise CapacityExceeded("kv_capacity", f"only {metrics['peak_running']} of {size} "
                                    f"sequences could run at once ({kv})", metrics)
         return metrics
 

@@ -81,3 +81,17 @@ def test_poisson_rate_with_corpus_prompts_in_process(session_workdir, smollm_eng
     planned = [r["scheduled_s"] for r in records]
     assert planned == sorted(planned) and len(set(planned)) == 4
     assert all(r["error"] is None and 1 <= r["num_output_tokens"] <= 4 for r in records)
+
+
+def test_sweep_reports_a_request_that_can_never_fit(session_workdir, smollm_engine_dir,
+                                                    bench_overrides):
+    from pipeline.stages import sweep
+
+    # one 16-token block cannot hold 16+8 tokens: the engine refuses every request
+    out = sweep.run(make_spec("sweep", *bench_overrides, "bench.sweep.num_kv_blocks=1",
+                              "bench.sweep.sizes=[1,2]", "bench.num_warmup_requests=0",
+                              workdir=session_workdir))
+    data = json.loads((out / "sweep.json").read_text())
+    assert data["max_ok_size"] is None and data["threshold_size"] == 1
+    assert data["threshold_failure"] == "kv_capacity"
+    assert "can never fit" in data["threshold_detail"]
