@@ -49,16 +49,17 @@ def container_server(deploy: DeploySpec, workdir: str, argv: list[str]) -> Trito
 
 
 def serve_until_stopped(server: TritonServer) -> None:
-    """Block until Ctrl-C / SIGTERM (then the caller's `with` stops the server) or the server
-    exits by itself (StageError with its log tail)."""
+    """Block until Ctrl-C / SIGTERM / SIGHUP (then the caller's `with` stops the server) or the
+    server exits by itself (StageError with its log tail)."""
     def _terminate(signum, frame):
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    previous = {sig: signal.signal(sig, _terminate) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         code = server.process.wait()
         raise StageError(server.failure(f"exited with code {code} while serving"))
     except KeyboardInterrupt:
         log.info("serve: stopping")
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
