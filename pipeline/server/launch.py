@@ -1,9 +1,11 @@
 """From specs and the deploy artifact to a TritonServer: local (torch) or container (trtllm)."""
 
+import contextlib
 import logging
 import shutil
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from pipeline.errors import StageError
@@ -48,18 +50,26 @@ def container_server(deploy: DeploySpec, workdir: str, argv: list[str]) -> Trito
     return TritonServer(argv, endpoints(deploy), _log_path(workdir), deploy.startup_timeout_s)
 
 
-def serve_until_stopped(server: TritonServer) -> None:
-    """Block until Ctrl-C / SIGTERM / SIGHUP (then the caller's `with` stops the server) or the
-    server exits by itself (StageError with its log tail)."""
-    def _terminate(signum, frame):
+@contextlib.contextmanager
+def signals_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt like Ctrl-C, so `with server:` still stops
+    the server (Python's default for them exits without unwinding)."""
+    def _interrupt(signum, frame):
         raise KeyboardInterrupt
 
-    previous = {sig: signal.signal(sig, _terminate) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def serve_until_stopped(server: TritonServer) -> None:
+    """Block until interrupted (the caller's `with` then stops the server) or until the server
+    exits by itself (StageError with its log tail)."""
     try:
         code = server.process.wait()
         raise StageError(server.failure(f"exited with code {code} while serving"))
     except KeyboardInterrupt:
         log.info("serve: stopping")
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

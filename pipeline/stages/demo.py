@@ -61,7 +61,7 @@ def run(spec) -> Path:
                           "`make serve BACKEND=trtllm` on a GPU host for TensorRT-LLM")
     prompts = _chat_prompts(Path(facts["tokenizer_dir"]))
     start = time.perf_counter()
-    with launch.local_server(spec.deploy, spec.workdir) as server:
+    with launch.signals_as_interrupt(), launch.local_server(spec.deploy, spec.workdir) as server:
         startup_s = time.perf_counter() - start
         print(f"demo: tritonserver ready in {startup_s:.1f} s ({server.endpoints.grpc_url})",
               flush=True)

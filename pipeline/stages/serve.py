@@ -31,7 +31,7 @@ def run(spec) -> Path:
     else:
         server = launch.local_server(spec.deploy, spec.workdir)
     start = time.perf_counter()
-    with server:
+    with launch.signals_as_interrupt(), server:
         ends = server.endpoints
         print(f"serve: ready in {time.perf_counter() - start:.1f} s; {spec.deploy.repo_dir} "
               f"({facts['backend']}) on http {ends.http_url}, grpc {ends.grpc_url}, metrics "
