@@ -66,7 +66,8 @@ def _generate(client, args) -> None:
     for delta in client.stream(request):
         num_chunks += 1
         print(delta, end="", flush=True)
-    print(f"\n[{num_chunks} chunks in {time.perf_counter() - start:.2f} s]", file=sys.stderr)
+    print()
+    print(f"[{num_chunks} chunks in {time.perf_counter() - start:.2f} s]", file=sys.stderr)
 
 
 def _infer(client: HttpClient, args) -> None:

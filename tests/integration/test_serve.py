@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from pipeline.client import ClientError, GenerateRequest, GrpcClient, HttpClient
+from pipeline.client import ClientError, GenerateRequest, GrpcClient, HttpClient, cli
 from pipeline.client.metrics import fetch_metrics, metric_value
 from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.server import launch
@@ -169,6 +169,27 @@ def test_cancelled_request_leaves_the_engine(server, engine):
     responses.close()  # stops the gRPC stream, cancelling the request
     generated = settled_counters(server)["pipeline_engine_generated_tokens"] - before
     assert generated < 150
+
+
+def test_cli_as_the_readme_shows(server, expected, capsys):
+    grpc_url, http_url = server.endpoints.grpc_url, server.endpoints.http_url
+    prompt = PROMPTS[6]
+    assert cli.main(["--url", grpc_url, "ready"]) == 0
+    assert capsys.readouterr().out == f"ready: ensemble at {grpc_url}\n"
+    assert cli.main(["--url", grpc_url, "generate", prompt, "--stream",
+                     "--max-tokens", str(MAX_TOKENS)]) == 0
+    assert capsys.readouterr().out == expected[prompt][0] + "\n"
+    assert cli.main(["--protocol", "http", "--url", http_url, "generate", prompt,
+                     "--max-tokens", str(MAX_TOKENS)]) == 0
+    assert capsys.readouterr().out == expected[prompt][0] + "\n"
+    assert cli.main(["--protocol", "http", "--url", http_url, "infer", "preprocessing",
+                     "QUERY=Hello", "REQUEST_OUTPUT_LEN=4"]) == 0
+    assert "REQUEST_INPUT_LEN: [[1]]" in capsys.readouterr().out
+    assert cli.main(["metrics", "pipeline_engine_batch_size",
+                     "--metrics-url", server.endpoints.metrics_url]) == 0
+    assert "pipeline_engine_batch_size" in capsys.readouterr().out
+    assert cli.main(["--url", grpc_url, "generate", ""]) == 1
+    assert "error: client: ensemble at" in capsys.readouterr().err
 
 
 def test_server_stops_cleanly(server):
