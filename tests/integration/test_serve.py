@@ -104,6 +104,18 @@ def test_bls_answers_like_the_ensemble(server, expected):
     assert bls_http.generate(GenerateRequest(prompt, max_tokens=MAX_TOKENS)) == expected[prompt][0]
 
 
+def test_stop_and_bad_words_reach_the_engine(http, engine):
+    prompt = PROMPTS[0]
+    words = {w: tuple(engine.tokenizer.encode(w, add_special_tokens=False))
+             for w in (".", " Paris")}
+    params = SamplingParams(max_tokens=MAX_TOKENS, stop_sequences=(words["."],),
+                            bad_sequences=(words[" Paris"],))
+    want = engine.generate([prompt], params)[0].text
+    got = http.generate(GenerateRequest(prompt, max_tokens=MAX_TOKENS, stop_words=(".",),
+                                        bad_words=(" Paris",)))
+    assert got == want and "Paris" not in got and got.endswith(".")
+
+
 def engine_counters(server) -> dict[str, float]:
     samples = fetch_metrics(server.endpoints.metrics_url)
     names = ("pipeline_engine_batch_size", "pipeline_engine_steps",
