@@ -8,6 +8,7 @@ LIBDIR: the stub must load the same libpython as the venv, or stdlib and C core 
 
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -72,4 +73,23 @@ def prepare_home(cache_root: Path) -> ServerHome:
         shutil.copy2(stub, tmp / "backends" / "python" / "triton_python_backend_stub")
         shutil.rmtree(root, ignore_errors=True)
         os.rename(tmp, root)
-    return ServerHome(root=root, libs_dir=libs_dir)
+    home = ServerHome(root=root, libs_dir=libs_dir)
+    check_stub_libraries(home)
+    return home
+
+
+def check_stub_libraries(home: ServerHome) -> None:
+    """A stub that cannot load its libpython makes Triton hang while loading the python models;
+    say so before starting instead (ldd with the server's environment)."""
+    stub = home.backends_dir / "python" / "triton_python_backend_stub"
+    try:
+        result = subprocess.run(["ldd", str(stub)], env=home.env(home.root), capture_output=True,
+                                text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return  # no ldd here: the readiness timeout still bounds a hang
+    missing = [line.split()[0] for line in result.stdout.splitlines() if "not found" in line]
+    if missing:
+        raise StageError(f"serve: the python backend stub {stub} cannot load {missing}; install "
+                         f"the shared libpython of this interpreter (Debian/Ubuntu: apt install "
+                         f"libpython{sys.version_info.major}.{sys.version_info.minor}) or use a "
+                         f"Python built with --enable-shared")
