@@ -68,7 +68,9 @@ def base_overrides(workdir: Path, quick: bool, is_cuda: bool) -> list[str]:
               f"deploy.http_port={http}", f"deploy.grpc_port={grpc}",
               f"deploy.metrics_port={metrics}", "bench=throughput", "backend=torch"]
     if quick:
-        return common + ["model.dtype=float32", "build.max_batch_size=8", "build.max_seq_len=256",
+        # one torch thread on both sides: OMP threads spinning on a busy CPU skew the ratio
+        return common + ["deploy.torch.num_threads=1",
+                         "model.dtype=float32", "build.max_batch_size=8", "build.max_seq_len=256",
                          "build.max_input_len=128", "build.max_num_tokens=512",
                          "bench.input_len=16", "bench.output_len=8", "bench.num_requests=8",
                          "bench.num_warmup_requests=1", "bench.concurrency=4",

@@ -1,0 +1,43 @@
+"""scripts/gpu_serving_bench.py without a GPU: dependency report, step plan, summary reading."""
+
+import importlib.util
+import json
+
+from tests.conftest import REPO
+
+spec = importlib.util.spec_from_file_location("gpu_serving_bench",
+                                              REPO / "scripts" / "gpu_serving_bench.py")
+script = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(script)
+
+
+def test_missing_names_the_pip_package():
+    assert script.missing({"json": "json", "no_such_module_xyz": "no-such-pkg"}) == {
+        "no_such_module_xyz": "no-such-pkg"}
+    assert script.missing({"no_such_parent.child": "x"}) == {"no_such_parent.child": "x"}
+
+
+def test_without_server_packages_only_direct_steps_run():
+    names = [(name, stage) for name, stage, extra, _ in script.steps(False, has_server=False)]
+    assert ("sweep_server", "sweep") not in names
+    for _, _, extra, _ in script.steps(False, has_server=False):
+        assert not any(o.endswith("=both") or o.endswith("=server") for o in extra)
+    assert any(name == "sweep_server" for name, *_ in script.steps(False, has_server=True))
+
+
+def test_key_numbers_reads_the_written_results(tmp_path):
+    (tmp_path / "saturation").mkdir()
+    (tmp_path / "saturation" / "bench.json").write_text(json.dumps({
+        "settings": {"input_len": 128},
+        "targets": {"server": {"summary": {"ttft_ms_p50": 12.0, "output_tok_s": 900.0}}},
+        "triton_vs_direct": {"output_tok_s_ratio": 0.93},
+        "profile": {"summary": {"gpu0": {"mem_used_bytes_max": 7e10}, "bench": {}}}}))
+    (tmp_path / "sweep_small_kv").mkdir()
+    (tmp_path / "sweep_small_kv" / "sweep.json").write_text(json.dumps({
+        "max_ok_size": 8, "threshold_size": 16, "threshold_failure": "kv_capacity"}))
+    keys = script.key_numbers(tmp_path, {"saturation": {"status": "ok"}})
+    assert keys["saturation.server"]["ttft_ms_p50"] == 12.0
+    assert keys["saturation.triton_vs_direct"]["output_tok_s_ratio"] == 0.93
+    assert keys["saturation.gpu_peaks"] == {"gpu0": {"mem_used_bytes_max": 7e10}}
+    assert keys["sweep_small_kv"]["threshold_size"] == 16
+    assert "low_load.server" not in keys
