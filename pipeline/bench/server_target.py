@@ -77,9 +77,11 @@ def server_target(spec, sampler: Sampler | None = None) -> Iterator[ServerTarget
     server = _launch(spec)
     with contextlib.ExitStack() as stack:
         with sampler.phase("server:start") if sampler else contextlib.nullcontext():
-            stack.enter_context(server)
-        if sampler is not None:
-            sampler.watch_process("server", server.process.pid)
+            server.start()
+            stack.callback(server.stop)
+            if sampler is not None:  # from its first sample on, not counted as the bench's
+                sampler.watch_process("server", server.process.pid)
+            server.wait_ready()
         target = ServerTarget(server.endpoints.grpc_url, bench.request_timeout_s)
         target.client.wait_ready(spec.deploy.startup_timeout_s)
         yield target
