@@ -209,6 +209,18 @@ def main() -> int:
                              "traceback": traceback.format_exc()[-3000:]}
             print(f"STEP {name} FAILED: {results[name]['error']}", flush=True)
         results[name]["wall_s"] = round(time.perf_counter() - began, 1)
+    saturation = results.get("saturation", {})
+    if saturation.get("status") == "ok" and time.perf_counter() - start < TIME_BUDGET_S * 0.85:
+        # a baseline file for this GPU from the saturation run (+ accuracy through the engine):
+        # copy it to baselines/smollm2-135m-torch-<gpu>.json to gate later runs with `regress`
+        try:
+            run_step("regress", base + [f"bench.regress.bench_dir={saturation['artifact']}",
+                                        "bench.regress.update_baseline=true",
+                                        f"bench.regress.baseline={args.out / 'baseline.json'}"],
+                     args.out / "baseline.log", 300)
+            results["baseline"] = {"status": "ok"}
+        except Exception as exc:  # the numbers above stand without it
+            results["baseline"] = {"status": "failed", "error": f"{exc}"[:2000]}
     summary = {"device": torch.cuda.get_device_name() if is_cuda else "cpu",
                "torch": torch.__version__, "missing": absent,
                "wall_s": round(time.perf_counter() - start, 1),
