@@ -82,7 +82,6 @@ class DirectDriver:
                 if record is None:  # e.g. the cancel notice of an aborted earlier run
                     continue
                 record.add_chunk(now, len(delta.token_ids))
-                record.token_ids.extend(delta.token_ids)
                 if delta.finished:
                     record.end_s = now
                     del in_flight[delta.request_id]

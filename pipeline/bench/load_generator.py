@@ -77,8 +77,7 @@ class LoadGenerator:
         record.start_s = self.now()
         try:
             for chunk in self.target.stream(request, self.temperature, self.seed):
-                record.add_chunk(self.now(), chunk.num_tokens, chunk.text)
-                record.token_ids.extend(chunk.token_ids)
+                record.add_chunk(self.now(), chunk.num_tokens)
         except Exception as exc:  # a failed request is a measurement (errors), not a crash
             record.error = f"{type(exc).__name__}: {exc}"[:300]
             log.debug("request %s failed: %s", request.request_id, record.error)

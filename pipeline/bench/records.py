@@ -14,13 +14,10 @@ class RequestRecord:
     chunk_num_tokens: list[int] = field(default_factory=list)
     end_s: float = 0.0
     error: str | None = None
-    text: str = ""
-    token_ids: list[int] = field(default_factory=list)
 
-    def add_chunk(self, time_s: float, num_tokens: int, text: str = "") -> None:
+    def add_chunk(self, time_s: float, num_tokens: int) -> None:
         self.chunk_times_s.append(time_s)
         self.chunk_num_tokens.append(num_tokens)
-        self.text += text
 
     @property
     def is_ok(self) -> bool:

@@ -43,7 +43,7 @@ class ServerTarget:
                                    seed=seed if temperature > 0 else None,
                                    end_id=NO_END_ID if request.ignore_eos else None)
         for text in self.client.stream(generate):
-            yield Chunk(1 if text else 0, text)
+            yield Chunk(1 if text else 0)
 
 
 def _launch(spec):

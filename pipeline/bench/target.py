@@ -16,9 +16,7 @@ from pipeline.bench.workload import BenchRequest
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    num_tokens: int
-    text: str = ""
-    token_ids: tuple[int, ...] = ()
+    num_tokens: int  # tokens one streamed response carried (0 for an empty final response)
 
 
 class Generator(Protocol):

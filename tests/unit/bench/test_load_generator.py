@@ -26,9 +26,9 @@ class CountingTarget:
         try:
             if request.request_id.endswith("bad"):
                 raise RuntimeError("server said no")
-            for n in range(request.max_tokens):
+            for _ in range(request.max_tokens):
                 time.sleep(0.002)
-                yield Chunk(1, f"t{n}", (n,))
+                yield Chunk(1)
             yield Chunk(0)  # empty final response
         finally:
             with self.lock:
@@ -48,8 +48,7 @@ def test_all_requests_complete_within_the_concurrency_cap(mode):
     records = gen.run(requests(12), "measure")
     assert [r.request_id for r in records] == [f"r{i}" for i in range(12)]
     assert target.max_in_flight <= 3
-    assert all(r.is_ok and r.num_output_tokens == 4 and r.text == "t0t1t2t3" for r in records)
-    assert all(r.token_ids == [0, 1, 2, 3] for r in records)
+    assert all(r.is_ok and r.num_output_tokens == 4 for r in records)
     assert all(r.start_s >= r.scheduled_s and r.end_s >= r.last_token_s for r in records)
 
 
