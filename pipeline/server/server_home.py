@@ -6,6 +6,7 @@ RPATH to the bundled libs, so env() puts them on LD_LIBRARY_PATH, after the inte
 LIBDIR: the stub must load the same libpython as the venv, or stdlib and C core disagree.
 """
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -19,12 +20,12 @@ from pipeline.errors import StageError
 
 
 def _pytriton_dir() -> Path:
-    try:
-        import pytriton
-    except ImportError as exc:
+    # found, not imported: only the bundled server is used, not pytriton's Python API and deps
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
         raise StageError("serve: nvidia-pytriton is not installed (it ships tritonserver); run "
-                         "`make setup` or `pip install -e '.[serve]'`") from exc
-    return Path(pytriton.__file__).parent
+                         "`make setup` or `pip install -e '.[serve]'`")
+    return Path(list(spec.submodule_search_locations)[0])
 
 
 @dataclass(frozen=True, slots=True)

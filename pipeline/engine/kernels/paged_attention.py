@@ -43,7 +43,8 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_le
         k = tl.load(k_cache_ptr + block * stride_kb + tokens[:, None] * stride_kt
                     + kv_head * stride_kh + dims[None, :], mask=token_mask[:, None], other=0.0)
         k = k.to(DOT_DTYPE)
-        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale  # [G, BS]
+        # torch.compile passes the float `scale` as fp64; keep the loop-carried stats fp32
+        scores = (tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale).to(tl.float32)
         scores = tl.where(token_mask[None, :], scores, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(scores, axis=1))
         alpha = tl.exp(m_i - m_new)
