@@ -27,7 +27,7 @@ def test_option_file_composes_to_a_valid_recipe(name, tmp_path):
 def test_conf_defaults_match_the_issue(tmp_path):
     spec = lambda name: make_spec("quantize", f"quant={name}", workdir=tmp_path).quant  # noqa: E731
     assert spec("int4_awq").block_size == 128
-    assert spec("int8_sq").smoothquant_alpha == 0.5
+    assert spec("int8_sq").smoothquant_alpha == 1.0  # modelopt's default
     assert spec("fp8").kv_cache == "none" and spec("fp8").export_dtype == "float16"
 
 
