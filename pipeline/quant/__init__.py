@@ -24,6 +24,6 @@ attention.dense, mlp.fc, mlp.gate, mlp.proj}`; everything else is `dtype`):
   weights_scaling_factor F8_E4M3 [out, in/16]; weights_scaling_factor_2 F32 []: w = e2m1 value *
   block scale * weights_scaling_factor_2; activation_scaling_factor F32 [].
 - KV cache (kv_cache_quant_algo FP8 / INT8): attention.{k,v,kv}_cache_scaling_factor F32 [1].
-The full tables and the scale formulas: modelopt's export (pipeline/quant/export.py says where
-we change its config.json).
+tests/integration/test_quantize.py decodes each format with these formulas back to the original
+weights; pipeline/quant/export.py lists where we change modelopt's config.json.
 """

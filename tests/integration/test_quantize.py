@@ -50,9 +50,9 @@ CASES = {  # id: (overrides, quant_algo, kv_cache_quant_algo, {qkv suffix: (dtyp
         "weights_scaling_factor_2": ("F32", []), "activation_scaling_factor": ("F32", [])}),
 }
 # relative Frobenius error of the decoded qkv weight vs the original: about 2x what was measured
-# (int8 0.01, fp8 0.027, SmoothQuant 0.024, nvfp4 0.094, int4 0.13, AWQ 0.19: AWQ minimizes the
-# output error, not the weight error)
-DECODE_TOLERANCE = {"W8A16": 0.02, "FP8": 0.05, "W8A8_SQ_PER_CHANNEL": 0.05, "NVFP4": 0.2,
+# (int8 0.01, fp8 0.027, nvfp4 0.094, int4 0.13; AWQ 0.19 and SmoothQuant at alpha 1.0 0.22 move
+# activation outliers into the weights, minimizing the output error, not the weight error)
+DECODE_TOLERANCE = {"W8A16": 0.02, "FP8": 0.05, "W8A8_SQ_PER_CHANNEL": 0.45, "NVFP4": 0.2,
                     "W4A16_AWQ": 0.35, "W4A8_AWQ": 0.35}
 E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6])
 
