@@ -123,7 +123,9 @@ class StageRequest:
 
     @property
     def config_hash(self) -> str:
-        return sha256_json([self.config, sorted(self.upstream)])[:10]
+        # upstream dir names are their own config hashes: other inputs, other directory
+        upstream = sorted((k, Path(v).name) for k, v in self.upstream.items())
+        return sha256_json([self.config, upstream])[:10]
 
     @property
     def artifact_dir(self) -> Path:

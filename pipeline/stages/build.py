@@ -21,7 +21,7 @@ def run(spec) -> Path:
     backend = load_backend(spec)
     backend.check_available()
     ckpt_dir = checkpoint(spec)
-    tokenizer_dir = Path(Manifest.read(convert.run(spec)).extra["hf_dir"])
+    tokenizer_dir = Path(Manifest.read(ckpt_dir).extra["hf_dir"])
     request = StageRequest(
         workdir=Path(spec.workdir), model=spec.model.name, stage=f"build-{backend.name}",
         config={"backend": asdict(spec.backend), "build": asdict(spec.build),

@@ -21,7 +21,7 @@ from pipeline.artifacts import (
 from pipeline.errors import ConfigError
 from pipeline.quant import gate, preflight
 from pipeline.quant.recipes import Recipe, check_export_labels
-from pipeline.stages import convert, fetch
+from pipeline.stages import convert, fetch, forced
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def run(spec) -> Path:
         workdir=Path(spec.workdir), model=spec.model.name, stage="quantize",
         config={"quant": asdict(quant), "tp_size": spec.parallel.tp_size,
                 "pp_size": spec.parallel.pp_size},
-        upstream={"hf_dir": hf_dir}, force=spec.force,
+        upstream={"hf_dir": hf_dir}, force=forced(spec, "quantize"),
         # an edited calibration file re-runs the stage
         fingerprint_extra=file_stat_fingerprint([calib_file]) if calib_file else None,
     )
