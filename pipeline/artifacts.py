@@ -24,8 +24,16 @@ from pipeline.errors import ArtifactError, GateFailed
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
-KEY_PACKAGES = ("torch", "transformers", "nvidia-modelopt", "safetensors", "tensorrt_llm",
-                "tritonclient", "nvidia-pytriton", "llm-pipeline")
+KEY_PACKAGES = (
+    "torch",
+    "transformers",
+    "nvidia-modelopt",
+    "safetensors",
+    "tensorrt_llm",
+    "tritonclient",
+    "nvidia-pytriton",
+    "llm-pipeline",
+)
 
 
 def sha256_file(path: Path, chunk_bytes: int = 1 << 22) -> str:
@@ -56,8 +64,11 @@ def file_stat_fingerprint(paths: Iterable[Path]) -> list[list]:
 
 
 def files_sha256(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): sha256_file(p)
-            for p in sorted(root.rglob("*")) if p.is_file() and p.name != MANIFEST}
+    return {
+        str(p.relative_to(root)): sha256_file(p)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +90,16 @@ class Manifest:
     def read(cls, artifact_dir: Path) -> "Manifest":
         path = Path(artifact_dir) / MANIFEST
         if not path.is_file():
-            raise ArtifactError(f"{path}: no manifest; this directory is not a pipeline artifact "
-                                f"(re-run the stage that produces it)")
+            raise ArtifactError(
+                f"{path}: no manifest; this directory is not a pipeline artifact "
+                f"(re-run the stage that produces it)"
+            )
         try:
             return cls(**json.loads(path.read_text()))
         except (json.JSONDecodeError, TypeError) as exc:
-            raise ArtifactError(f"{path}: unreadable manifest ({exc}); re-run the stage with "
-                                f"force=true") from exc
+            raise ArtifactError(
+                f"{path}: unreadable manifest ({exc}); re-run the stage with force=true"
+            ) from exc
 
     def write(self, artifact_dir: Path) -> None:
         data = {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -174,11 +188,18 @@ def produce_artifact(request: StageRequest, producer: Callable[[Path], dict | No
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     manifest = Manifest(
-        stage=request.stage, model=request.model, status=status, config=request.config,
+        stage=request.stage,
+        model=request.model,
+        status=status,
+        config=request.config,
         inputs={k: input_record(v) for k, v in request.upstream.items()},
-        fingerprint=fingerprint, outputs=files_sha256(tmp), versions=package_versions(),
-        wall_time_s=round(time.perf_counter() - start, 3), host=socket.gethostname(),
-        created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"), extra=extra,
+        fingerprint=fingerprint,
+        outputs=files_sha256(tmp),
+        versions=package_versions(),
+        wall_time_s=round(time.perf_counter() - start, 3),
+        host=socket.gethostname(),
+        created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        extra=extra,
     )
     manifest.write(tmp)
     _swap_into_place(tmp, target)
@@ -200,14 +221,20 @@ def verify_outputs(artifact_dir: Path) -> Manifest:
     """Re-hash an upstream artifact's files against its manifest before a stage consumes them."""
     manifest = Manifest.read(artifact_dir)
     if manifest.status != "ok":
-        raise ArtifactError(f"{artifact_dir}: {manifest.stage} finished with status "
-                            f"{manifest.status!r}; fix it and re-run {manifest.stage}")
+        raise ArtifactError(
+            f"{artifact_dir}: {manifest.stage} finished with status "
+            f"{manifest.status!r}; fix it and re-run {manifest.stage}"
+        )
     for name, expected in manifest.outputs.items():
         path = Path(artifact_dir) / name
         if not path.is_file():
-            raise ArtifactError(f"{path}: missing from the {manifest.stage} artifact; re-run "
-                                f"{manifest.stage} with force=true")
+            raise ArtifactError(
+                f"{path}: missing from the {manifest.stage} artifact; re-run "
+                f"{manifest.stage} with force=true"
+            )
         if sha256_file(path) != expected:
-            raise ArtifactError(f"{path}: sha256 differs from {manifest.stage}'s manifest (file "
-                                f"corrupted or edited); re-run {manifest.stage} with force=true")
+            raise ArtifactError(
+                f"{path}: sha256 differs from {manifest.stage}'s manifest (file "
+                f"corrupted or edited); re-run {manifest.stage} with force=true"
+            )
     return manifest

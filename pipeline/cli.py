@@ -57,8 +57,10 @@ def _argv_with_stage(argv: list[str]) -> list[str]:
 def main() -> None:
     argv = sys.argv[1:]
     if not argv or argv[0] in ("-h", "--help") and len(argv) == 1:
-        print(f"usage: pipeline <stage> [key=value ...] [--multirun]\nstages: "
-              f"{', '.join(STAGE_NAMES)}\nconfig help: pipeline <stage> --help")
+        print(
+            f"usage: pipeline <stage> [key=value ...] [--multirun]\nstages: "
+            f"{', '.join(STAGE_NAMES)}\nconfig help: pipeline <stage> --help"
+        )
         sys.exit(0 if argv else 2)
     first = argv[0]
     if "=" not in first and not first.startswith("-") and first not in STAGE_NAMES:

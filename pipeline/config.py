@@ -21,8 +21,17 @@ from pipeline.specs.parallel import ParallelSpec
 from pipeline.specs.quant import QuantSpec
 
 STAGE_NAMES = (
-    "fetch", "convert", "quantize", "build", "deploy", "serve", "bench", "profile", "sweep",
-    "regress", "demo",
+    "fetch",
+    "convert",
+    "quantize",
+    "build",
+    "deploy",
+    "serve",
+    "bench",
+    "profile",
+    "sweep",
+    "regress",
+    "demo",
 )
 
 
@@ -118,8 +127,10 @@ def to_specs(cfg: DictConfig | dict) -> PipelineSpec:
     errors: list[str] = []
     spec = _to_spec(PipelineSpec, container, "", errors)
     if errors:
-        raise ConfigError("config: " + "; ".join(errors) + " (fix the YAML under conf/ or the "
-                          "command-line override)")
+        raise ConfigError(
+            "config: " + "; ".join(errors) + " (fix the YAML under conf/ or the "
+            "command-line override)"
+        )
     if spec.stage not in STAGE_NAMES:
         raise ConfigError(f"config: unknown stage {spec.stage!r}; stages: {', '.join(STAGE_NAMES)}")
     return spec

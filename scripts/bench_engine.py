@@ -52,19 +52,47 @@ from bench_hf_baselines import (  # noqa: E402
 
 log = logging.getLogger("bench_engine")
 
-LLAMA_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-            "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
-            "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 131072,
-            "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-            "tie_word_embeddings": False}
-SMOLLM2 = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
-           "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
-           "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "max_position_embeddings": 8192,
-           "tie_word_embeddings": True}
-TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
-        "max_position_embeddings": 512, "tie_word_embeddings": False}
+LLAMA_8B = {
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "max_position_embeddings": 131072,
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+    "tie_word_embeddings": False,
+}
+SMOLLM2 = {
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "vocab_size": 49152,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 100000.0,
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": True,
+}
+TINY = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 512,
+    "tie_word_embeddings": False,
+}
 
 
 @dataclass(frozen=True)
@@ -82,9 +110,18 @@ class Workload:
     copy_bytes: int = 2 << 30
 
 
-TINY_WORKLOAD = Workload(num_requests=6, input_len=12, output_len=6, max_batch_size=4,
-                         hf_batch=3, hf_num_batches=1, hf_static_cache=False, hf_cb_warmup=False,
-                         hf_cb_requests=0, copy_bytes=8 << 20)  # CPU generate_batch: ~20 s
+TINY_WORKLOAD = Workload(
+    num_requests=6,
+    input_len=12,
+    output_len=6,
+    max_batch_size=4,
+    hf_batch=3,
+    hf_num_batches=1,
+    hf_static_cache=False,
+    hf_cb_warmup=False,
+    hf_cb_requests=0,
+    copy_bytes=8 << 20,
+)  # CPU generate_batch: ~20 s
 
 
 def free_memory() -> None:
@@ -129,9 +166,13 @@ def write_checkpoint(tensors: dict, hf_config: dict, dtype: str, out_dir: Path) 
 
 def build_engine(ckpt_dir: Path, tokenizer_dir: Path, out_dir: Path, work: Workload) -> Path:
     """The torch backend's build, exactly as `python -m pipeline build backend=torch` runs it."""
-    build = BuildSpec(max_batch_size=work.max_batch_size, max_input_len=work.input_len,
-                      max_seq_len=work.input_len + work.output_len,
-                      max_num_tokens=max(8192, work.input_len), tokens_per_block=32)
+    build = BuildSpec(
+        max_batch_size=work.max_batch_size,
+        max_input_len=work.input_len,
+        max_seq_len=work.input_len + work.output_len,
+        max_num_tokens=max(8192, work.input_len),
+        tokens_per_block=32,
+    )
     spec = SimpleNamespace(build=build, deploy=None, backend=SimpleNamespace(device="auto"))
     out_dir.mkdir(parents=True)
     TorchBackend(spec).build(ckpt_dir, tokenizer_dir, out_dir)
@@ -143,17 +184,29 @@ def decode_bytes(ckpt_dir: Path, dtype: torch.dtype, work: Workload) -> dict:
     is gathered), plus the KV cache at the mean context of the run."""
     cfg = json.loads((ckpt_dir / "config.json").read_text())
     with safe_open(ckpt_dir / "rank0.safetensors", "pt") as f:
-        weight_bytes = sum(math.prod(f.get_slice(name).get_shape()) * dtype.itemsize
-                           for name in f.keys() if name != "transformer.vocab_embedding.weight")
-    kv_per_token = (2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"]
-                    * cfg["head_size"] * dtype.itemsize)
+        weight_bytes = sum(
+            math.prod(f.get_slice(name).get_shape()) * dtype.itemsize
+            for name in f.keys()
+            if name != "transformer.vocab_embedding.weight"
+        )
+    kv_per_token = (
+        2
+        * cfg["num_hidden_layers"]
+        * cfg["num_key_value_heads"]
+        * cfg["head_size"]
+        * dtype.itemsize
+    )
     mean_context = work.input_len + work.output_len / 2
-    return {"weight_bytes": weight_bytes, "kv_bytes_per_token": kv_per_token,
-            "bytes_per_step": weight_bytes + kv_per_token * mean_context}
+    return {
+        "weight_bytes": weight_bytes,
+        "kv_bytes_per_token": kv_per_token,
+        "bytes_per_step": weight_bytes + kv_per_token * mean_context,
+    }
 
 
-def bench_engine(engine_dir: Path, device: torch.device, dtype: str, work: Workload,
-                 vocab_size: int) -> dict:
+def bench_engine(
+    engine_dir: Path, device: torch.device, dtype: str, work: Workload, vocab_size: int
+) -> dict:
     start = time.perf_counter()
     engine = LLMEngine.from_engine_dir(engine_dir, device=str(device), dtype=dtype)
     load_s = time.perf_counter() - start
@@ -177,19 +230,34 @@ def bench_engine(engine_dir: Path, device: torch.device, dtype: str, work: Workl
     stats = engine.stats()
     del engine
     free_memory()
-    return {"load_s": load_s, "warmup_s": warmup_s,
-            "decode_tok_s": statistics.median(decode_tok_s), "greedy_tokens": tokens,
-            "throughput_out_tok_s": num_out / wall_s,
-            "throughput_total_tok_s": (num_out + len(prompts) * work.input_len) / wall_s,
-            "throughput_wall_s": wall_s, "num_requests": len(prompts), "num_out_tokens": num_out,
-            "ttft_p50_s": ttfts[len(ttfts) // 2], "num_kv_blocks": stats["num_total_blocks"],
-            "num_preemptions": stats["num_preemptions"],
-            "cuda_graph_batch_sizes": stats["cuda_graph_batch_sizes"]}
+    return {
+        "load_s": load_s,
+        "warmup_s": warmup_s,
+        "decode_tok_s": statistics.median(decode_tok_s),
+        "greedy_tokens": tokens,
+        "throughput_out_tok_s": num_out / wall_s,
+        "throughput_total_tok_s": (num_out + len(prompts) * work.input_len) / wall_s,
+        "throughput_wall_s": wall_s,
+        "num_requests": len(prompts),
+        "num_out_tokens": num_out,
+        "ttft_p50_s": ttfts[len(ttfts) // 2],
+        "num_kv_blocks": stats["num_total_blocks"],
+        "num_preemptions": stats["num_preemptions"],
+        "cuda_graph_batch_sizes": stats["cuda_graph_batch_sizes"],
+    }
 
 
-def bench_engine_side(name: str, ckpt_dir: Path, hf: dict, vocab_size: int, work: Workload,
-                      device: torch.device, dtype: torch.dtype, scratch: Path,
-                      bandwidth: float) -> dict:
+def bench_engine_side(
+    name: str,
+    ckpt_dir: Path,
+    hf: dict,
+    vocab_size: int,
+    work: Workload,
+    device: torch.device,
+    dtype: torch.dtype,
+    scratch: Path,
+    bandwidth: float,
+) -> dict:
     """Build and run the engine (after the HF model is freed), then relate it to HF's numbers."""
     log.info("%s: engine build + run", name)
     dtype_name = str(dtype).removeprefix("torch.")
@@ -200,12 +268,18 @@ def bench_engine_side(name: str, ckpt_dir: Path, hf: dict, vocab_size: int, work
     roofline_tok_s = bandwidth / roof["bytes_per_step"]
     pairs = list(zip(engine["greedy_tokens"], hf["greedy_tokens"], strict=False))
     agree = next((i for i, (a, b) in enumerate(pairs) if a != b), len(pairs))
-    return {"dtype": dtype_name, **roof, "roofline_tok_s": roofline_tok_s, "engine": engine,
-            "hf": hf, "greedy_prefix_agreement": agree,
-            "engine_pct_roofline": 100 * engine["decode_tok_s"] / roofline_tok_s,
-            "hf_pct_roofline": 100 * max(hf["decode_tok_s"],
-                                         hf.get("static_cache_decode_tok_s") or 0)
-            / roofline_tok_s}
+    return {
+        "dtype": dtype_name,
+        **roof,
+        "roofline_tok_s": roofline_tok_s,
+        "engine": engine,
+        "hf": hf,
+        "greedy_prefix_agreement": agree,
+        "engine_pct_roofline": 100 * engine["decode_tok_s"] / roofline_tok_s,
+        "hf_pct_roofline": 100
+        * max(hf["decode_tok_s"], hf.get("static_cache_decode_tok_s") or 0)
+        / roofline_tok_s,
+    }
 
 
 def ratio(a: float | None, b: float | None) -> str:
@@ -213,24 +287,31 @@ def ratio(a: float | None, b: float | None) -> str:
 
 
 def markdown(results: dict) -> str:
-    rows = ["| model | metric | engine | HF eager | HF static cache | HF static batch | "
-            "HF generate_batch | engine / best HF |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| model | metric | engine | HF eager | HF static cache | HF static batch | "
+        "HF generate_batch | engine / best HF |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in results["models"].items():
         e, hf = r["engine"], r["hf"]
         static = hf.get("static_cache_decode_tok_s")
         best = max(v for v in (hf["decode_tok_s"], static) if v)
-        rows.append(f"| {name} | batch-1 decode tok/s (% roofline) | {e['decode_tok_s']:.0f} "
-                    f"({r['engine_pct_roofline']:.0f}%) | {hf['decode_tok_s']:.0f} | "
-                    f"{f'{static:.0f}' if static else '-'} | - | - | "
-                    f"{ratio(e['decode_tok_s'], best)} |")
+        rows.append(
+            f"| {name} | batch-1 decode tok/s (% roofline) | {e['decode_tok_s']:.0f} "
+            f"({r['engine_pct_roofline']:.0f}%) | {hf['decode_tok_s']:.0f} | "
+            f"{f'{static:.0f}' if static else '-'} | - | - | "
+            f"{ratio(e['decode_tok_s'], best)} |"
+        )
         sb, cb = hf["static_batching"], hf["continuous_batching"]
         cb_tok_s = cb.get("throughput_out_tok_s")
         best = max(v for v in (sb["throughput_out_tok_s"], cb_tok_s) if v)
-        rows.append(f"| {name} | offline out tok/s ({work_label(results)}) | "
-                    f"{e['throughput_out_tok_s']:.0f} | - | - | "
-                    f"{sb['throughput_out_tok_s']:.0f} | "
-                    f"{f'{cb_tok_s:.0f}' if cb_tok_s else cb.get('error', '-')} | "
-                    f"{ratio(e['throughput_out_tok_s'], best)} |")
+        rows.append(
+            f"| {name} | offline out tok/s ({work_label(results)}) | "
+            f"{e['throughput_out_tok_s']:.0f} | - | - | "
+            f"{sb['throughput_out_tok_s']:.0f} | "
+            f"{f'{cb_tok_s:.0f}' if cb_tok_s else cb.get('error', '-')} | "
+            f"{ratio(e['throughput_out_tok_s'], best)} |"
+        )
     return "\n".join(rows)
 
 
@@ -240,10 +321,14 @@ def checks_markdown(checks: dict) -> str:
     if "skipped" in kernel_checks:
         lines.append(f"| Triton kernels | - | - | {kernel_checks['skipped']} |")
     else:
-        lines += [f"| Triton {name} | triton | max abs {c['max_abs_err']:.2e} | {c['ok']} |"
-                  for name, c in kernel_checks.items()]
-    lines += [f"| linear {algo} | {c['kernel']} | rel {c['rel_err']:.2e} | {c['ok']} |"
-              for algo, c in checks["linears"].items()]
+        lines += [
+            f"| Triton {name} | triton | max abs {c['max_abs_err']:.2e} | {c['ok']} |"
+            for name, c in kernel_checks.items()
+        ]
+    lines += [
+        f"| linear {algo} | {c['kernel']} | rel {c['rel_err']:.2e} | {c['ok']} |"
+        for algo, c in checks["linears"].items()
+    ]
     return "\n".join(lines)
 
 
@@ -260,17 +345,37 @@ def model_plan(args: argparse.Namespace) -> list[tuple[str, dict | Path, Workloa
             plan.append(("smollm2-135m", Path(args.smollm_ckpt), TINY_WORKLOAD))
         return plan
     static = not args.no_hf_static_cache
-    smollm = (Path(args.smollm_ckpt) if args.smollm_ckpt else SMOLLM2)
+    smollm = Path(args.smollm_ckpt) if args.smollm_ckpt else SMOLLM2
     return [
-        ("llama-3.1-8b-shape", LLAMA_8B, Workload(num_requests=args.num_requests,
-                                                  hf_static_cache=static)),
-        ("smollm2-135m" if args.smollm_ckpt else "smollm2-135m-shape", smollm, Workload(
-            num_requests=args.num_requests, max_batch_size=512, hf_cb_requests=args.num_requests,
-            hf_static_cache=static, hf_reserve_s=60))]
+        (
+            "llama-3.1-8b-shape",
+            LLAMA_8B,
+            Workload(num_requests=args.num_requests, hf_static_cache=static),
+        ),
+        (
+            "smollm2-135m" if args.smollm_ckpt else "smollm2-135m-shape",
+            smollm,
+            Workload(
+                num_requests=args.num_requests,
+                max_batch_size=512,
+                hf_cb_requests=args.num_requests,
+                hf_static_cache=static,
+                hf_reserve_s=60,
+            ),
+        ),
+    ]
 
 
-def run_model(name: str, source: dict | Path, work: Workload, device: torch.device,
-              dtype: torch.dtype, scratch: Path, bandwidth: float, deadline: float) -> dict:
+def run_model(
+    name: str,
+    source: dict | Path,
+    work: Workload,
+    device: torch.device,
+    dtype: torch.dtype,
+    scratch: Path,
+    bandwidth: float,
+    deadline: float,
+) -> dict:
     """HF baselines on the model, then (HF freed) the engine on the same weights."""
     dtype_name = str(dtype).removeprefix("torch.")
     if isinstance(source, Path):  # a converted checkpoint: HF gets its weights
@@ -294,15 +399,21 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict:
     dtype = torch.float32 if args.tiny else torch.bfloat16
     plan = model_plan(args)
     bandwidth = copy_bandwidth(device, plan[0][2].copy_bytes)
-    results = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-               "torch": torch.__version__, "transformers": __import__("transformers").__version__,
-               "copy_bandwidth_gb_s": bandwidth / 1e9, "workload": asdict(plan[0][2]),
-               "checks": gpu_checks(device, dtype), "models": {}}
+    results = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "transformers": __import__("transformers").__version__,
+        "copy_bandwidth_gb_s": bandwidth / 1e9,
+        "workload": asdict(plan[0][2]),
+        "checks": gpu_checks(device, dtype),
+        "models": {},
+    }
     with tempfile.TemporaryDirectory(prefix="bench_engine_") as tmp:
         for name, source, work in plan:
             start = time.perf_counter()
-            results["models"][name] = run_model(name, source, work, device, dtype, Path(tmp),
-                                                bandwidth, deadline)
+            results["models"][name] = run_model(
+                name, source, work, device, dtype, Path(tmp), bandwidth, deadline
+            )
             results["models"][name]["wall_s"] = time.perf_counter() - start
             write_results(results, out_dir)  # partial results survive a later failure
     return results
@@ -319,13 +430,23 @@ def write_results(results: dict, out_dir: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--smollm-ckpt", help="converted SmolLM2 TensorRT-LLM checkpoint dir "
-                        "(unquantized); without it, SmolLM2's shape with random weights")
-    parser.add_argument("--budget-s", type=float, default=450,
-                        help="optional HF baselines are skipped when they would run past it")
+    parser.add_argument(
+        "--smollm-ckpt",
+        help="converted SmolLM2 TensorRT-LLM checkpoint dir "
+        "(unquantized); without it, SmolLM2's shape with random weights",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=450,
+        help="optional HF baselines are skipped when they would run past it",
+    )
     parser.add_argument("--num-requests", type=int, default=512)
-    parser.add_argument("--no-hf-static-cache", action="store_true",
-                        help="skip HF generate with a compiled static cache (saves ~1 min)")
+    parser.add_argument(
+        "--no-hf-static-cache",
+        action="store_true",
+        help="skip HF generate with a compiled static cache (saves ~1 min)",
+    )
     parser.add_argument("--tiny", action="store_true", help="CPU, tiny model: tests the script")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")

@@ -36,24 +36,32 @@ def kernel_checks(device: torch.device, dtype: torch.dtype) -> dict:
     ref_k, ref_v = k_cache.clone(), v_cache.clone()
     ctx = torch.tensor([1, 33, 300, 64], dtype=torch.int32, device=device)
     tables = torch.randperm(40, generator=g, device=device)[:40].view(4, 10).int()
-    slots = torch.cat([tables[b, :(-(-n // 32))].long().repeat_interleave(32) * 32
-                       + torch.arange(32, device=device).repeat(-(-n // 32))
-                       for b, n in enumerate(ctx.tolist())])
+    slots = torch.cat(
+        [
+            tables[b, : (-(-n // 32))].long().repeat_interleave(32) * 32
+            + torch.arange(32, device=device).repeat(-(-n // 32))
+            for b, n in enumerate(ctx.tolist())
+        ]
+    )
     new_k, new_v = randn(len(slots), 8, 128), randn(len(slots), 8, 128)
     kv_store.store_kv(new_k, new_v, k_cache, v_cache, slots)
     reference.store_kv(new_k, new_v, ref_k, ref_v, slots)
     decode_q = randn(4, 32, 128)
     errors = {
         "rmsnorm": _max_err(rmsnorm.rmsnorm(x, w, 1e-5), reference.rmsnorm(x, w, 1e-5)),
-        "add_rmsnorm": _max_err(rmsnorm.add_rmsnorm(x, res, w, 1e-5)[0],
-                                reference.add_rmsnorm(x, res, w, 1e-5)[0]),
+        "add_rmsnorm": _max_err(
+            rmsnorm.add_rmsnorm(x, res, w, 1e-5)[0], reference.add_rmsnorm(x, res, w, 1e-5)[0]
+        ),
         "silu_and_mul": _max_err(activation.silu_and_mul(x), reference.silu_and_mul(x)),
-        "rotary_neox": _max_err(rotary.rotary_neox(pos, q, k, cos, sin)[0],
-                                reference.rotary_neox(pos, q, k, cos, sin)[0]),
+        "rotary_neox": _max_err(
+            rotary.rotary_neox(pos, q, k, cos, sin)[0],
+            reference.rotary_neox(pos, q, k, cos, sin)[0],
+        ),
         "store_kv": _max_err(k_cache, ref_k) + _max_err(v_cache, ref_v),
         "paged_decode_attention": _max_err(
             paged_attention.paged_decode_attention(decode_q, k_cache, v_cache, tables, ctx, 0.088),
-            reference.paged_decode_attention(decode_q, ref_k, ref_v, tables, ctx, 0.088)),
+            reference.paged_decode_attention(decode_q, ref_k, ref_v, tables, ctx, 0.088),
+        ),
     }
     # rmsnorm/silu/attention values are O(1-10): two bf16 rounding steps of 10 is 0.16
     bound = 0.16 if dtype == torch.bfloat16 else 1e-2
@@ -73,8 +81,11 @@ def linear_checks(device: torch.device, dtype: torch.dtype) -> dict:
             expected = torch.cat([reference_forward(algo, tensors, p, x) for p in prefixes], -1)
             y = linear(x.to(device, dtype)).float().cpu()
             errors.append(((y - expected).norm() / expected.norm()).item())
-        results[algo] = {"kernel": linear.kernel, "rel_err": max(errors),
-                         "ok": max(errors) < LINEAR_TOLERANCE}
+        results[algo] = {
+            "kernel": linear.kernel,
+            "rel_err": max(errors),
+            "ok": max(errors) < LINEAR_TOLERANCE,
+        }
     return results
 
 

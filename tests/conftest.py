@@ -48,9 +48,14 @@ def smollm_ckpt_dir(session_workdir, smollm_hf_dir) -> Path:
 
 
 # limits of the shared SmolLM2 torch engine: small, so CPU tests stay fast; 16-token KV blocks
-SMOLLM_ENGINE_OVERRIDES = ("backend=torch", "build.max_batch_size=8", "build.max_input_len=192",
-                           "build.max_seq_len=256", "build.max_num_tokens=256",
-                           "build.tokens_per_block=16")
+SMOLLM_ENGINE_OVERRIDES = (
+    "backend=torch",
+    "build.max_batch_size=8",
+    "build.max_input_len=192",
+    "build.max_seq_len=256",
+    "build.max_num_tokens=256",
+    "build.tokens_per_block=16",
+)
 
 
 @pytest.fixture(scope="session")
@@ -80,10 +85,14 @@ def bench_overrides(session_workdir) -> tuple[str, ...]:
     """bench/profile/sweep/regress on the shared engine, with a private repository and ports;
     one torch thread in the served model too, as in this process (a like-for-like ratio)."""
     http, grpc, metrics = free_ports(3)
-    return (*SMOLLM_ENGINE_OVERRIDES, "deploy.torch.num_threads=1",
-            f"deploy.repo_dir={session_workdir / 'bench_model_repo'}",
-            f"deploy.http_port={http}", f"deploy.grpc_port={grpc}",
-            f"deploy.metrics_port={metrics}")
+    return (
+        *SMOLLM_ENGINE_OVERRIDES,
+        "deploy.torch.num_threads=1",
+        f"deploy.repo_dir={session_workdir / 'bench_model_repo'}",
+        f"deploy.http_port={http}",
+        f"deploy.grpc_port={grpc}",
+        f"deploy.metrics_port={metrics}",
+    )
 
 
 @pytest.fixture(scope="session")

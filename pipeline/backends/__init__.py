@@ -14,6 +14,8 @@ def load_backend(spec) -> Backend:
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"backend._target_={spec.backend._target_!r} cannot be imported ({exc}); "
-                          f"fix conf/backend/{spec.backend.name}.yaml") from exc
+        raise ConfigError(
+            f"backend._target_={spec.backend._target_!r} cannot be imported ({exc}); "
+            f"fix conf/backend/{spec.backend.name}.yaml"
+        ) from exc
     return cls(spec)

@@ -24,18 +24,29 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
 def _build_problems(build) -> list[str]:
     problems = []
     if build.max_beam_width != 1:
-        problems.append(f"build.max_beam_width={build.max_beam_width}: the torch engine decodes "
-                        f"with beam width 1 only; set build.max_beam_width=1 (or backend=trtllm)")
+        problems.append(
+            f"build.max_beam_width={build.max_beam_width}: the torch engine decodes "
+            f"with beam width 1 only; set build.max_beam_width=1 (or backend=trtllm)"
+        )
     if build.kv_cache_type.lower() != "paged":
-        problems.append(f"build.kv_cache_type={build.kv_cache_type!r}: the torch engine has a "
-                        f"paged KV cache only; set build.kv_cache_type=paged")
-    for key in ("max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens",
-                "tokens_per_block"):
+        problems.append(
+            f"build.kv_cache_type={build.kv_cache_type!r}: the torch engine has a "
+            f"paged KV cache only; set build.kv_cache_type=paged"
+        )
+    for key in (
+        "max_batch_size",
+        "max_input_len",
+        "max_seq_len",
+        "max_num_tokens",
+        "tokens_per_block",
+    ):
         if getattr(build, key) < 1:
             problems.append(f"build.{key}={getattr(build, key)} must be >= 1")
     if build.max_input_len > build.max_seq_len:
-        problems.append(f"build.max_input_len={build.max_input_len} exceeds build.max_seq_len="
-                        f"{build.max_seq_len}; lower max_input_len or raise max_seq_len")
+        problems.append(
+            f"build.max_input_len={build.max_input_len} exceeds build.max_seq_len="
+            f"{build.max_seq_len}; lower max_input_len or raise max_seq_len"
+        )
     return problems
 
 
@@ -44,8 +55,10 @@ def _read_checkpoint_config(checkpoint_dir: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"build: cannot read the checkpoint's {path} ({exc}); re-run convert "
-                            f"or quantize with force=true") from exc
+        raise ArtifactError(
+            f"build: cannot read the checkpoint's {path} ({exc}); re-run convert "
+            f"or quantize with force=true"
+        ) from exc
 
 
 def check_checkpoint(cfg: dict, checkpoint_dir: Path) -> None:
@@ -53,17 +66,21 @@ def check_checkpoint(cfg: dict, checkpoint_dir: Path) -> None:
     try:
         ModelConfig.from_pretrained_config(cfg, f"build ({checkpoint_dir})")
     except KeyError as exc:
-        raise ArtifactError(f"build: {checkpoint_dir}/config.json lacks {exc}; re-run convert "
-                            f"with force=true") from exc
+        raise ArtifactError(
+            f"build: {checkpoint_dir}/config.json lacks {exc}; re-run convert with force=true"
+        ) from exc
     quantization = cfg.get("quantization") or {}
     check_quantization(quantization)
     if quantization.get("kv_cache_quant_algo") is not None:
-        raise ConfigError(f"build: backend=torch keeps the KV cache in the model dtype; "
-                          f"kv_cache_quant_algo={quantization['kv_cache_quant_algo']} is not "
-                          f"supported; set quant.kv_cache=none or use backend=trtllm")
+        raise ConfigError(
+            f"build: backend=torch keeps the KV cache in the model dtype; "
+            f"kv_cache_quant_algo={quantization['kv_cache_quant_algo']} is not "
+            f"supported; set quant.kv_cache=none or use backend=trtllm"
+        )
     if not (checkpoint_dir / "rank0.safetensors").is_file():
-        raise ArtifactError(f"build: {checkpoint_dir}/rank0.safetensors is missing; re-run "
-                            f"convert with force=true")
+        raise ArtifactError(
+            f"build: {checkpoint_dir}/rank0.safetensors is missing; re-run convert with force=true"
+        )
 
 
 def copy_tokenizer(tokenizer_dir: Path, out_dir: Path) -> list[str]:
@@ -75,8 +92,10 @@ def copy_tokenizer(tokenizer_dir: Path, out_dir: Path) -> list[str]:
             shutil.copyfile(path, out_dir / path.name)
             names.append(path.name)
     if "tokenizer.json" not in names and "tokenizer.model" not in names:
-        raise ArtifactError(f"build: {tokenizer_dir} has no tokenizer.json / tokenizer.model; "
-                            f"re-run fetch with force=true")
+        raise ArtifactError(
+            f"build: {tokenizer_dir} has no tokenizer.json / tokenizer.model; "
+            f"re-run fetch with force=true"
+        )
     return names
 
 
@@ -92,8 +111,10 @@ class TorchBackend:
         try:
             import torch  # noqa: F401
         except ImportError as exc:
-            raise StageError("build: backend=torch needs PyTorch; run `make setup` (or pip "
-                             "install torch) in the pipeline's venv") from exc
+            raise StageError(
+                "build: backend=torch needs PyTorch; run `make setup` (or pip "
+                "install torch) in the pipeline's venv"
+            ) from exc
         problems = _build_problems(self._build)
         if problems:
             raise ConfigError("build: " + "; ".join(problems))
@@ -105,29 +126,43 @@ class TorchBackend:
         build = self._build
         max_positions = cfg.get("max_position_embeddings")
         if max_positions and build.max_seq_len > max_positions:
-            log.warning("build: max_seq_len=%d exceeds the model's max_position_embeddings=%d; "
-                        "positions past it are extrapolated", build.max_seq_len, max_positions)
+            log.warning(
+                "build: max_seq_len=%d exceeds the model's max_position_embeddings=%d; "
+                "positions past it are extrapolated",
+                build.max_seq_len,
+                max_positions,
+            )
         shutil.copyfile(checkpoint_dir / "rank0.safetensors", out_dir / "rank0.safetensors")
         tokenizer_files = copy_tokenizer(tokenizer_dir, out_dir / "tokenizer")
         build_config = {
-            "max_batch_size": build.max_batch_size, "max_input_len": build.max_input_len,
-            "max_seq_len": build.max_seq_len, "max_num_tokens": build.max_num_tokens,
-            "max_beam_width": 1, "kv_cache_type": "PAGED", "kv_cache_dtype": cfg["dtype"],
-            "plugin_config": {"tokens_per_block": build.tokens_per_block,
-                              "paged_kv_cache": True, "remove_input_padding": True},
+            "max_batch_size": build.max_batch_size,
+            "max_input_len": build.max_input_len,
+            "max_seq_len": build.max_seq_len,
+            "max_num_tokens": build.max_num_tokens,
+            "max_beam_width": 1,
+            "kv_cache_type": "PAGED",
+            "kv_cache_dtype": cfg["dtype"],
+            "plugin_config": {
+                "tokens_per_block": build.tokens_per_block,
+                "paged_kv_cache": True,
+                "remove_input_padding": True,
+            },
             "torch": asdict(build.torch),
         }
-        engine = {"version": pipeline.__version__, "backend": self.name,
-                  "pretrained_config": cfg, "build_config": build_config}
+        engine = {
+            "version": pipeline.__version__,
+            "backend": self.name,
+            "pretrained_config": cfg,
+            "build_config": build_config,
+        }
         (out_dir / "config.json").write_text(json.dumps(engine, indent=2))
         quant_algo = (cfg.get("quantization") or {}).get("quant_algo")
-        log.info("build: torch engine (%s, quant_algo=%s) -> %s", cfg["dtype"], quant_algo,
-                 out_dir)
-        return {"dtype": cfg["dtype"], "quant_algo": quant_algo,
-                "tokenizer_files": tokenizer_files}
+        log.info("build: torch engine (%s, quant_algo=%s) -> %s", cfg["dtype"], quant_algo, out_dir)
+        return {"dtype": cfg["dtype"], "quant_algo": quant_algo, "tokenizer_files": tokenizer_files}
 
     def triton_llm_model(self, engine_dir: Path, tokenizer_dir: Path, model_dir: Path) -> str:
         from pipeline.triton_repo import torch_llm_model
 
-        return torch_llm_model.write(engine_dir, tokenizer_dir, model_dir, deploy=self._deploy,
-                                     device=self._device)
+        return torch_llm_model.write(
+            engine_dir, tokenizer_dir, model_dir, deploy=self._deploy, device=self._device
+        )

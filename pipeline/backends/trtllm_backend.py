@@ -43,8 +43,9 @@ class TrtllmBackend:
         """Config preflight first (fixable anywhere), then the toolchain; all problems at once."""
         sm, problems = self._target_sm()
         problems += preflight.violations(facts_from_spec(self._spec, sm))
-        toolchain, missing = (self._toolchain, []) if self._toolchain else find_toolchain(
-            self._options)
+        toolchain, missing = (
+            (self._toolchain, []) if self._toolchain else find_toolchain(self._options)
+        )
         problems += missing
         if toolchain is not None:
             problems += gpu_mismatch(toolchain, self._hardware, sm)
@@ -69,8 +70,9 @@ class TrtllmBackend:
         # without the cache, trtllm-build would still write model.cache into the CWD
         staged = cache.staging_path() if self._options.timing_cache else out_dir / "model.cache"
         argv = build_command(self._spec.build, checkpoint_dir, out_dir, input_cache, staged)
-        log.info("build: timing cache %s; running %s", "hit" if input_cache else "miss",
-                 shlex.join(argv))
+        log.info(
+            "build: timing cache %s; running %s", "hit" if input_cache else "miss", shlex.join(argv)
+        )
         try:
             run_trtllm_build(argv, out_dir / "build.log", self._failure_log_dir)
             engine = read_engine_config(out_dir)
@@ -79,18 +81,24 @@ class TrtllmBackend:
             raise
         if engine.version != toolchain.trtllm_version:
             cache.discard(staged)
-            raise StageError(f"build: {out_dir}/config.json says TensorRT-LLM {engine.version}, "
-                             f"but {toolchain.trtllm_version} is installed; check PATH for a "
-                             f"stray trtllm-build")
+            raise StageError(
+                f"build: {out_dir}/config.json says TensorRT-LLM {engine.version}, "
+                f"but {toolchain.trtllm_version} is installed; check PATH for a "
+                f"stray trtllm-build"
+            )
         if self._options.timing_cache:
             timing = cache.commit(staged, input_cache)
         else:
             staged.unlink(missing_ok=True)
             timing = {"enabled": False}
-        return {"trtllm_version": engine.version, "tensorrt_version": toolchain.tensorrt_version,
-                "gpu": {"name": toolchain.gpu_name, "sm": toolchain.gpu_sm},
-                "container_image": self._options.container_image, "trtllm_build_argv": argv,
-                "timing_cache": timing}
+        return {
+            "trtllm_version": engine.version,
+            "tensorrt_version": toolchain.tensorrt_version,
+            "gpu": {"name": toolchain.gpu_name, "sm": toolchain.gpu_sm},
+            "container_image": self._options.container_image,
+            "trtllm_build_argv": argv,
+            "timing_cache": timing,
+        }
 
     def triton_llm_model(self, engine_dir: Path, tokenizer_dir: Path, model_dir: Path) -> str:
         """The tensorrtllm-backend model; the tokenizer is only used by pre/postprocessing."""
@@ -101,8 +109,9 @@ class TrtllmBackend:
         built_sm = None
         if (Path(engine_dir) / MANIFEST).is_file():
             built_sm = (Manifest.read(engine_dir).extra.get("gpu") or {}).get("sm")
-        target = ServingTarget(self._options.trtllm_version, self._options.container_image, sm,
-                               self._hardware)
+        target = ServingTarget(
+            self._options.trtllm_version, self._options.container_image, sm, self._hardware
+        )
         text = tensorrt_llm_config(engine, self._spec.deploy, target, built_sm)
         model_dir = Path(model_dir)
         (model_dir / "1").mkdir(parents=True, exist_ok=True)

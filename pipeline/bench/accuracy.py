@@ -15,8 +15,10 @@ PPL_FIRST_DOC = 150  # perplexity text starts here, away from the prompts' docum
 
 
 def greedy_prompts(tokenizer, corpus: list[str], num_prompts: int) -> list[list[int]]:
-    return [tokenizer(doc, add_special_tokens=False)["input_ids"][:PROMPT_TOKENS]
-            for doc in corpus[:num_prompts]]
+    return [
+        tokenizer(doc, add_special_tokens=False)["input_ids"][:PROMPT_TOKENS]
+        for doc in corpus[:num_prompts]
+    ]
 
 
 def ppl_window(tokenizer, corpus: list[str], num_tokens: int) -> list[int]:
@@ -54,7 +56,10 @@ def prompt_logits(engine, token_ids: list[int]) -> torch.Tensor:
         slot_mapping=torch.arange(num_tokens, device=device),
         block_tables=torch.arange(num_blocks, dtype=torch.int32, device=device)[None],
         context_lens=torch.tensor([num_tokens], dtype=torch.int32, device=device),
-        is_decode=False, query_lens=[num_tokens], context_lens_host=[num_tokens])
+        is_decode=False,
+        query_lens=[num_tokens],
+        context_lens_host=[num_tokens],
+    )
     hidden = runner.model(torch.tensor(token_ids, device=device), meta, runner.kv_cache)
     return runner.model.compute_logits(hidden)
 
@@ -65,10 +70,19 @@ def perplexity(engine, token_ids: list[int]) -> float:
     return math.exp(F.cross_entropy(logits[:-1].float(), targets).item())
 
 
-def measure_accuracy(engine, tokenizer, num_prompts: int, max_tokens: int, ppl_num_tokens: int,
-                     corpus_path: Path | None = None) -> dict:
+def measure_accuracy(
+    engine,
+    tokenizer,
+    num_prompts: int,
+    max_tokens: int,
+    ppl_num_tokens: int,
+    corpus_path: Path | None = None,
+) -> dict:
     corpus = read_corpus(corpus_path or lee_corpus_path())
     ppl = perplexity(engine, ppl_window(tokenizer, corpus, ppl_num_tokens))  # while idle
-    return {"greedy_tokens": greedy_tokens(engine, greedy_prompts(tokenizer, corpus, num_prompts),
-                                           max_tokens),
-            "ppl": ppl}
+    return {
+        "greedy_tokens": greedy_tokens(
+            engine, greedy_prompts(tokenizer, corpus, num_prompts), max_tokens
+        ),
+        "ppl": ppl,
+    }

@@ -9,8 +9,10 @@ def poisson_arrival_times(num_requests: int, rate_per_s: float, seed: int) -> li
     """Arrivals of a Poisson process: exponential gaps with mean 1/rate; the first one at t=0 so
     a phase never opens with idle time."""
     if rate_per_s <= 0:
-        raise ConfigError(f"bench: bench.request_rate={rate_per_s} must be > 0 req/s in "
-                          f"bench.mode=rate (or use bench.mode=concurrency)")
+        raise ConfigError(
+            f"bench: bench.request_rate={rate_per_s} must be > 0 req/s in "
+            f"bench.mode=rate (or use bench.mode=concurrency)"
+        )
     rng = random.Random(seed)
     times, now = [], 0.0
     for n in range(num_requests):

@@ -63,22 +63,29 @@ def _check_metric(path: Path, name: str, entry: dict) -> None:
     if not isinstance(tol, int | float) or tol < 0 or math.isnan(tol):
         problems.append(f"tolerance={tol!r} must be a number >= 0")
     if problems:
-        raise ArtifactError(f"{path}: metrics.{name}: {'; '.join(problems)}; fix the file or "
-                            f"rewrite it with `make update-baseline`")
+        raise ArtifactError(
+            f"{path}: metrics.{name}: {'; '.join(problems)}; fix the file or "
+            f"rewrite it with `make update-baseline`"
+        )
 
 
 def read_baseline(path: Path) -> dict:
     if not path.is_file():
-        raise ArtifactError(f"regress: no baseline at {path}; create it from this run with "
-                            f"`make update-baseline` (or set bench.regress.baseline to a file)")
+        raise ArtifactError(
+            f"regress: no baseline at {path}; create it from this run with "
+            f"`make update-baseline` (or set bench.regress.baseline to a file)"
+        )
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{path}: not valid JSON ({exc}); restore it from git or run "
-                            f"`make update-baseline`") from exc
+        raise ArtifactError(
+            f"{path}: not valid JSON ({exc}); restore it from git or run `make update-baseline`"
+        ) from exc
     if data.get("schema_version") != SCHEMA_VERSION:
-        raise ArtifactError(f"{path}: schema_version={data.get('schema_version')!r}, expected "
-                            f"{SCHEMA_VERSION}; run `make update-baseline`")
+        raise ArtifactError(
+            f"{path}: schema_version={data.get('schema_version')!r}, expected "
+            f"{SCHEMA_VERSION}; run `make update-baseline`"
+        )
     for key in ("workload", "metrics"):
         if not isinstance(data.get(key), dict):
             raise ArtifactError(f"{path}: missing {key!r} mapping; run `make update-baseline`")
@@ -88,24 +95,46 @@ def read_baseline(path: Path) -> dict:
 
 
 def rule_of(entry: dict) -> MetricRule:
-    return MetricRule(entry["kind"], float(entry.get("tolerance", 0.0)),
-                      entry.get("better", "equal"))
+    return MetricRule(
+        entry["kind"], float(entry.get("tolerance", 0.0)), entry.get("better", "equal")
+    )
 
 
-def build_baseline(key: str, model: str, backend: str, hardware: str, workload: dict,
-                   current: dict, defaults: dict[str, MetricRule], previous: dict | None,
-                   versions: dict) -> dict:
+def build_baseline(
+    key: str,
+    model: str,
+    backend: str,
+    hardware: str,
+    workload: dict,
+    current: dict,
+    defaults: dict[str, MetricRule],
+    previous: dict | None,
+    versions: dict,
+) -> dict:
     """A baseline from this run's metrics; tolerances from `previous` where it has the metric."""
     old = (previous or {}).get("metrics", {})
     metrics = {}
     for name, value in sorted(current.items()):
         rule = rule_of(old[name]) if name in old else defaults[name]
-        metrics[name] = {"value": value, "kind": rule.kind, "tolerance": rule.tolerance,
-                         "better": rule.better}
-    return {"schema_version": SCHEMA_VERSION, "key": key, "model": model, "backend": backend,
-            "hardware": hardware, "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "host": socket.gethostname(), "platform": platform.platform(), "versions": versions,
-            "workload": workload, "metrics": metrics}
+        metrics[name] = {
+            "value": value,
+            "kind": rule.kind,
+            "tolerance": rule.tolerance,
+            "better": rule.better,
+        }
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "key": key,
+        "model": model,
+        "backend": backend,
+        "hardware": hardware,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "versions": versions,
+        "workload": workload,
+        "metrics": metrics,
+    }
 
 
 def write_baseline(path: Path, data: dict) -> Path:

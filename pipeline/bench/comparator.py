@@ -26,8 +26,9 @@ def _worse_by(base: float, cur: float, rule: MetricRule) -> float:
     """How much worse `cur` is than `base` in the rule's units (> 0 worse, < 0 better)."""
     delta = cur - base
     if rule.kind == "relative":
-        delta = delta / abs(base) if base else (0.0 if cur == base else math.copysign(math.inf,
-                                                                                         delta))
+        delta = (
+            delta / abs(base) if base else (0.0 if cur == base else math.copysign(math.inf, delta))
+        )
     if rule.better == "higher":
         return -delta
     if rule.better == "lower":
@@ -52,7 +53,8 @@ def compare_metric(name: str, entry: dict, current) -> Row:
             return Row(name, _fmt(base), _fmt(current), "same", "exact", "ok")
         if isinstance(base, list) and isinstance(current, list):
             diff = sum(a != b for a, b in zip(base, current, strict=False)) + abs(
-                len(base) - len(current))
+                len(base) - len(current)
+            )
             change = f"{diff} of {max(len(base), len(current))} differ"
         else:
             change = f"{_fmt(base)} -> {_fmt(current)}"
@@ -65,8 +67,11 @@ def compare_metric(name: str, entry: dict, current) -> Row:
         allowed = f"{rule.tolerance * 100:.0f}% {'drop' if rule.better == 'higher' else 'rise'}"
     else:
         change = f"{current - base:+.4g}"
-        allowed = f"+-{rule.tolerance:g}" if rule.better == "equal" else \
-            f"{rule.tolerance:g} {'drop' if rule.better == 'higher' else 'rise'}"
+        allowed = (
+            f"+-{rule.tolerance:g}"
+            if rule.better == "equal"
+            else f"{rule.tolerance:g} {'drop' if rule.better == 'higher' else 'rise'}"
+        )
     if worse > rule.tolerance:
         status = "REGRESSED"
     elif worse < 0 and rule.better != "equal":
@@ -78,17 +83,21 @@ def compare_metric(name: str, entry: dict, current) -> Row:
 
 def compare(baseline_metrics: dict, current: dict) -> list[Row]:
     """One row per baseline metric (a metric only the current run has is not judged)."""
-    return [compare_metric(name, entry, current.get(name))
-            for name, entry in baseline_metrics.items()]
+    return [
+        compare_metric(name, entry, current.get(name)) for name, entry in baseline_metrics.items()
+    ]
 
 
 def format_table(rows: list[Row]) -> str:
     """A markdown table (readable as plain text too)."""
     header = ("metric", "baseline", "current", "change", "allowed", "status")
-    lines = [header] + [(r.metric, r.baseline, r.current, r.change, r.allowed, r.status)
-                        for r in rows]
+    lines = [header] + [
+        (r.metric, r.baseline, r.current, r.change, r.allowed, r.status) for r in rows
+    ]
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
-    out = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)) + " |"
-           for line in lines]
+    out = [
+        "| " + " | ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)) + " |"
+        for line in lines
+    ]
     out.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(out)

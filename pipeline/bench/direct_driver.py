@@ -27,8 +27,16 @@ log = logging.getLogger(__name__)
 class DirectDriver:
     name = "direct"
 
-    def __init__(self, engine, mode: str, concurrency: int, request_rate: float,
-                 temperature: float, seed: int, origin_s: float) -> None:
+    def __init__(
+        self,
+        engine,
+        mode: str,
+        concurrency: int,
+        request_rate: float,
+        temperature: float,
+        seed: int,
+        origin_s: float,
+    ) -> None:
         if mode not in MODES:
             raise ConfigError(f"bench: bench.mode={mode!r} is unknown; use one of {MODES}")
         self.engine = engine
@@ -42,16 +50,20 @@ class DirectDriver:
     def _params(self, request: BenchRequest):
         from pipeline.engine import SamplingParams
 
-        return SamplingParams(max_tokens=request.max_tokens, temperature=self.temperature,
-                              seed=self.seed if self.temperature > 0 else None,
-                              ignore_eos=request.ignore_eos)
+        return SamplingParams(
+            max_tokens=request.max_tokens,
+            temperature=self.temperature,
+            seed=self.seed if self.temperature > 0 else None,
+            ignore_eos=request.ignore_eos,
+        )
 
     def _watch(self, stats: dict, preemptions_at_start: int) -> None:
         peaks = self.engine_stats
         peaks["peak_running"] = max(peaks.get("peak_running", 0), stats["num_running"])
         peaks["peak_waiting"] = max(peaks.get("peak_waiting", 0), stats["num_waiting"])
-        peaks["min_free_blocks"] = min(peaks.get("min_free_blocks", stats["num_free_blocks"]),
-                                       stats["num_free_blocks"])
+        peaks["min_free_blocks"] = min(
+            peaks.get("min_free_blocks", stats["num_free_blocks"]), stats["num_free_blocks"]
+        )
         peaks["num_total_blocks"] = stats["num_total_blocks"]
         peaks["num_preemptions"] = stats["num_preemptions"] - preemptions_at_start
 
@@ -61,8 +73,9 @@ class DirectDriver:
             request, record = pending.popleft()
             record.start_s = now
             try:
-                self.engine.add_request(list(request.prompt_token_ids), self._params(request),
-                                        request.request_id)
+                self.engine.add_request(
+                    list(request.prompt_token_ids), self._params(request), request.request_id
+                )
                 in_flight[request.request_id] = record
             except ValueError as exc:  # can never be served: a measured error
                 record.error, record.end_s = f"ValueError: {exc}"[:300], now
@@ -97,14 +110,17 @@ class DirectDriver:
         else:
             offsets = [0.0] * len(requests)
         start = self.now()
-        records = [RequestRecord(r.request_id, len(r.prompt_token_ids), start + offset)
-                   for r, offset in zip(requests, offsets, strict=True)]
+        records = [
+            RequestRecord(r.request_id, len(r.prompt_token_ids), start + offset)
+            for r, offset in zip(requests, offsets, strict=True)
+        ]
         pending = deque(zip(requests, records, strict=True))
         in_flight: dict[str, RequestRecord] = {}
         preemptions_at_start = self.engine.stats()["num_preemptions"]
         self.engine_stats = {}
-        with tqdm(total=len(requests), desc=f"direct:{phase}", unit="req", leave=False,
-                  disable=None) as bar:
+        with tqdm(
+            total=len(requests), desc=f"direct:{phase}", unit="req", leave=False, disable=None
+        ) as bar:
             try:
                 self._loop(pending, in_flight, bar, preemptions_at_start)
             except BaseException:

@@ -13,8 +13,10 @@ log = logging.getLogger(__name__)
 def served_runtime(deploy, num_kv_blocks: int = 0) -> dict:
     """The runtime overrides the python-backend model applies (see triton_repo.llm_service), so
     direct and served engines schedule alike; num_kv_blocks > 0 overrides the deployed budget."""
-    runtime = {"scheduler_policy": deploy.batch_scheduler_policy,
-               "enable_chunked_prefill": deploy.torch.enable_chunked_prefill}
+    runtime = {
+        "scheduler_policy": deploy.batch_scheduler_policy,
+        "enable_chunked_prefill": deploy.torch.enable_chunked_prefill,
+    }
     kv_blocks = num_kv_blocks or deploy.torch.num_kv_blocks
     if kv_blocks:
         runtime["num_kv_blocks"] = kv_blocks
@@ -37,8 +39,15 @@ class DirectTarget:
         log.debug("direct target: %s on %s, runtime %s", engine_dir, device, runtime)
 
     def generator(self, bench, origin_s: float) -> DirectDriver:
-        return DirectDriver(self.engine, bench.mode, bench.concurrency, bench.request_rate,
-                            bench.temperature, bench.seed, origin_s)
+        return DirectDriver(
+            self.engine,
+            bench.mode,
+            bench.concurrency,
+            bench.request_rate,
+            bench.temperature,
+            bench.seed,
+            origin_s,
+        )
 
     def close(self) -> None:
         """Free the engine (weights, KV cache) before anything else loads one."""

@@ -29,11 +29,23 @@ class EngineFacts:
             kv_algo = (model.get("quantization") or {}).get("kv_cache_quant_algo")
             kv_dtype = {"FP8": "fp8", "INT8": "int8"}.get(kv_algo, model["dtype"])
             tokens_per_block = build["plugin_config"]["tokens_per_block"]
-            kv_bytes = (tokens_per_block * model["num_hidden_layers"] * 2 *
-                        model.get("num_key_value_heads", num_heads) * head_dim *
-                        DTYPE_BYTES[kv_dtype])
-            return cls(build["max_batch_size"], build["max_seq_len"], tokens_per_block, kv_bytes,
-                       sum(p.stat().st_size for p in Path(engine_dir).glob("*.safetensors")))
+            kv_bytes = (
+                tokens_per_block
+                * model["num_hidden_layers"]
+                * 2
+                * model.get("num_key_value_heads", num_heads)
+                * head_dim
+                * DTYPE_BYTES[kv_dtype]
+            )
+            return cls(
+                build["max_batch_size"],
+                build["max_seq_len"],
+                tokens_per_block,
+                kv_bytes,
+                sum(p.stat().st_size for p in Path(engine_dir).glob("*.safetensors")),
+            )
         except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
-            raise ArtifactError(f"bench: {path}: not a readable engine config ({exc!r}); rebuild "
-                                f"with `python -m pipeline build force=true`") from exc
+            raise ArtifactError(
+                f"bench: {path}: not a readable engine config ({exc!r}); rebuild "
+                f"with `python -m pipeline build force=true`"
+            ) from exc

@@ -23,13 +23,23 @@ MODES = ("concurrency", "rate")
 
 
 class LoadGenerator:
-    def __init__(self, target: StreamingTarget, mode: str, concurrency: int, request_rate: float,
-                 temperature: float, seed: int, origin_s: float) -> None:
+    def __init__(
+        self,
+        target: StreamingTarget,
+        mode: str,
+        concurrency: int,
+        request_rate: float,
+        temperature: float,
+        seed: int,
+        origin_s: float,
+    ) -> None:
         if mode not in MODES:
             raise ConfigError(f"bench: bench.mode={mode!r} is unknown; use one of {MODES}")
         if concurrency < 1:
-            raise ConfigError(f"bench: bench.concurrency={concurrency} must be >= 1 (in "
-                              f"mode=rate it caps the requests in flight)")
+            raise ConfigError(
+                f"bench: bench.concurrency={concurrency} must be >= 1 (in "
+                f"mode=rate it caps the requests in flight)"
+            )
         self.name = target.name
         self.target = target
         self.mode = mode
@@ -53,27 +63,41 @@ class LoadGenerator:
             offsets = [0.0] * len(requests)
         records: list[RequestRecord] = []
         lock = threading.Lock()
-        with tqdm(total=len(requests), desc=f"{self.target.name}:{phase}", unit="req",
-                  leave=False, disable=None) as bar, \
-                ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"bench-{phase}") as pool:
+        with (
+            tqdm(
+                total=len(requests),
+                desc=f"{self.target.name}:{phase}",
+                unit="req",
+                leave=False,
+                disable=None,
+            ) as bar,
+            ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"bench-{phase}") as pool,
+        ):
             start = self.now()
             futures = []
             for request, offset in zip(requests, offsets, strict=True):
                 delay = start + offset - self.now()
                 if delay > 0:
                     time.sleep(delay)
-                record = RequestRecord(request.request_id, len(request.prompt_token_ids),
-                                       scheduled_s=start + offset)
+                record = RequestRecord(
+                    request.request_id, len(request.prompt_token_ids), scheduled_s=start + offset
+                )
                 records.append(record)
                 futures.append(pool.submit(self._send, request, record, bar, lock))
             for future in futures:
                 future.result()
-        log.debug("%s/%s: %d requests in %.2f s", self.target.name, phase, len(records),
-                  self.now() - start)
+        log.debug(
+            "%s/%s: %d requests in %.2f s",
+            self.target.name,
+            phase,
+            len(records),
+            self.now() - start,
+        )
         return records
 
-    def _send(self, request: BenchRequest, record: RequestRecord, bar: tqdm,
-              lock: threading.Lock) -> None:
+    def _send(
+        self, request: BenchRequest, record: RequestRecord, bar: tqdm, lock: threading.Lock
+    ) -> None:
         record.start_s = self.now()
         try:
             for chunk in self.target.stream(request, self.temperature, self.seed):

@@ -19,8 +19,12 @@ def percentiles(values: Sequence[float], qs: Iterable[float] = PERCENTILES) -> d
     default (what GenAI-Perf reports). Empty input gives NaN for every key."""
     qs = tuple(qs)
     if len(values) == 0:
-        return {**{f"p{q:g}": math.nan for q in qs}, "mean": math.nan, "min": math.nan,
-                "max": math.nan}
+        return {
+            **{f"p{q:g}": math.nan for q in qs},
+            "mean": math.nan,
+            "min": math.nan,
+            "max": math.nan,
+        }
     arr = np.asarray(values, dtype=np.float64)
     out = {f"p{q:g}": float(v) for q, v in zip(qs, np.percentile(arr, qs), strict=True)}
     out.update(mean=float(arr.mean()), min=float(arr.min()), max=float(arr.max()))
@@ -48,7 +52,8 @@ def summarize(records: Sequence[RequestRecord]) -> dict:
         "num_input_tokens": num_input_tokens,
         "num_output_tokens": num_output_tokens,
         "output_tok_s": num_output_tokens / duration_s if duration_s > 0 else 0.0,
-        "total_tok_s": (num_input_tokens + num_output_tokens) / duration_s if duration_s > 0
+        "total_tok_s": (num_input_tokens + num_output_tokens) / duration_s
+        if duration_s > 0
         else 0.0,
         "request_per_s": len(ok) / duration_s if duration_s > 0 else 0.0,
     }

@@ -11,19 +11,27 @@ import numpy as np  # noqa: E402
 
 from pipeline.bench.records import RequestRecord  # noqa: E402
 
-LATENCIES = (("ttft_s", "time to first token (ms)"), ("itl_s", "inter-token latency (ms)"),
-             ("e2e_s", "end-to-end latency (ms)"))
+LATENCIES = (
+    ("ttft_s", "time to first token (ms)"),
+    ("itl_s", "inter-token latency (ms)"),
+    ("e2e_s", "end-to-end latency (ms)"),
+)
 
 
 def plot_latency_cdfs(records: Mapping[str, Sequence[RequestRecord]], path: Path) -> Path:
     fig, axes = plt.subplots(1, len(LATENCIES), figsize=(12, 3.4))
     for ax, (attr, label) in zip(axes, LATENCIES, strict=True):
         for target, recs in records.items():
-            values = np.sort([getattr(r, attr) * 1e3 for r in recs
-                              if r.is_ok and getattr(r, attr) is not None])
+            values = np.sort(
+                [getattr(r, attr) * 1e3 for r in recs if r.is_ok and getattr(r, attr) is not None]
+            )
             if len(values):
-                ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post",
-                        label=f"{target} (n={len(values)})")
+                ax.step(
+                    values,
+                    np.arange(1, len(values) + 1) / len(values),
+                    where="post",
+                    label=f"{target} (n={len(values)})",
+                )
         for q in (0.5, 0.9, 0.99):
             ax.axhline(q, color="grey", lw=0.6, ls=":")
         ax.set_xlabel(label)
@@ -40,8 +48,15 @@ def plot_latency_cdfs(records: Mapping[str, Sequence[RequestRecord]], path: Path
 def plot_request_timeline(records: Mapping[str, Sequence[RequestRecord]], path: Path) -> Path:
     """One row per request: a bar from send to completion, a dot at the first token; shows how
     requests overlapped (concurrency) and where they queued."""
-    fig, axes = plt.subplots(len(records), 1, figsize=(10, 1.2 + 0.09 * max(
-        (len(r) for r in records.values()), default=1) * len(records)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(records),
+        1,
+        figsize=(
+            10,
+            1.2 + 0.09 * max((len(r) for r in records.values()), default=1) * len(records),
+        ),
+        squeeze=False,
+    )
     for ax, (target, recs) in zip(axes[:, 0], records.items(), strict=True):
         base = min((r.start_s for r in recs), default=0.0)
         for row, rec in enumerate(recs):
@@ -49,8 +64,9 @@ def plot_request_timeline(records: Mapping[str, Sequence[RequestRecord]], path: 
             ax.plot([rec.start_s - base, rec.end_s - base], [row, row], color=color, lw=2)
             if rec.first_token_s is not None:
                 ax.plot(rec.first_token_s - base, row, "k.", ms=3)
-        ax.set_title(f"{target}: send -> done per request (dot: first token, red: error)",
-                     fontsize=9)
+        ax.set_title(
+            f"{target}: send -> done per request (dot: first token, red: error)", fontsize=9
+        )
         ax.set_ylabel("request")
         ax.invert_yaxis()
         ax.grid(alpha=0.3)

@@ -37,8 +37,9 @@ class RequestRecord:
 
     @property
     def last_token_s(self) -> float | None:
-        for time_s, num_tokens in zip(reversed(self.chunk_times_s),
-                                      reversed(self.chunk_num_tokens), strict=True):
+        for time_s, num_tokens in zip(
+            reversed(self.chunk_times_s), reversed(self.chunk_num_tokens), strict=True
+        ):
             if num_tokens > 0:
                 return time_s
         return None
@@ -68,8 +69,14 @@ class RequestRecord:
 
     def to_dict(self) -> dict:
         return {
-            "request_id": self.request_id, "num_input_tokens": self.num_input_tokens,
-            "num_output_tokens": self.num_output_tokens, "scheduled_s": self.scheduled_s,
-            "start_s": self.start_s, "end_s": self.end_s, "ttft_s": self.ttft_s,
-            "itl_s": self.itl_s, "e2e_s": self.e2e_s, "error": self.error,
+            "request_id": self.request_id,
+            "num_input_tokens": self.num_input_tokens,
+            "num_output_tokens": self.num_output_tokens,
+            "scheduled_s": self.scheduled_s,
+            "start_s": self.start_s,
+            "end_s": self.end_s,
+            "ttft_s": self.ttft_s,
+            "itl_s": self.itl_s,
+            "e2e_s": self.e2e_s,
+            "error": self.error,
         }

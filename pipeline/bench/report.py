@@ -11,14 +11,23 @@ from pipeline.bench.records import RequestRecord
 
 # (summary key, markdown label)
 TABLE_ROWS = (
-    ("num_ok", "requests ok"), ("num_errors", "errors"), ("duration_s", "measured window (s)"),
-    ("output_tok_s", "output tok/s"), ("total_tok_s", "total tok/s (in+out)"),
-    ("request_per_s", "requests/s"), ("output_tok_s_per_user", "tok/s per user (1/ITL)"),
-    ("ttft_ms_p50", "TTFT p50 (ms)"), ("ttft_ms_p90", "TTFT p90 (ms)"),
-    ("ttft_ms_p99", "TTFT p99 (ms)"), ("itl_ms_p50", "ITL p50 (ms)"),
-    ("itl_ms_p90", "ITL p90 (ms)"), ("itl_ms_p99", "ITL p99 (ms)"),
-    ("e2e_ms_p50", "end-to-end p50 (ms)"), ("e2e_ms_p90", "end-to-end p90 (ms)"),
-    ("e2e_ms_p99", "end-to-end p99 (ms)"), ("achieved_weight_bw_gb_s", "weights GB/s (>=)"),
+    ("num_ok", "requests ok"),
+    ("num_errors", "errors"),
+    ("duration_s", "measured window (s)"),
+    ("output_tok_s", "output tok/s"),
+    ("total_tok_s", "total tok/s (in+out)"),
+    ("request_per_s", "requests/s"),
+    ("output_tok_s_per_user", "tok/s per user (1/ITL)"),
+    ("ttft_ms_p50", "TTFT p50 (ms)"),
+    ("ttft_ms_p90", "TTFT p90 (ms)"),
+    ("ttft_ms_p99", "TTFT p99 (ms)"),
+    ("itl_ms_p50", "ITL p50 (ms)"),
+    ("itl_ms_p90", "ITL p90 (ms)"),
+    ("itl_ms_p99", "ITL p99 (ms)"),
+    ("e2e_ms_p50", "end-to-end p50 (ms)"),
+    ("e2e_ms_p90", "end-to-end p90 (ms)"),
+    ("e2e_ms_p99", "end-to-end p99 (ms)"),
+    ("achieved_weight_bw_gb_s", "weights GB/s (>=)"),
     ("peak_memory_gib", "peak memory (GiB)"),
 )
 
@@ -32,12 +41,14 @@ def triton_overhead(targets: Mapping[str, dict]) -> dict | None:
     def ratio(key: str) -> float:
         return server[key] / direct[key] if direct[key] else math.nan
 
-    return {"output_tok_s_ratio": ratio("output_tok_s"),
-            "request_per_s_ratio": ratio("request_per_s"),
-            "ttft_ms_p50_added": server["ttft_ms_p50"] - direct["ttft_ms_p50"],
-            "ttft_ms_p99_added": server["ttft_ms_p99"] - direct["ttft_ms_p99"],
-            "itl_ms_p50_added": server["itl_ms_p50"] - direct["itl_ms_p50"],
-            "e2e_ms_p50_ratio": ratio("e2e_ms_p50")}
+    return {
+        "output_tok_s_ratio": ratio("output_tok_s"),
+        "request_per_s_ratio": ratio("request_per_s"),
+        "ttft_ms_p50_added": server["ttft_ms_p50"] - direct["ttft_ms_p50"],
+        "ttft_ms_p99_added": server["ttft_ms_p99"] - direct["ttft_ms_p99"],
+        "itl_ms_p50_added": server["itl_ms_p50"] - direct["itl_ms_p50"],
+        "e2e_ms_p50_ratio": ratio("e2e_ms_p50"),
+    }
 
 
 def _cell(value) -> str:
@@ -50,36 +61,55 @@ def markdown(report: dict) -> str:
     targets = report["targets"]
     names = list(targets)
     settings = report["settings"]
-    lines = [f"# bench: {report['model']} ({report['backend']}, {report['hardware']})", "",
-             "workload: " + ", ".join(f"{k}={v}" for k, v in settings.items()), "",
-             "| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    lines = [
+        f"# bench: {report['model']} ({report['backend']}, {report['hardware']})",
+        "",
+        "workload: " + ", ".join(f"{k}={v}" for k, v in settings.items()),
+        "",
+        "| metric | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
     for key, label in TABLE_ROWS:
         if any(key in targets[n]["summary"] for n in names):
-            lines.append(f"| {label} | " + " | ".join(_cell(targets[n]["summary"].get(key))
-                                                      for n in names) + " |")
+            lines.append(
+                f"| {label} | "
+                + " | ".join(_cell(targets[n]["summary"].get(key)) for n in names)
+                + " |"
+            )
     overhead = report.get("triton_vs_direct")
     if overhead:
-        lines += ["", "Triton vs direct (same engine, same requests): " + ", ".join(
-            f"{k}={_cell(v)}" for k, v in overhead.items())]
+        lines += [
+            "",
+            "Triton vs direct (same engine, same requests): "
+            + ", ".join(f"{k}={_cell(v)}" for k, v in overhead.items()),
+        ]
     for name in names:
         warmup = targets[name]["warmup"]
-        lines.append(f"\n{name}: warm-up {warmup['num_requests']} requests in "
-                     f"{_cell(warmup['duration_s'])} s (excluded)")
+        lines.append(
+            f"\n{name}: warm-up {warmup['num_requests']} requests in "
+            f"{_cell(warmup['duration_s'])} s (excluded)"
+        )
         errors = targets[name]["summary"].get("error_messages")
         if errors:
             lines.append(f"{name} errors: " + "; ".join(errors))
     return "\n".join(lines) + "\n"
 
 
-def write_report(out_dir: Path, report: dict,
-                 records: Mapping[str, Sequence[RequestRecord]]) -> dict[str, Path]:
+def write_report(
+    out_dir: Path, report: dict, records: Mapping[str, Sequence[RequestRecord]]
+) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out_dir / "bench.json", "markdown": out_dir / "bench.md",
-             "requests": out_dir / "requests.json"}
+    paths = {
+        "json": out_dir / "bench.json",
+        "markdown": out_dir / "bench.md",
+        "requests": out_dir / "requests.json",
+    }
     paths["json"].write_text(json.dumps(report, indent=2, default=str) + "\n")
     paths["markdown"].write_text(markdown(report))
-    paths["requests"].write_text(json.dumps(
-        {name: [r.to_dict() for r in recs] for name, recs in records.items()}, indent=1) + "\n")
+    paths["requests"].write_text(
+        json.dumps({name: [r.to_dict() for r in recs] for name, recs in records.items()}, indent=1)
+        + "\n"
+    )
     paths["latency_plot"] = plot_latency_cdfs(records, out_dir / "latency_cdf.png")
     paths["timeline_plot"] = plot_request_timeline(records, out_dir / "request_timeline.png")
     return paths

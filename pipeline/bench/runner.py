@@ -41,22 +41,29 @@ def run_bench(spec, engine_dir: Path, out_dir: Path, with_profiler: bool) -> dic
     maker = prompt_maker(engine_dir)
     facts = EngineFacts.read(engine_dir)
     origin_s = time.perf_counter()
-    sampler = make_sampler(spec.bench.profile.sample_rate_hz, {"bench": os.getpid()},
-                           origin_s) if with_profiler else None
+    sampler = (
+        make_sampler(spec.bench.profile.sample_rate_hz, {"bench": os.getpid()}, origin_s)
+        if with_profiler
+        else None
+    )
     if sampler is None:
-        results, records = run_targets(spec, engine_dir, maker, facts.weights_bytes, None,
-                                       origin_s)
+        results, records = run_targets(spec, engine_dir, maker, facts.weights_bytes, None, origin_s)
     else:
         with sampler:
-            results, records = run_targets(spec, engine_dir, maker, facts.weights_bytes,
-                                           sampler, origin_s)
-    report = report_dict(spec, engine_dir, results, hardware_key(spec.hardware),
-                         facts.weights_bytes)
+            results, records = run_targets(
+                spec, engine_dir, maker, facts.weights_bytes, sampler, origin_s
+            )
+    report = report_dict(
+        spec, engine_dir, results, hardware_key(spec.hardware), facts.weights_bytes
+    )
     paths = write_report(out_dir, report, records)
     if sampler is not None:
         timeline = sampler.timeline()
-        report["profile"] = {"notes": timeline["notes"], "summary": timeline["summary"],
-                             "achieved_rate_hz": timeline["achieved_rate_hz"]}
+        report["profile"] = {
+            "notes": timeline["notes"],
+            "summary": timeline["summary"],
+            "achieved_rate_hz": timeline["achieved_rate_hz"],
+        }
         paths.update(write_timeline(out_dir, timeline))
         (out_dir / "bench.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     log.info("bench: wrote %s", ", ".join(p.name for p in paths.values()))

@@ -32,16 +32,26 @@ class ServerTarget:
         self.client = GrpcClient(url, model=model, timeout_s=timeout_s)
 
     def generator(self, bench, origin_s: float) -> LoadGenerator:
-        return LoadGenerator(self, bench.mode, bench.concurrency, bench.request_rate,
-                             bench.temperature, bench.seed, origin_s)
+        return LoadGenerator(
+            self,
+            bench.mode,
+            bench.concurrency,
+            bench.request_rate,
+            bench.temperature,
+            bench.seed,
+            origin_s,
+        )
 
     def stream(self, request: BenchRequest, temperature: float, seed: int) -> Iterator[Chunk]:
         from pipeline.client import GenerateRequest
 
-        generate = GenerateRequest(request.prompt, max_tokens=request.max_tokens,
-                                   temperature=temperature,
-                                   seed=seed if temperature > 0 else None,
-                                   end_id=NO_END_ID if request.ignore_eos else None)
+        generate = GenerateRequest(
+            request.prompt,
+            max_tokens=request.max_tokens,
+            temperature=temperature,
+            seed=seed if temperature > 0 else None,
+            end_id=NO_END_ID if request.ignore_eos else None,
+        )
         for text in self.client.stream(generate):
             yield Chunk(1 if text else 0)
 
@@ -60,9 +70,11 @@ def _launch(spec):
     argv = launch.container_command(spec, Path(extra["engine_dir"]), Path(extra["tokenizer_dir"]))
     server = launch.container_server(spec.deploy, spec.workdir, argv)
     if server is None:
-        raise StageError(f"bench: backend={spec.backend.name} is served from a container and "
-                         f"docker is not on PATH; start the server where it runs (`make serve`) "
-                         f"and set bench.server_url=<host>:<grpc port>, or bench.target=direct")
+        raise StageError(
+            f"bench: backend={spec.backend.name} is served from a container and "
+            f"docker is not on PATH; start the server where it runs (`make serve`) "
+            f"and set bench.server_url=<host>:<grpc port>, or bench.target=direct"
+        )
     return server
 
 

@@ -52,19 +52,39 @@ class Workload:
     @classmethod
     def from_spec(cls, bench, maker: PromptMaker) -> "Workload":
         def make(n: int, seed: int, prefix: str) -> list[BenchRequest]:
-            return maker.make(bench.workload, bench.corpus_path, n, bench.input_len,
-                              bench.output_len, seed, prefix)
+            return maker.make(
+                bench.workload,
+                bench.corpus_path,
+                n,
+                bench.input_len,
+                bench.output_len,
+                seed,
+                prefix,
+            )
 
         # warm-up prompts come from another seed: they must not pre-fill any cache the measured
         # requests could hit
-        return cls(make(bench.num_warmup_requests, bench.seed + 10_000, "warmup"),
-                   make(bench.num_requests, bench.seed, "req"))
+        return cls(
+            make(bench.num_warmup_requests, bench.seed + 10_000, "warmup"),
+            make(bench.num_requests, bench.seed, "req"),
+        )
 
 
 def settings(bench) -> dict:
     """The settings bench numbers depend on (a baseline must match them)."""
-    keys = ("target", "workload", "input_len", "output_len", "num_requests",
-            "num_warmup_requests", "mode", "concurrency", "request_rate", "temperature", "seed")
+    keys = (
+        "target",
+        "workload",
+        "input_len",
+        "output_len",
+        "num_requests",
+        "num_warmup_requests",
+        "mode",
+        "concurrency",
+        "request_rate",
+        "temperature",
+        "seed",
+    )
     return {k: getattr(bench, k) for k in keys}
 
 
@@ -72,8 +92,14 @@ def phase(sampler: Sampler | None, name: str):
     return sampler.phase(name) if sampler else contextlib.nullcontext()
 
 
-def measure(target: Target, bench, workload: Workload, sampler: Sampler | None,
-            origin_s: float, label: str = "") -> tuple[dict, list[RequestRecord]]:
+def measure(
+    target: Target,
+    bench,
+    workload: Workload,
+    sampler: Sampler | None,
+    origin_s: float,
+    label: str = "",
+) -> tuple[dict, list[RequestRecord]]:
     """Warm-up, then the measured requests; returns ({summary, warmup}, measured records).
     Phases are named `<target>:<label>warmup` and `<target>:<label>measure`."""
     gen = target.generator(bench, origin_s)
@@ -86,46 +112,71 @@ def measure(target: Target, bench, workload: Workload, sampler: Sampler | None,
     if sampler is not None:
         summary["resources"] = summarize_samples(sampler.samples, start_s, gen.now())
     warm_summary = summarize(warm)
-    result = {"summary": summary, "engine_stats": gen.engine_stats, "warmup": {
-        "num_requests": len(warm), "num_errors": warm_summary["num_errors"],
-        "duration_s": warm_summary["duration_s"]}}
-    log.info("%s: %.1f output tok/s, TTFT p50 %.1f ms, ITL p50 %.1f ms, %d errors", target.name,
-             summary["output_tok_s"], summary["ttft_ms_p50"], summary["itl_ms_p50"],
-             summary["num_errors"])
+    result = {
+        "summary": summary,
+        "engine_stats": gen.engine_stats,
+        "warmup": {
+            "num_requests": len(warm),
+            "num_errors": warm_summary["num_errors"],
+            "duration_s": warm_summary["duration_s"],
+        },
+    }
+    log.info(
+        "%s: %.1f output tok/s, TTFT p50 %.1f ms, ITL p50 %.1f ms, %d errors",
+        target.name,
+        summary["output_tok_s"],
+        summary["ttft_ms_p50"],
+        summary["itl_ms_p50"],
+        summary["num_errors"],
+    )
     return result, records
 
 
 def peak_memory_gib(summary: dict) -> float | None:
     """Largest GPU memory used (NVML) if sampled, else the largest RSS of a sampled process."""
     resources = summary.get("resources", {})
-    gpu = [v["mem_used_bytes_max"] for k, v in resources.items() if k.startswith("gpu")
-           and "mem_used_bytes_max" in v]
+    gpu = [
+        v["mem_used_bytes_max"]
+        for k, v in resources.items()
+        if k.startswith("gpu") and "mem_used_bytes_max" in v
+    ]
     rss = [v["rss_bytes_max"] for v in resources.values() if "rss_bytes_max" in v]
     values = gpu or rss
     return max(values) / 2**30 if values else None
 
 
 def add_derived(summary: dict, weights_bytes: int) -> None:
-    summary["achieved_weight_bw_gb_s"] = achieved_bandwidth_gb_s(weights_bytes,
-                                                                 summary["itl_ms_mean"])
+    summary["achieved_weight_bw_gb_s"] = achieved_bandwidth_gb_s(
+        weights_bytes, summary["itl_ms_mean"]
+    )
     summary["peak_memory_gib"] = peak_memory_gib(summary)
 
 
 @contextlib.contextmanager
-def direct_target(spec, engine_dir: Path, sampler: Sampler | None = None,
-                  num_kv_blocks: int = 0) -> Iterator[DirectTarget]:
+def direct_target(
+    spec, engine_dir: Path, sampler: Sampler | None = None, num_kv_blocks: int = 0
+) -> Iterator[DirectTarget]:
     with phase(sampler, "direct:load"):
-        target = DirectTarget(engine_dir, spec.backend.device,
-                              served_runtime(spec.deploy, num_kv_blocks),
-                              spec.deploy.torch.num_threads)
+        target = DirectTarget(
+            engine_dir,
+            spec.backend.device,
+            served_runtime(spec.deploy, num_kv_blocks),
+            spec.deploy.torch.num_threads,
+        )
     try:
         yield target
     finally:
         target.close()
 
 
-def run_targets(spec, engine_dir: Path, maker: PromptMaker, weights_bytes: int,
-                sampler: Sampler | None, origin_s: float | None = None) -> tuple[dict, dict]:
+def run_targets(
+    spec,
+    engine_dir: Path,
+    maker: PromptMaker,
+    weights_bytes: int,
+    sampler: Sampler | None,
+    origin_s: float | None = None,
+) -> tuple[dict, dict]:
     """Direct first (then freed), then the server: ({target: result}, {target: records})."""
     from pipeline.bench.server_target import server_target
 
@@ -135,21 +186,28 @@ def run_targets(spec, engine_dir: Path, maker: PromptMaker, weights_bytes: int,
     results, records = {}, {}
     if bench.target in ("direct", "both"):
         with direct_target(spec, engine_dir, sampler) as target:
-            results["direct"], records["direct"] = measure(target, bench, workload, sampler,
-                                                           origin_s)
+            results["direct"], records["direct"] = measure(
+                target, bench, workload, sampler, origin_s
+            )
             results["direct"]["torch_num_threads"] = target.num_threads
     if bench.target in ("server", "both"):
         with server_target(spec, sampler) as target:
-            results["server"], records["server"] = measure(target, bench, workload, sampler,
-                                                           origin_s)
+            results["server"], records["server"] = measure(
+                target, bench, workload, sampler, origin_s
+            )
     for result in results.values():
         add_derived(result["summary"], weights_bytes)
     return results, records
 
 
-def report_dict(spec, engine_dir: Path, results: dict, hardware: str,
-                weights_bytes: int) -> dict:
-    return {"model": spec.model.name, "backend": spec.backend.name, "hardware": hardware,
-            "engine_dir": str(engine_dir), "settings": settings(spec.bench),
-            "weights_bytes": weights_bytes, "targets": results,
-            "triton_vs_direct": triton_overhead(results)}
+def report_dict(spec, engine_dir: Path, results: dict, hardware: str, weights_bytes: int) -> dict:
+    return {
+        "model": spec.model.name,
+        "backend": spec.backend.name,
+        "hardware": hardware,
+        "engine_dir": str(engine_dir),
+        "settings": settings(spec.bench),
+        "weights_bytes": weights_bytes,
+        "targets": results,
+        "triton_vs_direct": triton_overhead(results),
+    }

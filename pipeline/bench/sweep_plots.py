@@ -9,12 +9,29 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 PANELS = (
-    ("throughput", (("output_tok_s", "output tok/s"), ("request_per_s", "requests/s")),
-     "throughput"),
-    ("latency", (("ttft_ms_p50", "TTFT p50"), ("ttft_ms_p99", "TTFT p99"),
-                 ("itl_ms_p50", "ITL p50"), ("e2e_ms_p50", "end-to-end p50")), "latency (ms)"),
-    ("memory", (("peak_memory_gib", "peak memory (NVML or RSS)"),
-                ("torch_max_allocated_gib", "torch max allocated")), "memory (GiB)"),
+    (
+        "throughput",
+        (("output_tok_s", "output tok/s"), ("request_per_s", "requests/s")),
+        "throughput",
+    ),
+    (
+        "latency",
+        (
+            ("ttft_ms_p50", "TTFT p50"),
+            ("ttft_ms_p99", "TTFT p99"),
+            ("itl_ms_p50", "ITL p50"),
+            ("e2e_ms_p50", "end-to-end p50"),
+        ),
+        "latency (ms)",
+    ),
+    (
+        "memory",
+        (
+            ("peak_memory_gib", "peak memory (NVML or RSS)"),
+            ("torch_max_allocated_gib", "torch max allocated"),
+        ),
+        "memory (GiB)",
+    ),
     ("kv", (("kv_used_gib", "KV cache used"),), "KV cache used (GiB)"),
 )
 
@@ -24,13 +41,21 @@ def plot_sweep(sweep: dict, path: Path, title: str) -> Path:
     fig, axes = plt.subplots(1, len(PANELS), figsize=(16, 3.6))
     for ax, (_, series, ylabel) in zip(axes, PANELS, strict=True):
         for key, label in series:
-            points = [(r["size"], r["metrics"][key]) for r in results
-                      if r["is_ok"] and r["metrics"].get(key) is not None]
+            points = [
+                (r["size"], r["metrics"][key])
+                for r in results
+                if r["is_ok"] and r["metrics"].get(key) is not None
+            ]
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", label=label)
         if sweep["threshold_size"] is not None:
-            ax.axvline(sweep["threshold_size"], color="C3", ls="--", lw=1.2,
-                       label=f"fails at {sweep['threshold_size']} ({sweep['threshold_failure']})")
+            ax.axvline(
+                sweep["threshold_size"],
+                color="C3",
+                ls="--",
+                lw=1.2,
+                label=f"fails at {sweep['threshold_size']} ({sweep['threshold_failure']})",
+            )
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size / concurrency")
         ax.set_ylabel(ylabel)

@@ -36,58 +36,76 @@ def _free_gpu_memory() -> None:
 
 
 def _size_bench(bench, size: int):
-    return dataclasses.replace(bench, mode="concurrency", concurrency=size,
-                               num_requests=size * bench.sweep.num_waves)
+    return dataclasses.replace(
+        bench, mode="concurrency", concurrency=size, num_requests=size * bench.sweep.num_waves
+    )
 
 
 def _measure_size(target: Target, bench, maker, sampler, origin_s, size, facts) -> dict:
     sized = _size_bench(bench, size)
-    result, records = measure(target, sized, Workload.from_spec(sized, maker), sampler,
-                              origin_s, label=f"size{size}:")
+    result, records = measure(
+        target, sized, Workload.from_spec(sized, maker), sampler, origin_s, label=f"size{size}:"
+    )
     summary = result["summary"]
     add_derived(summary, facts.weights_bytes)
     summary.pop("resources", None)
     summary.update(result["engine_stats"])
     if summary["num_errors"]:
         first = next(r.error for r in records if r.error)
-        raise CapacityExceeded(classify_failure(RuntimeError(first)),
-                               f"{summary['num_errors']} of {size * bench.sweep.num_waves} "
-                               f"requests failed: {first}", summary)
+        raise CapacityExceeded(
+            classify_failure(RuntimeError(first)),
+            f"{summary['num_errors']} of {size * bench.sweep.num_waves} requests failed: {first}",
+            summary,
+        )
     return summary
 
 
-def _direct_run_one(target, bench, maker, sampler, origin_s,
-                    facts: EngineFacts) -> Callable[[int], dict]:
+def _direct_run_one(
+    target, bench, maker, sampler, origin_s, facts: EngineFacts
+) -> Callable[[int], dict]:
     import torch
 
     def run_one(size: int) -> dict:
         if size > facts.max_batch_size:
-            raise CapacityExceeded("batch_limit", f"size {size} > the engine's max_batch_size="
-                                   f"{facts.max_batch_size}; rebuild with build.max_batch_size="
-                                   f"{size} to sweep further")
+            raise CapacityExceeded(
+                "batch_limit",
+                f"size {size} > the engine's max_batch_size="
+                f"{facts.max_batch_size}; rebuild with build.max_batch_size="
+                f"{size} to sweep further",
+            )
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         metrics = _measure_size(target, bench, maker, sampler, origin_s, size, facts)
         total = metrics["num_total_blocks"]
-        metrics["kv_used_gib"] = (total - metrics["min_free_blocks"]) * \
-            facts.kv_bytes_per_block / 2**30
+        metrics["kv_used_gib"] = (
+            (total - metrics["min_free_blocks"]) * facts.kv_bytes_per_block / 2**30
+        )
         if torch.cuda.is_available():
             metrics["torch_max_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
-        kv = (f"KV cache of {total} blocks x {facts.tokens_per_block} tokens, "
-              f"{bench.input_len}+{bench.output_len} tokens per sequence")
+        kv = (
+            f"KV cache of {total} blocks x {facts.tokens_per_block} tokens, "
+            f"{bench.input_len}+{bench.output_len} tokens per sequence"
+        )
         if metrics["num_preemptions"]:
-            raise CapacityExceeded("kv_capacity", f"{metrics['num_preemptions']} preemptions at "
-                                   f"{size} concurrent sequences ({kv})", metrics)
+            raise CapacityExceeded(
+                "kv_capacity",
+                f"{metrics['num_preemptions']} preemptions at {size} concurrent sequences ({kv})",
+                metrics,
+            )
         if metrics["peak_running"] < size:
-            raise CapacityExceeded("kv_capacity", f"only {metrics['peak_running']} of {size} "
-                                   f"sequences could run at once ({kv})", metrics)
+            raise CapacityExceeded(
+                "kv_capacity",
+                f"only {metrics['peak_running']} of {size} sequences could run at once ({kv})",
+                metrics,
+            )
         return metrics
 
     return run_one
 
 
-def sweep(spec, engine_dir: Path, maker: PromptMaker, sampler: Sampler | None,
-          origin_s: float) -> SweepResult:
+def sweep(
+    spec, engine_dir: Path, maker: PromptMaker, sampler: Sampler | None, origin_s: float
+) -> SweepResult:
     from pipeline.bench.server_target import server_target
 
     bench, options = spec.bench, spec.bench.sweep
@@ -100,7 +118,10 @@ def sweep(spec, engine_dir: Path, maker: PromptMaker, sampler: Sampler | None,
         if options.target == "direct":
             run_one = _direct_run_one(target, bench, maker, sampler, origin_s, facts)
         else:
+
             def run_one(size: int) -> dict:
                 return _measure_size(target, bench, maker, sampler, origin_s, size, facts)
-        return find_threshold(options.sizes, run_one, _free_gpu_memory,
-                              options.stop_at_first_failure)
+
+        return find_threshold(
+            options.sizes, run_one, _free_gpu_memory, options.stop_at_first_failure
+        )

@@ -48,11 +48,13 @@ class SweepResult:
 
     def to_dict(self) -> dict:
         threshold = self.threshold
-        return {"results": [asdict(r) for r in self.results],
-                "max_ok_size": self.max_ok_size,
-                "threshold_size": threshold.size if threshold else None,
-                "threshold_failure": threshold.failure if threshold else None,
-                "threshold_detail": threshold.detail if threshold else None}
+        return {
+            "results": [asdict(r) for r in self.results],
+            "max_ok_size": self.max_ok_size,
+            "threshold_size": threshold.size if threshold else None,
+            "threshold_failure": threshold.failure if threshold else None,
+            "threshold_detail": threshold.detail if threshold else None,
+        }
 
 
 def classify_failure(exc: BaseException) -> str:
@@ -68,9 +70,12 @@ def classify_failure(exc: BaseException) -> str:
     return "error"
 
 
-def find_threshold(sizes: Sequence[int], run_one: Callable[[int], dict],
-                   after_failure: Callable[[], None] = lambda: None,
-                   stop_at_first_failure: bool = True) -> SweepResult:
+def find_threshold(
+    sizes: Sequence[int],
+    run_one: Callable[[int], dict],
+    after_failure: Callable[[], None] = lambda: None,
+    stop_at_first_failure: bool = True,
+) -> SweepResult:
     results: list[SizeResult] = []
     for size in sorted(sizes):
         try:
@@ -79,8 +84,11 @@ def find_threshold(sizes: Sequence[int], run_one: Callable[[int], dict],
             continue
         except Exception as exc:  # the point of a sweep: a failing size is a result
             kind = classify_failure(exc)
-            detail = exc.detail if isinstance(exc, CapacityExceeded) else \
-                f"{type(exc).__name__}: {exc}"[:400]
+            detail = (
+                exc.detail
+                if isinstance(exc, CapacityExceeded)
+                else f"{type(exc).__name__}: {exc}"[:400]
+            )
             metrics = exc.metrics if isinstance(exc, CapacityExceeded) else {}
             results.append(SizeResult(size, False, kind, detail, metrics))
             log.warning("sweep: size %d failed (%s): %s", size, kind, detail)

@@ -28,10 +28,13 @@ class BenchRequest:
 def lee_corpus_path() -> Path:
     spec = importlib.util.find_spec("gensim")
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("bench: workload=corpus needs the gensim package for its Lee corpus; run "
-                          "`make setup` (pip install --no-deps gensim) or set bench.corpus_path")
-    return Path(list(spec.submodule_search_locations)[0]) / "test" / "test_data" / \
-        "lee_background.cor"
+        raise ConfigError(
+            "bench: workload=corpus needs the gensim package for its Lee corpus; run "
+            "`make setup` (pip install --no-deps gensim) or set bench.corpus_path"
+        )
+    return (
+        Path(list(spec.submodule_search_locations)[0]) / "test" / "test_data" / "lee_background.cor"
+    )
 
 
 def word_token_pool(tokenizer) -> list[int]:
@@ -48,8 +51,9 @@ def word_token_pool(tokenizer) -> list[int]:
 def num_special_tokens(tokenizer) -> int:
     """How many tokens the tokenizer adds on its own (e.g. a BOS), as the server's preprocessing
     encodes with the tokenizer's defaults."""
-    return len(tokenizer("x")["input_ids"]) - len(tokenizer("x", add_special_tokens=False)
-                                                  ["input_ids"])
+    return len(tokenizer("x")["input_ids"]) - len(
+        tokenizer("x", add_special_tokens=False)["input_ids"]
+    )
 
 
 class PromptMaker:
@@ -66,14 +70,17 @@ class PromptMaker:
             self._pool = word_token_pool(self.tokenizer)
         return self._pool
 
-    def synthetic(self, num_requests: int, input_len: int, output_len: int, seed: int,
-                  prefix: str = "req") -> list[BenchRequest]:
+    def synthetic(
+        self, num_requests: int, input_len: int, output_len: int, seed: int, prefix: str = "req"
+    ) -> list[BenchRequest]:
         tokenizer, pool = self.tokenizer, self.pool
         num_content = input_len - self.num_special
         if num_content < 1 or len(pool) < 100:
-            raise ConfigError(f"bench: cannot build token-exact prompts of bench.input_len="
-                              f"{input_len} with this tokenizer ({len(pool)} usable word tokens);"
-                              f" raise bench.input_len or use bench.workload=corpus")
+            raise ConfigError(
+                f"bench: cannot build token-exact prompts of bench.input_len="
+                f"{input_len} with this tokenizer ({len(pool)} usable word tokens);"
+                f" raise bench.input_len or use bench.workload=corpus"
+            )
         rng = random.Random(seed)
         out = []
         for n in range(num_requests):
@@ -83,15 +90,23 @@ class PromptMaker:
                 if len(ids) == input_len:
                     break
             else:
-                raise ArtifactError(f"bench: synthetic prompt re-tokenizes to {len(ids)} tokens, "
-                                    f"not bench.input_len={input_len}; use "
-                                    f"bench.workload=corpus")
-            out.append(BenchRequest(f"{prefix}-{n}", text, tuple(ids), output_len,
-                                    ignore_eos=True))
+                raise ArtifactError(
+                    f"bench: synthetic prompt re-tokenizes to {len(ids)} tokens, "
+                    f"not bench.input_len={input_len}; use "
+                    f"bench.workload=corpus"
+                )
+            out.append(BenchRequest(f"{prefix}-{n}", text, tuple(ids), output_len, ignore_eos=True))
         return out
 
-    def corpus(self, path: Path, num_requests: int, input_len: int, output_len: int, seed: int,
-               prefix: str = "req") -> list[BenchRequest]:
+    def corpus(
+        self,
+        path: Path,
+        num_requests: int,
+        input_len: int,
+        output_len: int,
+        seed: int,
+        prefix: str = "req",
+    ) -> list[BenchRequest]:
         """Each prompt: a randomly chosen document (continued by the next ones when short), cut
         to input_len tokens at a token boundary; its length is re-measured after decoding."""
         tokenizer, docs = self.tokenizer, read_corpus(path)
@@ -103,27 +118,44 @@ class PromptMaker:
             while len(ids) < input_len:
                 ids += tokenizer(docs[k % len(docs)] + " ", add_special_tokens=False)["input_ids"]
                 k += 1
-            text = tokenizer.decode(ids[:input_len - self.num_special])
-            out.append(BenchRequest(f"{prefix}-{n}", text, tuple(tokenizer(text)["input_ids"]),
-                                    output_len, ignore_eos=False))
+            text = tokenizer.decode(ids[: input_len - self.num_special])
+            out.append(
+                BenchRequest(
+                    f"{prefix}-{n}",
+                    text,
+                    tuple(tokenizer(text)["input_ids"]),
+                    output_len,
+                    ignore_eos=False,
+                )
+            )
         return out
 
-    def make(self, workload: str, corpus_path: str | None, num_requests: int, input_len: int,
-             output_len: int, seed: int, prefix: str) -> list[BenchRequest]:
+    def make(
+        self,
+        workload: str,
+        corpus_path: str | None,
+        num_requests: int,
+        input_len: int,
+        output_len: int,
+        seed: int,
+        prefix: str,
+    ) -> list[BenchRequest]:
         if workload == "synthetic":
             return self.synthetic(num_requests, input_len, output_len, seed, prefix)
         if workload == "corpus":
             path = Path(corpus_path) if corpus_path else lee_corpus_path()
             return self.corpus(path, num_requests, input_len, output_len, seed, prefix)
-        raise ConfigError(f"bench: bench.workload={workload!r} is unknown; use synthetic or "
-                          f"corpus")
+        raise ConfigError(f"bench: bench.workload={workload!r} is unknown; use synthetic or corpus")
 
 
 def read_corpus(path: Path) -> list[str]:
     if not path.is_file():
         raise ConfigError(f"bench: corpus file {path} not found; fix bench.corpus_path")
-    docs = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace")
-            .splitlines() if line.strip()]
+    docs = [
+        line.strip()
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+        if line.strip()
+    ]
     if not docs:
         raise ConfigError(f"bench: corpus file {path} has no text lines; fix bench.corpus_path")
     return docs

@@ -28,5 +28,7 @@ def architecture_of(hf_config: dict, where: str) -> Architecture:
     for name in names:
         if name in ARCHITECTURES:
             return ARCHITECTURES[name]
-    raise ConfigError(f"{where}: architecture {names or '(none)'} is not supported; supported: "
-                      f"{', '.join(ARCHITECTURES)} (config.json field 'architectures')")
+    raise ConfigError(
+        f"{where}: architecture {names or '(none)'} is not supported; supported: "
+        f"{', '.join(ARCHITECTURES)} (config.json field 'architectures')"
+    )

@@ -26,8 +26,9 @@ class HFCheckpoint:
                 with safe_open(path, "pt") as f:
                     index.update(dict.fromkeys(f.keys(), path))
             except (SafetensorError, OSError) as exc:
-                raise ArtifactError(f"{path}: corrupted safetensors file ({exc}); re-run fetch "
-                                    f"with force=true") from exc
+                raise ArtifactError(
+                    f"{path}: corrupted safetensors file ({exc}); re-run fetch with force=true"
+                ) from exc
         return index
 
     def has(self, name: str) -> bool:
@@ -36,15 +37,18 @@ class HFCheckpoint:
     def get(self, name: str) -> torch.Tensor:
         path = self._index.get(name)
         if path is None:
-            raise ArtifactError(f"{self.hf_dir}: tensor {name!r} is missing from the checkpoint; "
-                                f"the download is incomplete or the architecture is mislabelled")
+            raise ArtifactError(
+                f"{self.hf_dir}: tensor {name!r} is missing from the checkpoint; "
+                f"the download is incomplete or the architecture is mislabelled"
+            )
         if path not in self._handles:
             self._handles[path] = safe_open(path, "pt")
         try:
             return self._handles[path].get_tensor(name)
         except (SafetensorError, OSError) as exc:
-            raise ArtifactError(f"{path}: cannot read tensor {name!r} ({exc}); re-run fetch with "
-                                f"force=true") from exc
+            raise ArtifactError(
+                f"{path}: cannot read tensor {name!r} ({exc}); re-run fetch with force=true"
+            ) from exc
 
 
 def _read_json(path: Path) -> dict:

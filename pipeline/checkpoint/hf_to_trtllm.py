@@ -18,8 +18,9 @@ from pipeline.checkpoint.trtllm_config import DTYPES, pretrained_config
 from pipeline.errors import ConfigError
 
 
-def _layer_tensors(ckpt: HFCheckpoint, cfg: dict, layer: int, local: int, tp: int, rank: int,
-                   dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def _layer_tensors(
+    ckpt: HFCheckpoint, cfg: dict, layer: int, local: int, tp: int, rank: int, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
     src, dst = f"model.layers.{layer}.", f"transformer.layers.{local}."
     kv_heads = cfg["num_key_value_heads"]
     get = lambda name: ckpt.get(src + name).to(dtype)  # noqa: E731
@@ -40,8 +41,10 @@ def _layer_tensors(ckpt: HFCheckpoint, cfg: dict, layer: int, local: int, tp: in
     out[f"{dst}post_layernorm.weight"] = get("post_attention_layernorm.weight")
     for name in ("o_proj", "gate_proj", "up_proj", "down_proj"):
         if ckpt.has(f"{src}self_attn.{name}.bias") or ckpt.has(f"{src}mlp.{name}.bias"):
-            raise ConfigError(f"convert: {src}{name}.bias: biases on {name} are not supported "
-                              f"(only qkv bias, as in Qwen2)")
+            raise ConfigError(
+                f"convert: {src}{name}.bias: biases on {name} are not supported "
+                f"(only qkv bias, as in Qwen2)"
+            )
     return out
 
 
@@ -58,8 +61,7 @@ def rank_tensors(ckpt: HFCheckpoint, cfg: dict, rank: int, dtype: torch.dtype) -
     if pp_rank == pp - 1:
         tensors["transformer.ln_f.weight"] = ckpt.get("model.norm.weight").to(dtype)
         # tied embeddings: a TensorRT-LLM checkpoint still needs lm_head written explicitly
-        head = ckpt.get("lm_head.weight").to(dtype) if ckpt.has("lm_head.weight") else \
-            embed.clone()
+        head = ckpt.get("lm_head.weight").to(dtype) if ckpt.has("lm_head.weight") else embed.clone()
         tensors["lm_head.weight"] = split(pad_rows(head, tp), tp, tp_rank, 0)
     return tensors
 

@@ -25,18 +25,23 @@ def check_mapping(hf_config: dict, tp_size: int, pp_size: int, where: str) -> No
         problems.append(f"tp_size={tp_size}, pp_size={pp_size} must be >= 1")
     if heads % tp_size:
         valid = [t for t in range(1, heads + 1) if heads % t == 0]
-        problems.append(f"num_attention_heads={heads} is not divisible by tp_size={tp_size} "
-                        f"(valid tp_size: {valid})")
+        problems.append(
+            f"num_attention_heads={heads} is not divisible by tp_size={tp_size} "
+            f"(valid tp_size: {valid})"
+        )
     if kv_heads % tp_size and tp_size % kv_heads:
-        problems.append(f"num_key_value_heads={kv_heads} and tp_size={tp_size}: one must divide "
-                        f"the other")
+        problems.append(
+            f"num_key_value_heads={kv_heads} and tp_size={tp_size}: one must divide the other"
+        )
     if inter % tp_size:
         problems.append(f"intermediate_size={inter} is not divisible by tp_size={tp_size}")
     if pp_size > layers:
         problems.append(f"pp_size={pp_size} exceeds num_hidden_layers={layers}")
     if problems:
-        raise ConfigError(f"{where}: cannot shard: {'; '.join(problems)}; set parallel.tp_size / "
-                          f"parallel.pp_size (TP=/PP= in make)")
+        raise ConfigError(
+            f"{where}: cannot shard: {'; '.join(problems)}; set parallel.tp_size / "
+            f"parallel.pp_size (TP=/PP= in make)"
+        )
 
 
 def split(t: torch.Tensor, tp_size: int, tp_rank: int, dim: int) -> torch.Tensor:
@@ -49,7 +54,7 @@ def split_kv(t: torch.Tensor, num_kv_heads: int, tp_size: int, tp_rank: int) -> 
         return split(t, tp_size, tp_rank, 0)
     head = t.shape[0] // num_kv_heads
     idx = tp_rank * num_kv_heads // tp_size
-    return t[idx * head:(idx + 1) * head].contiguous()
+    return t[idx * head : (idx + 1) * head].contiguous()
 
 
 def pad_rows(t: torch.Tensor, multiple: int) -> torch.Tensor:

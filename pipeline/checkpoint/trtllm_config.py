@@ -9,16 +9,20 @@ def rope_settings(hf_config: dict) -> tuple[float, dict | None]:
     """rope_theta and scaling from transformers 4.x keys or 5.x rope_parameters."""
     params = dict(hf_config.get("rope_parameters") or {})
     theta = hf_config.get("rope_theta", params.get("rope_theta", 10000.0))
-    scaling = hf_config.get("rope_scaling") or {
-        k: v for k, v in params.items() if k != "rope_theta"} or None
+    scaling = (
+        hf_config.get("rope_scaling")
+        or {k: v for k, v in params.items() if k != "rope_theta"}
+        or None
+    )
     if scaling:
         kind = scaling.get("rope_type", scaling.get("type", "default"))
         scaling = None if kind == "default" else {**scaling, "type": kind}
     return float(theta), scaling
 
 
-def pretrained_config(hf_config: dict, dtype: str, tp_size: int, pp_size: int,
-                      quantization: dict | None = None) -> dict:
+def pretrained_config(
+    hf_config: dict, dtype: str, tp_size: int, pp_size: int, quantization: dict | None = None
+) -> dict:
     arch = architecture_of(hf_config, "convert")
     heads = hf_config["num_attention_heads"]
     theta, scaling = rope_settings(hf_config)

@@ -1,10 +1,10 @@
 """`python -m pipeline.client`: talk to the served model from a shell.
 
-  python -m pipeline.client generate "What is Triton?" --stream
-  python -m pipeline.client --protocol http generate "Hi" --max-tokens 16
-  python -m pipeline.client ready --wait 60
-  python -m pipeline.client infer preprocessing QUERY="Hello" REQUEST_OUTPUT_LEN=4
-  python -m pipeline.client metrics pipeline_engine
+python -m pipeline.client generate "What is Triton?" --stream
+python -m pipeline.client --protocol http generate "Hi" --max-tokens 16
+python -m pipeline.client ready --wait 60
+python -m pipeline.client infer preprocessing QUERY="Hello" REQUEST_OUTPUT_LEN=4
+python -m pipeline.client metrics pipeline_engine
 """
 
 import argparse
@@ -24,11 +24,16 @@ DEFAULT_URLS = {"grpc": "127.0.0.1:8001", "http": "http://127.0.0.1:8000"}
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.client", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.client",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
-    parser.add_argument("--url", help="server address (default 127.0.0.1:8001 for grpc, "
-                        "http://127.0.0.1:8000 for http)")
+    parser.add_argument(
+        "--url",
+        help="server address (default 127.0.0.1:8001 for grpc, http://127.0.0.1:8000 for http)",
+    )
     parser.add_argument("--model", default="ensemble", help="ensemble or tensorrt_llm_bls")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per response")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -55,9 +60,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def _generate(client, args) -> None:
     request = GenerateRequest(
-        args.prompt, max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
-        top_p=args.top_p, seed=args.seed, stop_words=tuple(args.stop_word),
-        bad_words=tuple(args.bad_word))
+        args.prompt,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        stop_words=tuple(args.stop_word),
+        bad_words=tuple(args.bad_word),
+    )
     start = time.perf_counter()
     if not args.stream:
         print(client.generate(request))
@@ -76,8 +87,9 @@ def _infer(client: HttpClient, args) -> None:
     for item in args.inputs:
         name, _, value = item.partition("=")
         if name not in metadata:
-            raise ClientError(f"client: {args.infer_model} has no input {name!r} (inputs: "
-                              f"{', '.join(metadata)})")
+            raise ClientError(
+                f"client: {args.infer_model} has no input {name!r} (inputs: {', '.join(metadata)})"
+            )
         dtype = triton_to_np_dtype(metadata[name]["datatype"])
         arrays[name] = np.array([[value.encode() if dtype == np.object_ else value]], dtype=dtype)
     for name, array in client.infer(args.infer_model, arrays).items():
@@ -102,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "infer":
             _infer(HttpClient(args.url or DEFAULT_URLS["http"], timeout_s=args.timeout), args)
         else:
-            for (name, labels), value in sorted(fetch_metrics(args.metrics_url).items(),
-                                                key=lambda kv: kv[0][0]):
+            for (name, labels), value in sorted(
+                fetch_metrics(args.metrics_url).items(), key=lambda kv: kv[0][0]
+            ):
                 if name.startswith(args.prefix):
                     print(name, dict(sorted(labels)), value)
     except ClientError as exc:

@@ -22,8 +22,9 @@ class StreamResponse:
 
 
 class GrpcClient:
-    def __init__(self, url: str = "127.0.0.1:8001", model: str = "ensemble",
-                 timeout_s: float = 60.0):
+    def __init__(
+        self, url: str = "127.0.0.1:8001", model: str = "ensemble", timeout_s: float = 60.0
+    ):
         self.url, self.model, self.timeout_s = url, model, timeout_s
 
     def _client(self) -> grpcclient.InferenceServerClient:
@@ -40,8 +41,10 @@ class GrpcClient:
         deadline = time.monotonic() + timeout_s
         while not self.is_ready():
             if time.monotonic() > deadline:
-                raise ClientTimeout(f"client: {self.model} at {self.url} not ready after "
-                                    f"{timeout_s:.0f} s; is the server up (`make serve`)?")
+                raise ClientTimeout(
+                    f"client: {self.model} at {self.url} not ready after "
+                    f"{timeout_s:.0f} s; is the server up (`make serve`)?"
+                )
             time.sleep(0.5)
 
     def generate(self, request: GenerateRequest) -> str:
@@ -52,8 +55,9 @@ class GrpcClient:
         """Text deltas as the server sends them (stream=true)."""
         return (r.text for r in self.responses(request.arrays(stream=True)) if r.text is not None)
 
-    def responses(self, arrays: dict[str, np.ndarray],
-                  output: str = "text_output") -> Iterator[StreamResponse]:
+    def responses(
+        self, arrays: dict[str, np.ndarray], output: str = "text_output"
+    ) -> Iterator[StreamResponse]:
         """Send one request; yield each response (its `output` as text) up to the final one."""
         inputs = []
         for name, array in arrays.items():
@@ -66,9 +70,13 @@ class GrpcClient:
         try:
             client.start_stream(callback=lambda result, error: results.put((result, error)))
             try:
-                client.async_stream_infer(self.model, inputs, request_id=uuid.uuid4().hex,
-                                          outputs=[grpcclient.InferRequestedOutput(output)],
-                                          enable_empty_final_response=True)
+                client.async_stream_infer(
+                    self.model,
+                    inputs,
+                    request_id=uuid.uuid4().hex,
+                    outputs=[grpcclient.InferRequestedOutput(output)],
+                    enable_empty_final_response=True,
+                )
             except InferenceServerException:
                 pass  # the stream broke; its callback got the reason, _drain raises it
             try:
@@ -90,16 +98,21 @@ class GrpcClient:
             try:
                 result, error = results.get(timeout=self.timeout_s)
             except queue.Empty:
-                raise ClientTimeout(f"client: no response from {self.model} at {self.url} within "
-                                    f"{self.timeout_s:.0f} s; raise --timeout or check the "
-                                    f"server log") from None
+                raise ClientTimeout(
+                    f"client: no response from {self.model} at {self.url} within "
+                    f"{self.timeout_s:.0f} s; raise --timeout or check the "
+                    f"server log"
+                ) from None
             if error is not None:
-                raise ClientError(f"client: {self.model} at {self.url} failed the request: "
-                                  f"{error.message() if hasattr(error, 'message') else error}")
+                raise ClientError(
+                    f"client: {self.model} at {self.url} failed the request: "
+                    f"{error.message() if hasattr(error, 'message') else error}"
+                )
             array = result.as_numpy(output)
             is_final = result.get_response().parameters["triton_final_response"].bool_param
-            yield StreamResponse(None if array is None else "".join(_text(v) for v in
-                                                                    array.reshape(-1)), is_final)
+            yield StreamResponse(
+                None if array is None else "".join(_text(v) for v in array.reshape(-1)), is_final
+            )
             if is_final:
                 return
 

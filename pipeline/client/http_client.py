@@ -15,33 +15,42 @@ from pipeline.client.request import GenerateRequest
 
 
 class HttpClient:
-    def __init__(self, url: str = "http://127.0.0.1:8000", model: str = "ensemble",
-                 timeout_s: float = 60.0):
+    def __init__(
+        self, url: str = "http://127.0.0.1:8000", model: str = "ensemble", timeout_s: float = 60.0
+    ):
         self.url = url if url.startswith("http") else f"http://{url}"
         self.model, self.timeout_s = model, timeout_s
 
-    def _post(self, path: str, body: dict | None = None,
-              stream: bool = False) -> requests.Response:
+    def _post(self, path: str, body: dict | None = None, stream: bool = False) -> requests.Response:
         """POST (GET without a body); HTTP errors and unreachable servers become ClientError."""
         method = "POST" if body is not None else "GET"
         try:
-            response = requests.request(method, f"{self.url}{path}", json=body, stream=stream,
-                                        timeout=(5, self.timeout_s))
+            response = requests.request(
+                method, f"{self.url}{path}", json=body, stream=stream, timeout=(5, self.timeout_s)
+            )
         except requests.Timeout as exc:
-            raise ClientTimeout(f"client: {method} {self.url}{path} got no answer within "
-                                f"{self.timeout_s:.0f} s; raise --timeout") from exc
+            raise ClientTimeout(
+                f"client: {method} {self.url}{path} got no answer within "
+                f"{self.timeout_s:.0f} s; raise --timeout"
+            ) from exc
         except requests.ConnectionError as exc:
-            raise ClientError(f"client: cannot reach {self.url} ({exc.__class__.__name__}); is "
-                              f"the server up (`make serve`)?") from exc
+            raise ClientError(
+                f"client: cannot reach {self.url} ({exc.__class__.__name__}); is "
+                f"the server up (`make serve`)?"
+            ) from exc
         if not response.ok:
-            raise ClientError(f"client: {method} {self.url}{path} -> HTTP {response.status_code}: "
-                              f"{_error_text(response)}")
+            raise ClientError(
+                f"client: {method} {self.url}{path} -> HTTP {response.status_code}: "
+                f"{_error_text(response)}"
+            )
         return response
 
     def is_ready(self) -> bool:
         try:
-            return all(requests.get(f"{self.url}{path}", timeout=5).ok
-                       for path in ("/v2/health/ready", f"/v2/models/{self.model}/ready"))
+            return all(
+                requests.get(f"{self.url}{path}", timeout=5).ok
+                for path in ("/v2/health/ready", f"/v2/models/{self.model}/ready")
+            )
         except requests.RequestException:
             return False
 
@@ -49,8 +58,10 @@ class HttpClient:
         deadline = time.monotonic() + timeout_s
         while not self.is_ready():
             if time.monotonic() > deadline:
-                raise ClientTimeout(f"client: {self.model} at {self.url} not ready after "
-                                    f"{timeout_s:.0f} s; is the server up (`make serve`)?")
+                raise ClientTimeout(
+                    f"client: {self.model} at {self.url} not ready after "
+                    f"{timeout_s:.0f} s; is the server up (`make serve`)?"
+                )
             time.sleep(0.5)
 
     def generate(self, request: GenerateRequest) -> str:
@@ -58,8 +69,9 @@ class HttpClient:
         return checked(body, self.model)["text_output"]
 
     def stream(self, request: GenerateRequest) -> Iterator[str]:
-        response = self._post(f"/v2/models/{self.model}/generate_stream",
-                              request.values(stream=True), stream=True)
+        response = self._post(
+            f"/v2/models/{self.model}/generate_stream", request.values(stream=True), stream=True
+        )
         with response:
             try:
                 for line in response.iter_lines(decode_unicode=True):
@@ -67,16 +79,29 @@ class HttpClient:
                     if event is not None:
                         yield checked(event, self.model)["text_output"]
             except requests.exceptions.ConnectionError as exc:  # read timeouts surface here
-                raise ClientTimeout(f"client: the stream from {self.model} stalled or broke "
-                                    f"({exc}); raise --timeout or check the server log") from exc
+                raise ClientTimeout(
+                    f"client: the stream from {self.model} stalled or broke "
+                    f"({exc}); raise --timeout or check the server log"
+                ) from exc
 
     def infer(self, model: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """KServe v2 /infer (non-decoupled models only, e.g. preprocessing)."""
-        inputs = [{"name": name, "shape": list(a.shape), "datatype": np_to_triton_dtype(a.dtype),
-                   "data": [_json_value(v) for v in a.reshape(-1)]} for name, a in arrays.items()]
+        inputs = [
+            {
+                "name": name,
+                "shape": list(a.shape),
+                "datatype": np_to_triton_dtype(a.dtype),
+                "data": [_json_value(v) for v in a.reshape(-1)],
+            }
+            for name, a in arrays.items()
+        ]
         body = checked(self._post(f"/v2/models/{model}/infer", {"inputs": inputs}).json(), model)
-        return {out["name"]: np.array(out["data"], dtype=triton_to_np_dtype(out["datatype"]))
-                .reshape(out["shape"]) for out in body["outputs"]}
+        return {
+            out["name"]: np.array(out["data"], dtype=triton_to_np_dtype(out["datatype"])).reshape(
+                out["shape"]
+            )
+            for out in body["outputs"]
+        }
 
     def model_metadata(self, model: str) -> dict:
         return self._post(f"/v2/models/{model}").json()

@@ -6,12 +6,13 @@ import requests
 
 from pipeline.client.errors import ClientError
 
-SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)')
+SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-def fetch_metrics(metrics_url: str = "http://127.0.0.1:8002/metrics",
-                  timeout_s: float = 10.0) -> dict[tuple[str, frozenset], float]:
+def fetch_metrics(
+    metrics_url: str = "http://127.0.0.1:8002/metrics", timeout_s: float = 10.0
+) -> dict[tuple[str, frozenset], float]:
     try:
         response = requests.get(metrics_url, timeout=timeout_s)
         response.raise_for_status()

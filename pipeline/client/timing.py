@@ -25,12 +25,14 @@ def timed_stream(client, request: GenerateRequest, on_delta=None) -> StreamTimin
         if on_delta is not None:
             on_delta(delta)
     end = time.perf_counter()
-    return StreamTiming("".join(parts), sum(1 for p in parts if p), (first or end) - start,
-                        end - start)
+    return StreamTiming(
+        "".join(parts), sum(1 for p in parts if p), (first or end) - start, end - start
+    )
 
 
-def stream_concurrently(client, requests: list[GenerateRequest],
-                        concurrency: int) -> tuple[list[StreamTiming], float]:
+def stream_concurrently(
+    client, requests: list[GenerateRequest], concurrency: int
+) -> tuple[list[StreamTiming], float]:
     """All requests with at most `concurrency` in flight; (timings in order, wall seconds)."""
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:

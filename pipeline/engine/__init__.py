@@ -20,5 +20,11 @@ from pipeline.engine.llm_engine import LLMEngine
 from pipeline.engine.outputs import RequestOutput, StreamDelta
 from pipeline.engine.sampling_params import SamplingParams
 
-__all__ = ["AsyncLLMEngine", "LLMEngine", "RequestHandle", "RequestOutput", "SamplingParams",
-           "StreamDelta"]
+__all__ = [
+    "AsyncLLMEngine",
+    "LLMEngine",
+    "RequestHandle",
+    "RequestOutput",
+    "SamplingParams",
+    "StreamDelta",
+]

@@ -53,16 +53,20 @@ class AsyncLLMEngine:
         self._thread = threading.Thread(target=self._loop, name="llm-engine", daemon=True)
         self._thread.start()
 
-    def submit(self, prompt_token_ids: list[int], params: SamplingParams,
-               request_id: str | None = None) -> RequestHandle:
+    def submit(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+    ) -> RequestHandle:
         """Queue a request; raises ValueError at once if the engine can never serve it."""
         prompt_token_ids = list(prompt_token_ids)
         self.engine.validate_request(prompt_token_ids, params)
         handle = RequestHandle(uuid.uuid4().hex if request_id is None else request_id, self)
         with self._lock:
             if self._is_shutdown or self._error is not None:
-                raise RuntimeError("AsyncLLMEngine is shut down" if self._error is None
-                                   else f"AsyncLLMEngine failed: {self._error!r}")
+                raise RuntimeError(
+                    "AsyncLLMEngine is shut down"
+                    if self._error is None
+                    else f"AsyncLLMEngine failed: {self._error!r}"
+                )
             if handle.request_id in self._handles:
                 raise ValueError(f"request: id {handle.request_id!r} is already in flight")
             self._handles[handle.request_id] = handle
@@ -85,8 +89,9 @@ class AsyncLLMEngine:
     def _take_inbox(self) -> bool:
         """Move queued work into the engine; False when the loop should exit."""
         with self._lock:
-            while not (self._inbox or self._cancels or self._is_shutdown
-                       or self.engine.has_unfinished()):
+            while not (
+                self._inbox or self._cancels or self._is_shutdown or self.engine.has_unfinished()
+            ):
                 self._lock.wait()
             if self._is_shutdown:
                 return False

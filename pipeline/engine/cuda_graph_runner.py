@@ -20,8 +20,14 @@ def capture_batch_sizes(max_batch_size: int) -> list[int]:
 class CudaGraphRunner:
     """Owned by the model runner; holds the graphs, their memory pool and static buffers."""
 
-    def __init__(self, model: nn.Module, kv_cache: torch.Tensor, max_batch_size: int,
-                 max_blocks_per_seq: int, scratch_block: int):
+    def __init__(
+        self,
+        model: nn.Module,
+        kv_cache: torch.Tensor,
+        max_batch_size: int,
+        max_blocks_per_seq: int,
+        scratch_block: int,
+    ):
         self.model = model  # possibly torch.compile'd by the model runner
         self.kv_cache = kv_cache
         self.batch_sizes = capture_batch_sizes(max_batch_size)
@@ -30,21 +36,27 @@ class CudaGraphRunner:
         self.scratch_slot = scratch_block * block_size
         self.input_ids = torch.zeros(max_batch_size, dtype=torch.int64, device=device)
         self.positions = torch.zeros(max_batch_size, dtype=torch.int64, device=device)
-        self.slot_mapping = torch.full((max_batch_size,), self.scratch_slot, dtype=torch.int64,
-                                       device=device)
+        self.slot_mapping = torch.full(
+            (max_batch_size,), self.scratch_slot, dtype=torch.int64, device=device
+        )
         self.context_lens = torch.ones(max_batch_size, dtype=torch.int32, device=device)
-        self.block_tables = torch.full((max_batch_size, max_blocks_per_seq), scratch_block,
-                                       dtype=torch.int32, device=device)
+        self.block_tables = torch.full(
+            (max_batch_size, max_blocks_per_seq), scratch_block, dtype=torch.int32, device=device
+        )
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}  # [bs, vocab] graph outputs
 
     def _step(self, batch_size: int) -> torch.Tensor:
         # the captured work: static buffers [:bs] -> logits [bs, vocab]
         meta = BatchMetadata(
-            positions=self.positions[:batch_size], slot_mapping=self.slot_mapping[:batch_size],
+            positions=self.positions[:batch_size],
+            slot_mapping=self.slot_mapping[:batch_size],
             block_tables=self.block_tables[:batch_size],
-            context_lens=self.context_lens[:batch_size], is_decode=True, query_lens=[],
-            context_lens_host=[])
+            context_lens=self.context_lens[:batch_size],
+            is_decode=True,
+            query_lens=[],
+            context_lens_host=[],
+        )
         hidden = self.model(self.input_ids[:batch_size], meta, self.kv_cache)
         return self.model.compute_logits(hidden)
 

@@ -40,32 +40,43 @@ class ModelConfig:
     def from_pretrained_config(cls, cfg: dict, where: str) -> "ModelConfig":
         problems = []
         if cfg.get("architecture") not in ARCHITECTURES:
-            problems.append(f"architecture={cfg.get('architecture')!r} (supported: "
-                            f"{', '.join(ARCHITECTURES)})")
+            problems.append(
+                f"architecture={cfg.get('architecture')!r} (supported: {', '.join(ARCHITECTURES)})"
+            )
         if cfg.get("dtype") not in DTYPES:
             problems.append(f"dtype={cfg.get('dtype')!r} (supported: {', '.join(DTYPES)})")
         if cfg.get("position_embedding_type", "rope_gpt_neox") != "rope_gpt_neox":
-            problems.append(f"position_embedding_type={cfg['position_embedding_type']!r} "
-                            f"(supported: rope_gpt_neox)")
+            problems.append(
+                f"position_embedding_type={cfg['position_embedding_type']!r} "
+                f"(supported: rope_gpt_neox)"
+            )
         if cfg.get("hidden_act", "silu") != "silu":
             problems.append(f"hidden_act={cfg['hidden_act']!r} (supported: silu)")
         kind = scaling_type(cfg.get("rotary_scaling"))
         if kind is not None and kind not in SUPPORTED_SCALINGS:
-            problems.append(f"rotary_scaling type {kind!r} (supported: none, "
-                            f"{', '.join(SUPPORTED_SCALINGS)})")
+            problems.append(
+                f"rotary_scaling type {kind!r} (supported: none, {', '.join(SUPPORTED_SCALINGS)})"
+            )
         mapping = cfg.get("mapping") or {}
         if mapping.get("tp_size", 1) != 1 or mapping.get("pp_size", 1) != 1:
-            problems.append(f"mapping tp_size={mapping.get('tp_size')}, pp_size="
-                            f"{mapping.get('pp_size')} (the torch engine runs tp=1, pp=1: "
-                            f"convert with parallel.tp_size=1 parallel.pp_size=1)")
+            problems.append(
+                f"mapping tp_size={mapping.get('tp_size')}, pp_size="
+                f"{mapping.get('pp_size')} (the torch engine runs tp=1, pp=1: "
+                f"convert with parallel.tp_size=1 parallel.pp_size=1)"
+            )
         if problems:
-            raise ConfigError(f"{where}: the torch engine cannot run this checkpoint: "
-                              f"{'; '.join(problems)}")
+            raise ConfigError(
+                f"{where}: the torch engine cannot run this checkpoint: {'; '.join(problems)}"
+            )
         heads = cfg["num_attention_heads"]
         return cls(
-            architecture=cfg["architecture"], dtype=cfg["dtype"], vocab_size=cfg["vocab_size"],
-            hidden_size=cfg["hidden_size"], num_layers=cfg["num_hidden_layers"],
-            num_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
+            architecture=cfg["architecture"],
+            dtype=cfg["dtype"],
+            vocab_size=cfg["vocab_size"],
+            hidden_size=cfg["hidden_size"],
+            num_layers=cfg["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=cfg.get("num_key_value_heads") or heads,
             head_dim=cfg.get("head_size") or cfg["hidden_size"] // heads,
             intermediate_size=cfg["intermediate_size"],
             norm_epsilon=cfg.get("norm_epsilon", 1e-5),
@@ -114,8 +125,9 @@ def resolve_device(device: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     resolved = torch.device(device)
     if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"engine: device={device!r} but CUDA is not available here; use "
-                          f"device='cpu' or 'auto'")
+        raise ConfigError(
+            f"engine: device={device!r} but CUDA is not available here; use device='cpu' or 'auto'"
+        )
     if resolved.type not in ("cpu", "cuda"):
         raise ConfigError(f"engine: device={device!r} is not supported; use auto, cpu or cuda")
     return resolved
@@ -124,15 +136,17 @@ def resolve_device(device: str) -> torch.device:
 def read_engine_json(engine_dir: Path) -> dict:
     path = Path(engine_dir) / "config.json"
     if not path.is_file():
-        raise ArtifactError(f"{path}: missing; build the engine with `python -m pipeline build "
-                            f"backend=torch`")
+        raise ArtifactError(
+            f"{path}: missing; build the engine with `python -m pipeline build backend=torch`"
+        )
     try:
         cfg = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{path}: invalid JSON ({exc}); rebuild the engine") from exc
     if cfg.get("backend") != "torch":
-        raise ArtifactError(f"{path}: backend={cfg.get('backend')!r}, not a torch engine; build "
-                            f"with backend=torch")
+        raise ArtifactError(
+            f"{path}: backend={cfg.get('backend')!r}, not a torch engine; build with backend=torch"
+        )
     return cfg
 
 
@@ -141,15 +155,18 @@ def _check_runtime(opts: RuntimeOptions, build: dict, where: str) -> None:
     for key in ("max_batch_size", "max_num_tokens"):
         value = getattr(opts, key)
         if value is not None and not 1 <= value <= build[key]:
-            problems.append(f"{key}={value} must be in [1, {build[key]}] (the build limit; "
-                            f"rebuild with build.{key}={value} to go higher)")
+            problems.append(
+                f"{key}={value} must be in [1, {build[key]}] (the build limit; "
+                f"rebuild with build.{key}={value} to go higher)"
+            )
     if opts.scheduler_policy not in POLICIES:
         problems.append(f"scheduler_policy={opts.scheduler_policy!r} (use {' or '.join(POLICIES)})")
     if opts.num_kv_blocks is not None and opts.num_kv_blocks < 1:
         problems.append(f"num_kv_blocks={opts.num_kv_blocks} must be >= 1")
     if not 0.0 < opts.kv_cache_free_mem_fraction <= 1.0:
-        problems.append(f"kv_cache_free_mem_fraction={opts.kv_cache_free_mem_fraction} must be "
-                        f"in (0, 1]")
+        problems.append(
+            f"kv_cache_free_mem_fraction={opts.kv_cache_free_mem_fraction} must be in (0, 1]"
+        )
     if opts.dtype is not None and opts.dtype not in DTYPES:
         problems.append(f"dtype={opts.dtype!r} (use one of {', '.join(DTYPES)})")
     if problems:
@@ -167,27 +184,34 @@ def load_engine_config(engine_dir: Path, device: str, runtime: dict) -> EngineCo
     try:
         return _engine_config(cfg, opts, Path(engine_dir), device, where)
     except KeyError as exc:
-        raise ArtifactError(f"{where}: config.json lacks {exc}; rebuild the engine with the "
-                            f"current pipeline") from exc
+        raise ArtifactError(
+            f"{where}: config.json lacks {exc}; rebuild the engine with the current pipeline"
+        ) from exc
 
 
-def _engine_config(cfg: dict, opts: RuntimeOptions, engine_dir: Path, device: str,
-                   where: str) -> EngineConfig:
+def _engine_config(
+    cfg: dict, opts: RuntimeOptions, engine_dir: Path, device: str, where: str
+) -> EngineConfig:
     build = cfg["build_config"]
     _check_runtime(opts, build, where)
     model = ModelConfig.from_pretrained_config(cfg["pretrained_config"], where)
     torch_opts = build["torch"]
     return EngineConfig(
-        engine_dir=engine_dir, model=model, device=resolve_device(device),
+        engine_dir=engine_dir,
+        model=model,
+        device=resolve_device(device),
         dtype=DTYPES[opts.dtype or model.dtype],
         max_batch_size=opts.max_batch_size or build["max_batch_size"],
-        max_input_len=build["max_input_len"], max_seq_len=build["max_seq_len"],
+        max_input_len=build["max_input_len"],
+        max_seq_len=build["max_seq_len"],
         max_num_tokens=opts.max_num_tokens or build["max_num_tokens"],
         block_size=build["plugin_config"]["tokens_per_block"],
-        scheduler_policy=opts.scheduler_policy, num_kv_blocks=opts.num_kv_blocks,
+        scheduler_policy=opts.scheduler_policy,
+        num_kv_blocks=opts.num_kv_blocks,
         kv_cache_free_mem_fraction=opts.kv_cache_free_mem_fraction,
         enable_chunked_prefill=opts.enable_chunked_prefill,
-        use_cuda_graph=(torch_opts["use_cuda_graph"] if opts.use_cuda_graph is None
-                        else opts.use_cuda_graph),
+        use_cuda_graph=(
+            torch_opts["use_cuda_graph"] if opts.use_cuda_graph is None else opts.use_cuda_graph
+        ),
         compile=torch_opts["compile"] if opts.compile is None else opts.compile,
     )

@@ -29,8 +29,9 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(path)
     except (SafetensorError, OSError) as exc:
-        raise ArtifactError(f"{path}: unreadable ({exc}); rebuild the engine with force=true") \
-            from exc
+        raise ArtifactError(
+            f"{path}: unreadable ({exc}); rebuild the engine with force=true"
+        ) from exc
 
 
 def model_eos_token_ids(tokenizer_dir: Path, tokenizer) -> tuple[int, ...]:
@@ -56,8 +57,13 @@ class LLMEngine:
         self.model_runner = ModelRunner(config, weights)
         del weights  # the model holds what it needs (possibly repacked or on the GPU)
         block_manager = BlockManager(self.model_runner.num_kv_blocks, config.block_size)
-        self.scheduler = Scheduler(block_manager, config.max_batch_size, config.max_num_tokens,
-                                   config.scheduler_policy, config.enable_chunked_prefill)
+        self.scheduler = Scheduler(
+            block_manager,
+            config.max_batch_size,
+            config.max_num_tokens,
+            config.scheduler_policy,
+            config.enable_chunked_prefill,
+        )
         self.max_input_len, self.max_seq_len = config.max_input_len, config.max_seq_len
         self.max_batch_size, self.max_num_tokens = config.max_batch_size, config.max_num_tokens
         self.enable_chunked_prefill = config.enable_chunked_prefill
@@ -78,33 +84,44 @@ class LLMEngine:
         if num_prompt == 0:
             raise ValueError("request: the prompt is empty")
         if num_prompt > self.max_input_len:
-            raise ValueError(f"request: prompt has {num_prompt} tokens, above the engine's "
-                             f"max_input_len={self.max_input_len} (shorten it or rebuild with "
-                             f"build.max_input_len)")
+            raise ValueError(
+                f"request: prompt has {num_prompt} tokens, above the engine's "
+                f"max_input_len={self.max_input_len} (shorten it or rebuild with "
+                f"build.max_input_len)"
+            )
         if num_prompt + params.max_tokens > self.max_seq_len:
-            raise ValueError(f"request: prompt ({num_prompt} tokens) + max_tokens "
-                             f"({params.max_tokens}) exceeds the engine's max_seq_len="
-                             f"{self.max_seq_len}; lower max_tokens")
+            raise ValueError(
+                f"request: prompt ({num_prompt} tokens) + max_tokens "
+                f"({params.max_tokens}) exceeds the engine's max_seq_len="
+                f"{self.max_seq_len}; lower max_tokens"
+            )
         bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
         if bad:
-            raise ValueError(f"request: token ids {bad[:5]} are outside the vocabulary "
-                             f"[0, {self.vocab_size})")
+            raise ValueError(
+                f"request: token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})"
+            )
         blocks = self.scheduler.block_manager
         needed = blocks.num_blocks_for(num_prompt + params.max_tokens - 1)
         if needed > blocks.num_total_blocks:
-            raise ValueError(f"request: needs {needed} KV blocks of {blocks.block_size} tokens "
-                             f"but the cache has {blocks.num_total_blocks}; "
-                             f"it can never fit (lower max_tokens or raise num_kv_blocks)")
+            raise ValueError(
+                f"request: needs {needed} KV blocks of {blocks.block_size} tokens "
+                f"but the cache has {blocks.num_total_blocks}; "
+                f"it can never fit (lower max_tokens or raise num_kv_blocks)"
+            )
         if not self.enable_chunked_prefill and num_prompt > self.max_num_tokens:
-            raise ValueError(f"request: prompt has {num_prompt} tokens, above max_num_tokens="
-                             f"{self.max_num_tokens} with chunked prefill off (enable it)")
+            raise ValueError(
+                f"request: prompt has {num_prompt} tokens, above max_num_tokens="
+                f"{self.max_num_tokens} with chunked prefill off (enable it)"
+            )
 
-    def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
-                    request_id: str | None = None) -> str:
+    def add_request(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+    ) -> str:
         return self._add(list(prompt_token_ids), params, request_id).request_id
 
-    def _add(self, prompt_token_ids: list[int], params: SamplingParams,
-             request_id: str | None) -> Sequence:
+    def _add(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None
+    ) -> Sequence:
         request_id = uuid.uuid4().hex if request_id is None else request_id
         if request_id in self._requests:
             raise ValueError(f"request: id {request_id!r} is already in flight")
@@ -147,19 +164,22 @@ class LLMEngine:
             if reason is not None:
                 self.scheduler.finish(seq, reason)
                 del self._requests[seq.request_id]
-            deltas.append(StreamDelta(seq.request_id, seq.token_ids[num_before:],
-                                      reason is not None, reason))
+            deltas.append(
+                StreamDelta(seq.request_id, seq.token_ids[num_before:], reason is not None, reason)
+            )
         return deltas
 
-    def generate(self, prompts: list[str] | list[list[int]],
-                 params: SamplingParams | list[SamplingParams],
-                 use_tqdm: bool = False) -> list[RequestOutput]:
+    def generate(
+        self,
+        prompts: list[str] | list[list[int]],
+        params: SamplingParams | list[SamplingParams],
+        use_tqdm: bool = False,
+    ) -> list[RequestOutput]:
         """Run these prompts to completion (requests already in flight progress too)."""
         params_list = params if isinstance(params, list) else [params] * len(prompts)
         if len(params_list) != len(prompts):
             raise ValueError(f"generate: {len(prompts)} prompts but {len(params_list)} params")
-        token_lists = [self.tokenizer.encode(p) if isinstance(p, str) else list(p)
-                       for p in prompts]
+        token_lists = [self.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
         for token_ids, p in zip(token_lists, params_list, strict=True):
             self.validate_request(token_ids, p)
         seqs = [self._add(t, p, None) for t, p in zip(token_lists, params_list, strict=True)]
@@ -167,8 +187,9 @@ class LLMEngine:
         with tqdm(total=len(seqs), desc="generate", disable=not use_tqdm) as bar:
             while not all(seq.is_finished for seq in seqs):
                 bar.update(sum(d.finished and d.request_id in ids for d in self.step()))
-        return [RequestOutput.from_sequence(seq, self.decode(seq.completion_token_ids))
-                for seq in seqs]
+        return [
+            RequestOutput.from_sequence(seq, self.decode(seq.completion_token_ids)) for seq in seqs
+        ]
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)

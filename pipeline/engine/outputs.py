@@ -26,7 +26,13 @@ class RequestOutput:
 
     @classmethod
     def from_sequence(cls, seq: Sequence, text: str) -> "RequestOutput":
-        return cls(request_id=seq.request_id, prompt_token_ids=seq.prompt_token_ids,
-                   token_ids=seq.completion_token_ids, text=text, finish_reason=seq.finish_reason,
-                   arrival_time_s=seq.arrival_time_s, first_token_time_s=seq.first_token_time_s,
-                   finish_time_s=seq.finish_time_s)
+        return cls(
+            request_id=seq.request_id,
+            prompt_token_ids=seq.prompt_token_ids,
+            token_ids=seq.completion_token_ids,
+            text=text,
+            finish_reason=seq.finish_reason,
+            arrival_time_s=seq.arrival_time_s,
+            first_token_time_s=seq.first_token_time_s,
+            finish_time_s=seq.finish_time_s,
+        )

@@ -37,10 +37,12 @@ class SamplingParams:
         if problems:
             raise ValueError("SamplingParams: " + "; ".join(problems))
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
-        object.__setattr__(self, "stop_sequences",
-                           _token_sequences("stop_sequences", self.stop_sequences))
-        object.__setattr__(self, "bad_sequences",
-                           _token_sequences("bad_sequences", self.bad_sequences))
+        object.__setattr__(
+            self, "stop_sequences", _token_sequences("stop_sequences", self.stop_sequences)
+        )
+        object.__setattr__(
+            self, "bad_sequences", _token_sequences("bad_sequences", self.bad_sequences)
+        )
 
     @property
     def is_greedy(self) -> bool:

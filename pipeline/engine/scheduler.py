@@ -27,8 +27,14 @@ class ScheduledSequence:
 class Scheduler:
     """Owns the waiting and running queues and the block manager."""
 
-    def __init__(self, block_manager: BlockManager, max_batch_size: int, max_num_tokens: int,
-                 policy: str, enable_chunked_prefill: bool):
+    def __init__(
+        self,
+        block_manager: BlockManager,
+        max_batch_size: int,
+        max_num_tokens: int,
+        policy: str,
+        enable_chunked_prefill: bool,
+    ):
         assert policy in POLICIES, policy
         self.block_manager = block_manager
         self.max_batch_size = max_batch_size
@@ -63,8 +69,12 @@ class Scheduler:
         # after a preemption, admitting new work would only take the freed blocks back
         has_preempted = self.num_preemptions > num_preemptions_before
         # waiting: admit in arrival order; stop at the first that does not fit (no overtaking)
-        while (self.waiting and budget > 0 and len(self.running) < self.max_batch_size
-               and not has_preempted):
+        while (
+            self.waiting
+            and budget > 0
+            and len(self.running) < self.max_batch_size
+            and not has_preempted
+        ):
             seq = self.waiting[0]
             num_tokens = self._num_tokens_to_run(seq, budget)
             needed = seq.num_computed_tokens + num_tokens
@@ -94,8 +104,11 @@ class Scheduler:
         while blocks are short. False when seq itself had to be preempted."""
         manager = self.block_manager
         is_decode = num_tokens == 1
-        while not (manager.can_append(seq) if is_decode
-                   else manager.can_allocate(seq, seq.num_computed_tokens + num_tokens)):
+        while not (
+            manager.can_append(seq)
+            if is_decode
+            else manager.can_allocate(seq, seq.num_computed_tokens + num_tokens)
+        ):
             assert not self.is_no_evict, "guaranteed_no_evict reserved too few blocks"
             victim = self.running[-1]
             self._preempt(victim)

@@ -19,8 +19,14 @@ class Sequence:
     block_table, the model runner reads it (and creates its seeded generator), the engine
     appends sampled tokens."""
 
-    def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                 eos_token_ids: tuple[int, ...], arrival_time_s: float | None = None):
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        eos_token_ids: tuple[int, ...],
+        arrival_time_s: float | None = None,
+    ):
         self.request_id = request_id
         self.params = params
         self.token_ids = list(prompt_token_ids)
@@ -34,8 +40,9 @@ class Sequence:
         if params.ignore_eos:
             self.end_ids = frozenset()
         else:
-            self.end_ids = frozenset([params.end_id] if params.end_id is not None
-                                     else eos_token_ids)
+            self.end_ids = frozenset(
+                [params.end_id] if params.end_id is not None else eos_token_ids
+            )
         self.arrival_time_s = time.perf_counter() if arrival_time_s is None else arrival_time_s
         self.first_token_time_s: float | None = None
         self.finish_time_s: float | None = None
@@ -50,11 +57,11 @@ class Sequence:
 
     @property
     def prompt_token_ids(self) -> list[int]:
-        return self.token_ids[:self.num_prompt_tokens]
+        return self.token_ids[: self.num_prompt_tokens]
 
     @property
     def completion_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+        return self.token_ids[self.num_prompt_tokens :]
 
     @property
     def num_uncomputed_tokens(self) -> int:
@@ -78,7 +85,7 @@ class Sequence:
         banned = []
         for bad in self.params.bad_sequences:
             head = list(bad[:-1])
-            if not head or self.token_ids[-len(head):] == head:
+            if not head or self.token_ids[-len(head) :] == head:
                 banned.append(bad[-1])
         return banned
 
@@ -105,5 +112,7 @@ class Sequence:
 
     def _ends_with_stop_sequence(self) -> bool:
         completion = self.completion_token_ids
-        return any(len(stop) <= len(completion) and tuple(completion[-len(stop):]) == stop
-                   for stop in self.params.stop_sequences)
+        return any(
+            len(stop) <= len(completion) and tuple(completion[-len(stop) :]) == stop
+            for stop in self.params.stop_sequences
+        )

@@ -11,8 +11,9 @@ from pipeline.profiler.sampler import Sampler
 log = logging.getLogger(__name__)
 
 
-def make_sampler(rate_hz: float = 6.0, process_roots: dict[str, int] | None = None,
-                 origin_s: float | None = None) -> Sampler:
+def make_sampler(
+    rate_hz: float = 6.0, process_roots: dict[str, int] | None = None, origin_s: float | None = None
+) -> Sampler:
     """NVML + process sources; without NVML (no driver, no GPU) process sources only, and the
     timeline's notes say so."""
     sources, notes = [], []
@@ -21,8 +22,9 @@ def make_sampler(rate_hz: float = 6.0, process_roots: dict[str, int] | None = No
 
         sources.append(NvmlSource())
     except Exception as exc:  # pynvml raises NVMLError_* subclasses or fails to import libnvidia-ml
-        notes.append(f"NVML unavailable ({type(exc).__name__}: {exc}); sampled process CPU% and "
-                     f"RSS only")
+        notes.append(
+            f"NVML unavailable ({type(exc).__name__}: {exc}); sampled process CPU% and RSS only"
+        )
         log.warning("profiler: %s", notes[-1])
     sources.append(ProcessSource(process_roots or {"bench": os.getpid()}))
     return Sampler(sources, rate_hz, time.perf_counter() if origin_s is None else origin_s, notes)

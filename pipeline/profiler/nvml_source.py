@@ -12,18 +12,28 @@ class NvmlSource:
 
     def __init__(self) -> None:
         pynvml.nvmlInit()  # raises pynvml.NVMLError without a driver; make_sampler falls back
-        self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
-                        for i in range(pynvml.nvmlDeviceGetCount())]
+        self.handles = [
+            pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())
+        ]
         self.names = [pynvml.nvmlDeviceGetName(h) for h in self.handles]
         self.total_bytes = [pynvml.nvmlDeviceGetMemoryInfo(h).total for h in self.handles]
         self.has_pcie = True
 
     def describe(self) -> dict:
-        return {"source": "nvml", "driver": pynvml.nvmlSystemGetDriverVersion(),
-                "devices": [{"index": i, "name": n, "memory_total_bytes": t} for i, (n, t)
-                            in enumerate(zip(self.names, self.total_bytes, strict=True))],
-                "metrics": {"util_pct": "%", "mem_used_bytes": "bytes",
-                            "pcie_tx_bytes_s": "bytes/s", "pcie_rx_bytes_s": "bytes/s"}}
+        return {
+            "source": "nvml",
+            "driver": pynvml.nvmlSystemGetDriverVersion(),
+            "devices": [
+                {"index": i, "name": n, "memory_total_bytes": t}
+                for i, (n, t) in enumerate(zip(self.names, self.total_bytes, strict=True))
+            ],
+            "metrics": {
+                "util_pct": "%",
+                "mem_used_bytes": "bytes",
+                "pcie_tx_bytes_s": "bytes/s",
+                "pcie_rx_bytes_s": "bytes/s",
+            },
+        }
 
     def _pcie(self, handle, counter) -> float | None:
         if not self.has_pcie:

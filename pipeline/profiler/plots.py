@@ -27,13 +27,17 @@ def plot_timeline(timeline: dict, path: Path) -> Path:
         for metric in metrics:
             by_metric.setdefault(metric, []).append(device)
     metrics = [m for m in UNITS if m in by_metric] + [m for m in by_metric if m not in UNITS]
-    fig, axes = plt.subplots(len(metrics) or 1, 1, figsize=(9, 2.2 * max(len(metrics), 1)),
-                             sharex=True, squeeze=False)
+    fig, axes = plt.subplots(
+        len(metrics) or 1, 1, figsize=(9, 2.2 * max(len(metrics), 1)), sharex=True, squeeze=False
+    )
     for ax, metric in zip(axes[:, 0], metrics, strict=False):
         label, scale = UNITS.get(metric, (metric, 1.0))
         for device in by_metric[metric]:
-            points = [(s["t_s"], s[device][metric] * scale) for s in samples
-                      if device in s and s[device].get(metric) is not None]
+            points = [
+                (s["t_s"], s[device][metric] * scale)
+                for s in samples
+                if device in s and s[device].get(metric) is not None
+            ]
             if points:
                 ax.plot(*zip(*points, strict=True), label=device, lw=1.2)
         for n, phase in enumerate(timeline["phases"]):
@@ -43,8 +47,14 @@ def plot_timeline(timeline: dict, path: Path) -> Path:
         ax.legend(fontsize=7, loc="upper right")
     top = axes[0, 0]
     for phase in timeline["phases"]:
-        top.annotate(phase["name"], (phase["start_s"], 1.0), xycoords=("data", "axes fraction"),
-                     fontsize=7, rotation=30, va="bottom")
+        top.annotate(
+            phase["name"],
+            (phase["start_s"], 1.0),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            rotation=30,
+            va="bottom",
+        )
     axes[-1, 0].set_xlabel("time (s)")
     title = f"resource timeline ({timeline['achieved_rate_hz']:.1f} Hz)"
     if timeline["notes"]:

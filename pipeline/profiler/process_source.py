@@ -22,15 +22,22 @@ class ProcessSource:
         self.roots = {**self.roots, label: pid}  # a new dict: the sampling thread may be iterating
 
     def describe(self) -> dict:
-        return {"source": "psutil", "roots": self.roots, "num_cpus": os.cpu_count(),
-                "metrics": {"cpu_pct": "% of one core, summed over the tree",
-                            "rss_bytes": "bytes, summed over the tree"}}
+        return {
+            "source": "psutil",
+            "roots": self.roots,
+            "num_cpus": os.cpu_count(),
+            "metrics": {
+                "cpu_pct": "% of one core, summed over the tree",
+                "rss_bytes": "bytes, summed over the tree",
+            },
+        }
 
     def _tree(self, pid: int) -> list[psutil.Process]:
         try:
             root = self._procs.setdefault(pid, psutil.Process(pid))
-            return [root] + [self._procs.setdefault(p.pid, p)
-                             for p in root.children(recursive=True)]
+            return [root] + [
+                self._procs.setdefault(p.pid, p) for p in root.children(recursive=True)
+            ]
         except psutil.Error:
             return []
 

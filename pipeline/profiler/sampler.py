@@ -31,8 +31,9 @@ class Source(Protocol):
 
 
 class Sampler:
-    def __init__(self, sources: Sequence[Source], rate_hz: float, origin_s: float,
-                 notes: Sequence[str] = ()) -> None:
+    def __init__(
+        self, sources: Sequence[Source], rate_hz: float, origin_s: float, notes: Sequence[str] = ()
+    ) -> None:
         self.sources = list(sources)
         self.period_s = 1.0 / rate_hz
         self.rate_hz = rate_hz
@@ -117,16 +118,20 @@ def devices(samples: Sequence[dict]) -> dict[str, list[str]]:
     return out
 
 
-def summarize_samples(samples: Sequence[dict], start_s: float = float("-inf"),
-                      end_s: float = float("inf")) -> dict[str, dict[str, float]]:
+def summarize_samples(
+    samples: Sequence[dict], start_s: float = float("-inf"), end_s: float = float("inf")
+) -> dict[str, dict[str, float]]:
     """{device: {metric_max: .., metric_mean: ..}} over samples taken in [start_s, end_s]."""
     window = [s for s in samples if start_s <= s["t_s"] <= end_s]
     out: dict[str, dict[str, float]] = {}
     for device, metrics in devices(window).items():
         stats = out.setdefault(device, {})
         for metric in metrics:
-            values = [s[device][metric] for s in window
-                      if device in s and s[device].get(metric) is not None]
+            values = [
+                s[device][metric]
+                for s in window
+                if device in s and s[device].get(metric) is not None
+            ]
             if values:
                 stats[f"{metric}_max"] = max(values)
                 stats[f"{metric}_mean"] = sum(values) / len(values)

@@ -32,10 +32,11 @@ class Windows:
 
 
 def check_sizes(quant) -> None:
-    problems = [f"quant.{key} must be >= {low} (got {getattr(quant, key)})"
-                for key, low in (("calib_size", 1), ("seq_len", 2), ("batch_size", 1),
-                                 ("eval_size", 1))
-                if getattr(quant, key) < low]
+    problems = [
+        f"quant.{key} must be >= {low} (got {getattr(quant, key)})"
+        for key, low in (("calib_size", 1), ("seq_len", 2), ("batch_size", 1), ("eval_size", 1))
+        if getattr(quant, key) < low
+    ]
     if problems:
         raise ConfigError("quantize: " + "; ".join(problems))
 
@@ -44,13 +45,17 @@ def lee_background_path() -> Path:
     """gensim's news corpus, found without importing gensim (its import is slow and heavy)."""
     spec = importlib.util.find_spec("gensim")
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("quantize: quant.calib_dataset=lee_background needs the gensim package "
-                          "files; run `pip install --no-deps gensim==4.4.0` (make setup does) or "
-                          "set quant.calib_dataset to a .txt/.jsonl file")
+        raise ConfigError(
+            "quantize: quant.calib_dataset=lee_background needs the gensim package "
+            "files; run `pip install --no-deps gensim==4.4.0` (make setup does) or "
+            "set quant.calib_dataset to a .txt/.jsonl file"
+        )
     path = Path(spec.submodule_search_locations[0]) / "test" / "test_data" / "lee_background.cor"
     if not path.is_file():
-        raise ConfigError(f"quantize: {path} is missing from the gensim install; reinstall gensim "
-                          f"4.4.0 or set quant.calib_dataset to a .txt/.jsonl file")
+        raise ConfigError(
+            f"quantize: {path} is missing from the gensim install; reinstall gensim "
+            f"4.4.0 or set quant.calib_dataset to a .txt/.jsonl file"
+        )
     return path
 
 
@@ -62,12 +67,15 @@ def _read_jsonl(path: Path) -> str:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"quantize: {path}:{num}: invalid JSON ({exc}); each line of "
-                              f"quant.calib_dataset must be an object with a \"text\" field"
-                              ) from exc
+            raise ConfigError(
+                f"quantize: {path}:{num}: invalid JSON ({exc}); each line of "
+                f'quant.calib_dataset must be an object with a "text" field'
+            ) from exc
         if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-            raise ConfigError(f"quantize: {path}:{num}: no string \"text\" field; each line of "
-                              f"quant.calib_dataset must look like {{\"text\": \"...\"}}")
+            raise ConfigError(
+                f'quantize: {path}:{num}: no string "text" field; each line of '
+                f'quant.calib_dataset must look like {{"text": "..."}}'
+            )
         docs.append(record["text"])
     return "\n\n".join(docs)
 
@@ -77,18 +85,23 @@ def _read_hf_dataset(spec: str) -> str:
     try:
         import datasets
     except ImportError:
-        raise ConfigError(f"quantize: quant.calib_dataset={spec!r} needs the `datasets` package "
-                          f"(pip install datasets) or use a local .txt/.jsonl file") from None
+        raise ConfigError(
+            f"quantize: quant.calib_dataset={spec!r} needs the `datasets` package "
+            f"(pip install datasets) or use a local .txt/.jsonl file"
+        ) from None
     try:
         data = datasets.load_dataset(dataset_id, config or None, split="train")
     except Exception as exc:  # hub, network and format failures all mean "unusable here"
-        raise ConfigError(f"quantize: quant.calib_dataset={spec!r} could not be loaded ({exc}); "
-                          f"without hub access use a local .txt/.jsonl file or lee_background"
-                          ) from exc
+        raise ConfigError(
+            f"quantize: quant.calib_dataset={spec!r} could not be loaded ({exc}); "
+            f"without hub access use a local .txt/.jsonl file or lee_background"
+        ) from exc
     column = next((c for c in HF_TEXT_COLUMNS if c in data.column_names), None)
     if column is None:
-        raise ConfigError(f"quantize: dataset {dataset_id!r} has no text column (looked for "
-                          f"{', '.join(HF_TEXT_COLUMNS)}; it has {', '.join(data.column_names)})")
+        raise ConfigError(
+            f"quantize: dataset {dataset_id!r} has no text column (looked for "
+            f"{', '.join(HF_TEXT_COLUMNS)}; it has {', '.join(data.column_names)})"
+        )
     return "\n\n".join(data[column])
 
 
@@ -100,8 +113,10 @@ def dataset_file(dataset: str) -> Path | None:
         return None
     path = Path(dataset).expanduser()
     if not path.is_file():
-        raise ConfigError(f"quantize: quant.calib_dataset={dataset!r}: no such file; use an "
-                          f"existing .txt or .jsonl file, {DEFAULT_DATASET}, or hf:<dataset id>")
+        raise ConfigError(
+            f"quantize: quant.calib_dataset={dataset!r}: no such file; use an "
+            f"existing .txt or .jsonl file, {DEFAULT_DATASET}, or hf:<dataset id>"
+        )
     return path.resolve()
 
 
@@ -123,13 +138,18 @@ def cut_windows(token_ids: list[int], quant, source: str) -> Windows:
             f"quantize: {source} has {len(token_ids)} tokens = {num_windows} windows of "
             f"quant.seq_len={seq_len}; quant.calib_size={quant.calib_size} + "
             f"quant.eval_size={quant.eval_size} need more; lower quant.calib_size, quant.eval_size "
-            f"or quant.seq_len, or use a longer quant.calib_dataset")
-    ids = torch.tensor(token_ids[:num_windows * seq_len], dtype=torch.long)
+            f"or quant.seq_len, or use a longer quant.calib_dataset"
+        )
+    ids = torch.tensor(token_ids[: num_windows * seq_len], dtype=torch.long)
     all_windows = ids.view(num_windows, seq_len)  # [num_windows, seq_len]
     generator = torch.Generator().manual_seed(quant.seed)
-    picked = torch.randperm(num_pool, generator=generator)[:quant.calib_size]
-    return Windows(calib=all_windows[picked].clone(), eval=all_windows[num_pool:].clone(),
-                   source=source, num_text_tokens=len(token_ids))
+    picked = torch.randperm(num_pool, generator=generator)[: quant.calib_size]
+    return Windows(
+        calib=all_windows[picked].clone(),
+        eval=all_windows[num_pool:].clone(),
+        source=source,
+        num_text_tokens=len(token_ids),
+    )
 
 
 def build_windows(tokenizer, quant) -> Windows:
@@ -143,4 +163,4 @@ def batches(windows: torch.Tensor, batch_size: int, desc: str) -> Iterator[torch
     """[N, S] -> [batch_size, S] slices, with a progress bar."""
     starts = range(0, windows.shape[0], batch_size)
     for start in tqdm(starts, desc=desc, unit="batch"):
-        yield windows[start:start + batch_size]
+        yield windows[start : start + batch_size]

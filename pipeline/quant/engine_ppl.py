@@ -30,8 +30,10 @@ def check_engine_gate(recipe: Recipe, kv_cache: str, tp_size: int, pp_size: int)
     if tp_size * pp_size != 1:
         problems.append(f"it runs tp_size=1, pp_size=1 only (got {tp_size}, {pp_size})")
     if problems:
-        raise ConfigError(f"quantize: quant.gate_runtime=engine: {'; '.join(problems)}; set "
-                          f"quant.gate_runtime=fake_quant")
+        raise ConfigError(
+            f"quantize: quant.gate_runtime=engine: {'; '.join(problems)}; set "
+            f"quant.gate_runtime=fake_quant"
+        )
 
 
 def engine_logits_fn(ckpt_dir: Path, device: torch.device) -> LogitsFn:
@@ -42,8 +44,13 @@ def engine_logits_fn(ckpt_dir: Path, device: torch.device) -> LogitsFn:
     pretrained = json.loads((ckpt_dir / "config.json").read_text())
     config = ModelConfig.from_pretrained_config(pretrained, f"quantize ({ckpt_dir})")
     dtype = DTYPES[config.dtype]
-    model = MODELS[config.architecture](config, load_file(ckpt_dir / "rank0.safetensors"), dtype,
-                                        device, pretrained["max_position_embeddings"])
+    model = MODELS[config.architecture](
+        config,
+        load_file(ckpt_dir / "rank0.safetensors"),
+        dtype,
+        device,
+        pretrained["max_position_embeddings"],
+    )
 
     @torch.inference_mode()
     def logits(ids: torch.Tensor) -> torch.Tensor:
@@ -55,10 +62,20 @@ def engine_logits_fn(ckpt_dir: Path, device: torch.device) -> LogitsFn:
             slot_mapping=torch.arange(num_seqs * seq_len, device=device),
             block_tables=torch.arange(num_seqs, dtype=torch.int32, device=device)[:, None],
             context_lens=torch.full((num_seqs,), seq_len, dtype=torch.int32, device=device),
-            is_decode=False, query_lens=[seq_len] * num_seqs,
-            context_lens_host=[seq_len] * num_seqs)
-        kv_cache = torch.zeros(config.num_layers, 2, num_seqs, seq_len, config.num_kv_heads,
-                               config.head_dim, dtype=dtype, device=device)
+            is_decode=False,
+            query_lens=[seq_len] * num_seqs,
+            context_lens_host=[seq_len] * num_seqs,
+        )
+        kv_cache = torch.zeros(
+            config.num_layers,
+            2,
+            num_seqs,
+            seq_len,
+            config.num_kv_heads,
+            config.head_dim,
+            dtype=dtype,
+            device=device,
+        )
         hidden = model(ids.reshape(-1).to(device), meta, kv_cache)  # [B*S, hidden]
         return model.compute_logits(hidden).view(num_seqs, seq_len, -1)
 

@@ -28,8 +28,17 @@ log = logging.getLogger(__name__)
 
 EMBEDDING = "transformer.vocab_embedding.weight"
 # structural fields both writers must agree on, or the tensors do not mean what config.json says
-MUST_AGREE = ("architecture", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-              "hidden_size", "intermediate_size", "head_size", "hidden_act", "dtype")
+MUST_AGREE = (
+    "architecture",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "hidden_size",
+    "intermediate_size",
+    "head_size",
+    "hidden_act",
+    "dtype",
+)
 
 
 def _has_prequant_scales(out_dir: Path) -> bool:
@@ -48,36 +57,59 @@ def _restore_full_embedding(out_dir: Path, tp_size: int) -> None:
         save_file(tensors, path, metadata={"format": "pt"})
 
 
-def trtllm_config(modelopt_cfg: dict, hf_config: dict, export_dtype: str, tp_size: int,
-                  pp_size: int, has_prequant_scales: bool) -> dict:
+def trtllm_config(
+    modelopt_cfg: dict,
+    hf_config: dict,
+    export_dtype: str,
+    tp_size: int,
+    pp_size: int,
+    has_prequant_scales: bool,
+) -> dict:
     quantization = dict(modelopt_cfg["quantization"])
     if "pre_quant_scale" in quantization:
         quantization["pre_quant_scale"] = has_prequant_scales
     config = pretrained_config(hf_config, export_dtype, tp_size, pp_size, quantization)
-    differing = [f"{k}: modelopt {modelopt_cfg.get(k)!r} vs convert {config[k]!r}"
-                 for k in MUST_AGREE if modelopt_cfg.get(k) != config[k]]
+    differing = [
+        f"{k}: modelopt {modelopt_cfg.get(k)!r} vs convert {config[k]!r}"
+        for k in MUST_AGREE
+        if modelopt_cfg.get(k) != config[k]
+    ]
     if differing:
-        raise StageError(f"quantize: modelopt's export disagrees with convert on "
-                         f"{'; '.join(differing)}; the checkpoint would be mislabelled (report "
-                         f"this with the model's config.json)")
+        raise StageError(
+            f"quantize: modelopt's export disagrees with convert on "
+            f"{'; '.join(differing)}; the checkpoint would be mislabelled (report "
+            f"this with the model's config.json)"
+        )
     # modelopt pads the vocabulary for int4 when it is not a multiple of 64: its tensors decide
     config["vocab_size"] = modelopt_cfg["vocab_size"]
     config["producer"] = modelopt_cfg["producer"]
     return config
 
 
-def export_trtllm(model: torch.nn.Module, arch: Architecture, hf_config: dict, export_dtype: str,
-                  tp_size: int, pp_size: int, out_dir: Path) -> dict:
+def export_trtllm(
+    model: torch.nn.Module,
+    arch: Architecture,
+    hf_config: dict,
+    export_dtype: str,
+    tp_size: int,
+    pp_size: int,
+    out_dir: Path,
+) -> dict:
     """Write config.json + rank<N>.safetensors into out_dir; return the config written."""
     from modelopt.torch.export import export_tensorrt_llm_checkpoint
 
     export_tensorrt_llm_checkpoint(
-        model, decoder_type=arch.modelopt_decoder, dtype=getattr(torch, export_dtype),
-        export_dir=out_dir, inference_tensor_parallel=tp_size,
-        inference_pipeline_parallel=pp_size)
+        model,
+        decoder_type=arch.modelopt_decoder,
+        dtype=getattr(torch, export_dtype),
+        export_dir=out_dir,
+        inference_tensor_parallel=tp_size,
+        inference_pipeline_parallel=pp_size,
+    )
     modelopt_cfg = json.loads((out_dir / "config.json").read_text())
-    config = trtllm_config(modelopt_cfg, hf_config, export_dtype, tp_size, pp_size,
-                           _has_prequant_scales(out_dir))
+    config = trtllm_config(
+        modelopt_cfg, hf_config, export_dtype, tp_size, pp_size, _has_prequant_scales(out_dir)
+    )
     if tp_size > 1 and modelopt_cfg.get("use_parallel_embedding"):
         _restore_full_embedding(out_dir, tp_size)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2))

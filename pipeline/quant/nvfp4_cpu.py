@@ -24,9 +24,11 @@ def nvfp4_fake_quant(inputs: torch.Tensor, quantizer) -> torch.Tensor:
     amax = quantizer._get_amax(inputs)  # calibrated per-tensor amax (or the input's, if none)
     global_scale = amax.float() / (E2M1_MAX * E4M3_MAX)
     packed, block_scale, global_scale = NVFP4QTensor.quantize(
-        inputs, block, weights_scaling_factor_2=global_scale)
-    return packed.dequantize(dtype=inputs.dtype, scale=block_scale, double_scale=global_scale,
-                             block_sizes={-1: block})
+        inputs, block, weights_scaling_factor_2=global_scale
+    )
+    return packed.dequantize(
+        dtype=inputs.dtype, scale=block_scale, double_scale=global_scale, block_sizes={-1: block}
+    )
 
 
 def ensure_registered() -> None:

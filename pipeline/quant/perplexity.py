@@ -29,7 +29,6 @@ def perplexity(logits_fn: LogitsFn, windows: torch.Tensor, batch_size: int, desc
         targets = batch[:, 1:].to(logits.device)  # [B, S-1]
         # one row at a time: a float32 copy of [B, S, V] logits is ~400 MB for SmolLM2
         for row in range(batch.shape[0]):
-            total += F.cross_entropy(logits[row, :-1].float(), targets[row],
-                                     reduction="sum").item()
+            total += F.cross_entropy(logits[row, :-1].float(), targets[row], reduction="sum").item()
         count += targets.numel()
     return math.exp(total / count)

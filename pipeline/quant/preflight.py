@@ -21,9 +21,12 @@ def _check_target(spec, recipe: Recipe) -> None:
         return  # the torch engine refuses what it cannot run itself, at build
     sm = target_sm(spec.hardware)
     if sm is None:
-        log.warning("quantize: hardware=%s names no GPU, so %s is not checked against the "
-                    "TensorRT-LLM target; set hardware=<gpu> (e.g. h100)", spec.hardware,
-                    recipe.name)
+        log.warning(
+            "quantize: hardware=%s names no GPU, so %s is not checked against the "
+            "TensorRT-LLM target; set hardware=<gpu> (e.g. h100)",
+            spec.hardware,
+            recipe.name,
+        )
         return
     check_target(recipe, spec.quant.kv_cache, sm, spec.hardware)
 
@@ -34,8 +37,10 @@ def check_config(spec) -> tuple[Recipe, Path | None]:
     recipe = recipe_for(quant)
     check_sizes(quant)
     if quant.gate_runtime not in GATE_RUNTIMES:
-        raise ConfigError(f"quantize: quant.gate_runtime={quant.gate_runtime!r}; use one of "
-                          f"{', '.join(GATE_RUNTIMES)}")
+        raise ConfigError(
+            f"quantize: quant.gate_runtime={quant.gate_runtime!r}; use one of "
+            f"{', '.join(GATE_RUNTIMES)}"
+        )
     if quant.gate_runtime == "engine":
         from pipeline.quant.engine_ppl import check_engine_gate
 
@@ -50,8 +55,14 @@ def check_model(spec, recipe: Recipe, hf_dir: Path, hf_config: dict) -> None:
     architecture_of(hf_config, "quantize")
     check_mapping(hf_config, par.tp_size, par.pp_size, "quantize")
     shapes.check_pipeline_split(hf_config["num_hidden_layers"], par.pp_size)
-    block_size = recipe.fixed_block_size or (spec.quant.block_size if recipe.uses_block_size
-                                             else None)
+    block_size = recipe.fixed_block_size or (
+        spec.quant.block_size if recipe.uses_block_size else None
+    )
     if block_size is not None:
-        shapes.check_block_size(shapes.decoder_linear_shapes(hf_dir), block_size, par.tp_size,
-                                recipe.name, is_fixed=recipe.fixed_block_size is not None)
+        shapes.check_block_size(
+            shapes.decoder_linear_shapes(hf_dir),
+            block_size,
+            par.tp_size,
+            recipe.name,
+            is_fixed=recipe.fixed_block_size is not None,
+        )

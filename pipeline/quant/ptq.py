@@ -16,6 +16,7 @@ from pipeline.quant.recipes import KV_CACHE_FORMATS, Recipe
 
 log = logging.getLogger(__name__)
 
+
 def _set_block_size(quant_cfg: list, block_size: int) -> None:
     """Set the int4 weight group size (TensorRT-LLM's --awq_block_size does the same)."""
     for entry in quant_cfg:
@@ -37,8 +38,12 @@ def modelopt_config(recipe: Recipe, quant, on_cpu: bool) -> dict:
     if quant.kv_cache in KV_CACHE_FORMATS:
         # modelopt's attention wrapper quantizes K and V with these; the export turns their amax
         # into kv_cache_scaling_factor (what FP8_KV_CFG does, with int8 bits for int8)
-        config["quant_cfg"].append({"quantizer_name": "*[kv]_bmm_quantizer", "cfg": {
-            "num_bits": KV_CACHE_FORMATS[quant.kv_cache].num_bits, "axis": None}})
+        config["quant_cfg"].append(
+            {
+                "quantizer_name": "*[kv]_bmm_quantizer",
+                "cfg": {"num_bits": KV_CACHE_FORMATS[quant.kv_cache].num_bits, "axis": None},
+            }
+        )
     if recipe.quant_algo == "NVFP4" and on_cpu:
         from pipeline.quant.nvfp4_cpu import use_cpu_backend
 
@@ -56,8 +61,9 @@ def load_model(hf_dir: Path, dtype: torch.dtype) -> torch.nn.Module:
     return model.to(device()).eval()
 
 
-def quantize(model: torch.nn.Module, config: dict, calib_windows: torch.Tensor,
-             batch_size: int) -> torch.nn.Module:
+def quantize(
+    model: torch.nn.Module, config: dict, calib_windows: torch.Tensor, batch_size: int
+) -> torch.nn.Module:
     """Insert modelopt quantizers and calibrate them on [N, S] token windows (in place)."""
     import modelopt.torch.quantization as mtq
 

@@ -28,8 +28,15 @@ RECIPES = {
     r.name: r
     for r in (
         Recipe("fp8", "FP8_DEFAULT_CFG", "FP8", 89, True, False),
-        Recipe("int8_sq", "INT8_SMOOTHQUANT_CFG", "W8A8_SQ_PER_CHANNEL", 80, False, False,
-               uses_smoothquant_alpha=True),
+        Recipe(
+            "int8_sq",
+            "INT8_SMOOTHQUANT_CFG",
+            "W8A8_SQ_PER_CHANNEL",
+            80,
+            False,
+            False,
+            uses_smoothquant_alpha=True,
+        ),
         Recipe("int4_awq", "INT4_AWQ_CFG", "W4A16_AWQ", 80, False, True),
         Recipe("w4a8_awq", "W4A8_AWQ_BETA_CFG", "W4A8_AWQ", 89, False, True),
         Recipe("int8_wo", "INT8_WEIGHT_ONLY_CFG", "W8A16", 80, False, False),
@@ -63,27 +70,34 @@ EXPORT_DTYPES = ("float16", "bfloat16")
 def recipe_for(quant) -> Recipe:
     """The recipe for a QuantSpec, after checking every recipe-specific key (all errors at once)."""
     if quant.name not in RECIPES:
-        raise ConfigError(f"quantize: quant.name={quant.name!r} is not a recipe; use one of "
-                          f"{', '.join(ALL_RECIPES)} (conf/quant/<recipe>.yaml)")
+        raise ConfigError(
+            f"quantize: quant.name={quant.name!r} is not a recipe; use one of "
+            f"{', '.join(ALL_RECIPES)} (conf/quant/<recipe>.yaml)"
+        )
     recipe = RECIPES[quant.name]
     problems = []
     if quant.kv_cache != "none" and quant.kv_cache not in KV_CACHE_FORMATS:
-        problems.append(f"quant.kv_cache={quant.kv_cache!r} is not one of none, "
-                        f"{', '.join(KV_CACHE_FORMATS)}")
+        problems.append(
+            f"quant.kv_cache={quant.kv_cache!r} is not one of none, {', '.join(KV_CACHE_FORMATS)}"
+        )
     if recipe.uses_block_size and (quant.block_size is None or quant.block_size < 1):
         problems.append(f"{recipe.name} needs quant.block_size >= 1 (got {quant.block_size})")
     if not recipe.uses_block_size and quant.block_size is not None:
-        problems.append(f"quant.block_size={quant.block_size} does not apply to {recipe.name}; "
-                        f"remove it (only int4_awq, w4a8_awq, int4_wo use it)")
+        problems.append(
+            f"quant.block_size={quant.block_size} does not apply to {recipe.name}; "
+            f"remove it (only int4_awq, w4a8_awq, int4_wo use it)"
+        )
     alpha = quant.smoothquant_alpha
     if recipe.uses_smoothquant_alpha and (alpha is None or not 0.0 <= alpha <= 1.0):
         problems.append(f"int8_sq needs quant.smoothquant_alpha in [0, 1] (got {alpha})")
     if not recipe.uses_smoothquant_alpha and alpha is not None:
         problems.append(f"quant.smoothquant_alpha={alpha} applies to int8_sq only; remove it")
     if quant.export_dtype not in EXPORT_DTYPES:
-        problems.append(f"quant.export_dtype={quant.export_dtype!r} is not one of "
-                        f"{', '.join(EXPORT_DTYPES)} (quantized checkpoints keep their "
-                        f"unquantized tensors in 16 bits)")
+        problems.append(
+            f"quant.export_dtype={quant.export_dtype!r} is not one of "
+            f"{', '.join(EXPORT_DTYPES)} (quantized checkpoints keep their "
+            f"unquantized tensors in 16 bits)"
+        )
     if problems:
         raise ConfigError("quantize: " + "; ".join(problems))
     return recipe
@@ -94,16 +108,19 @@ def check_export_labels(recipe: Recipe, kv_cache: str, quantization: dict) -> No
     kv_algo = KV_CACHE_FORMATS[kv_cache].kv_cache_quant_algo if kv_cache != "none" else None
     got = (quantization.get("quant_algo"), quantization.get("kv_cache_quant_algo"))
     if got != (recipe.quant_algo, kv_algo):
-        raise StageError(f"quantize: modelopt exported quant_algo/kv_cache_quant_algo {got} for "
-                         f"{recipe.name} + kv_cache {kv_cache}, expected "
-                         f"{(recipe.quant_algo, kv_algo)}; update pipeline/quant/recipes.py "
-                         f"for this modelopt version")
+        raise StageError(
+            f"quantize: modelopt exported quant_algo/kv_cache_quant_algo {got} for "
+            f"{recipe.name} + kv_cache {kv_cache}, expected "
+            f"{(recipe.quant_algo, kv_algo)}; update pipeline/quant/recipes.py "
+            f"for this modelopt version"
+        )
 
 
 def check_target(recipe: Recipe, kv_cache: str, sm: int, hardware: str) -> None:
     """Refuse formats the target GPU cannot run (TensorRT-LLM backend), before any work."""
-    formats = [(f"quant={recipe.name} ({recipe.quant_algo})", recipe.min_sm,
-                recipe.runs_on_sm100_119)]
+    formats = [
+        (f"quant={recipe.name} ({recipe.quant_algo})", recipe.min_sm, recipe.runs_on_sm100_119)
+    ]
     if kv_cache in KV_CACHE_FORMATS:
         kv = KV_CACHE_FORMATS[kv_cache]
         formats.append((f"quant.kv_cache={kv.name}", kv.min_sm, kv.runs_on_sm100_119))
@@ -114,8 +131,13 @@ def check_target(recipe: Recipe, kv_cache: str, sm: int, hardware: str) -> None:
         elif 100 <= sm <= 119 and not runs_on_blackwell:
             problems.append(f"{what} is not supported by TensorRT-LLM on SM 100-119")
     if problems:
-        usable = [r.name for r in RECIPES.values() if r.min_sm <= sm
-                  and (r.runs_on_sm100_119 or not 100 <= sm <= 119)]
-        raise ConfigError(f"quantize: hardware={hardware} (SM {sm}): {'; '.join(problems)}; "
-                          f"recipes this GPU runs: {', '.join(usable) or 'none'} (set quant=..., "
-                          f"quant.kv_cache=..., or hardware=<target GPU>)")
+        usable = [
+            r.name
+            for r in RECIPES.values()
+            if r.min_sm <= sm and (r.runs_on_sm100_119 or not 100 <= sm <= 119)
+        ]
+        raise ConfigError(
+            f"quantize: hardware={hardware} (SM {sm}): {'; '.join(problems)}; "
+            f"recipes this GPU runs: {', '.join(usable) or 'none'} (set quant=..., "
+            f"quant.kv_cache=..., or hardware=<target GPU>)"
+        )

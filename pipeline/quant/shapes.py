@@ -35,17 +35,22 @@ def decoder_linear_shapes(hf_dir: Path) -> dict[str, tuple[int, int]]:
                         if len(shape) == 2:
                             shapes[name] = (shape[0], shape[1])
         except (SafetensorError, OSError) as exc:
-            raise ArtifactError(f"{path}: unreadable ({exc}); re-run fetch with force=true"
-                                ) from exc
+            raise ArtifactError(
+                f"{path}: unreadable ({exc}); re-run fetch with force=true"
+            ) from exc
     if not shapes:
-        raise ArtifactError(f"{hf_dir}: no decoder linear weights (model.layers.N.*.weight); "
-                            f"not a Llama-family HF checkpoint")
+        raise ArtifactError(
+            f"{hf_dir}: no decoder linear weights (model.layers.N.*.weight); "
+            f"not a Llama-family HF checkpoint"
+        )
     return shapes
 
 
 def per_rank_in_features(shapes: dict[str, tuple[int, int]], tp_size: int) -> dict[str, int]:
-    return {name: in_f // tp_size if name.endswith(ROW_PARALLEL) else in_f
-            for name, (_, in_f) in shapes.items()}
+    return {
+        name: in_f // tp_size if name.endswith(ROW_PARALLEL) else in_f
+        for name, (_, in_f) in shapes.items()
+    }
 
 
 def _working_block_size(widths: list[int], block_size: int) -> int:
@@ -57,8 +62,9 @@ def _working_block_size(widths: list[int], block_size: int) -> int:
     return size
 
 
-def check_block_size(shapes: dict[str, tuple[int, int]], block_size: int, tp_size: int,
-                     recipe: str, is_fixed: bool) -> None:
+def check_block_size(
+    shapes: dict[str, tuple[int, int]], block_size: int, tp_size: int, recipe: str, is_fixed: bool
+) -> None:
     in_features = per_rank_in_features(shapes, tp_size)
     bad = {name: width for name, width in in_features.items() if width % block_size}
     if not bad:
@@ -66,24 +72,34 @@ def check_block_size(shapes: dict[str, tuple[int, int]], block_size: int, tp_siz
     name, width = next(iter(bad.items()))
     layer = name.removesuffix(".weight")
     per_rank = f" per TP rank (tp_size={tp_size})" if tp_size > 1 else ""
-    head = (f"quantize: {recipe} needs in_features % block_size == 0 for every quantized layer; "
-            f"{layer} has in_features {width}{per_rank} with block size {block_size} "
-            f"({len(bad)} layers affected)")
+    head = (
+        f"quantize: {recipe} needs in_features % block_size == 0 for every quantized layer; "
+        f"{layer} has in_features {width}{per_rank} with block size {block_size} "
+        f"({len(bad)} layers affected)"
+    )
     if is_fixed:
-        raise ConfigError(f"{head}; the block size is fixed by the {recipe} format, so this "
-                          f"model cannot use it: pick another recipe (quant=fp8, int8_sq, ...)")
+        raise ConfigError(
+            f"{head}; the block size is fixed by the {recipe} format, so this "
+            f"model cannot use it: pick another recipe (quant=fp8, int8_sq, ...)"
+        )
     working = _working_block_size(list(in_features.values()), block_size)
     if working < MIN_USEFUL_BLOCK_SIZE:
-        raise ConfigError(f"{head}; no block size >= {MIN_USEFUL_BLOCK_SIZE} divides every "
-                          f"layer{per_rank}: change parallel.tp_size or use a recipe without "
-                          f"groups (quant=int8_wo, int8_sq, fp8)")
-    raise ConfigError(f"{head}; set quant.block_size={working} (divides every quantized layer)"
-                      + (" or change parallel.tp_size" if tp_size > 1 else ""))
+        raise ConfigError(
+            f"{head}; no block size >= {MIN_USEFUL_BLOCK_SIZE} divides every "
+            f"layer{per_rank}: change parallel.tp_size or use a recipe without "
+            f"groups (quant=int8_wo, int8_sq, fp8)"
+        )
+    raise ConfigError(
+        f"{head}; set quant.block_size={working} (divides every quantized layer)"
+        + (" or change parallel.tp_size" if tp_size > 1 else "")
+    )
 
 
 def check_pipeline_split(num_layers: int, pp_size: int) -> None:
     if num_layers % pp_size:
         valid = [p for p in range(1, num_layers + 1) if num_layers % p == 0]
-        raise ConfigError(f"quantize: modelopt's export splits layers evenly; num_hidden_layers="
-                          f"{num_layers} is not divisible by parallel.pp_size={pp_size}; use one "
-                          f"of {valid}")
+        raise ConfigError(
+            f"quantize: modelopt's export splits layers evenly; num_hidden_layers="
+            f"{num_layers} is not divisible by parallel.pp_size={pp_size}; use one "
+            f"of {valid}"
+        )

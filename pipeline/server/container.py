@@ -11,24 +11,48 @@ from pipeline.server.triton_server import Endpoints
 
 
 def _rank_argv(rank: int, repo_dir: Path, endpoints: Endpoints) -> list[str]:
-    argv = ["-n", "1", "tritonserver", f"--model-repository={repo_dir}",
-            "--disable-auto-complete-config",
-            f"--backend-config=python,shm-region-prefix-name=prefix{rank}_",
-            *(f"--{kind}-address={endpoints.host}" for kind in ("http", "grpc", "metrics")),
-            f"--http-port={endpoints.http_port}", f"--grpc-port={endpoints.grpc_port}",
-            f"--metrics-port={endpoints.metrics_port}"]
+    argv = [
+        "-n",
+        "1",
+        "tritonserver",
+        f"--model-repository={repo_dir}",
+        "--disable-auto-complete-config",
+        f"--backend-config=python,shm-region-prefix-name=prefix{rank}_",
+        *(f"--{kind}-address={endpoints.host}" for kind in ("http", "grpc", "metrics")),
+        f"--http-port={endpoints.http_port}",
+        f"--grpc-port={endpoints.grpc_port}",
+        f"--metrics-port={endpoints.metrics_port}",
+    ]
     if rank:  # only rank 0 serves; the others host their engine rank
         argv += ["--model-control-mode=explicit", "--load-model=tensorrt_llm"]
     return argv
 
 
-def container_argv(image: str, repo_dir: Path, world_size: int, endpoints: Endpoints,
-                   shm_size: str, mounts: list[Path]) -> list[str]:
+def container_argv(
+    image: str,
+    repo_dir: Path,
+    world_size: int,
+    endpoints: Endpoints,
+    shm_size: str,
+    mounts: list[Path],
+) -> list[str]:
     """`docker run ... mpirun -n 1 tritonserver ... : -n 1 tritonserver ...` (world_size ranks)."""
     repo_dir = Path(repo_dir).resolve()
     volumes = sorted({str(Path(m).resolve()) for m in (repo_dir, *mounts)})
-    argv = ["docker", "run", "--rm", "--gpus", "all", "--net", "host", f"--shm-size={shm_size}",
-            "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+    argv = [
+        "docker",
+        "run",
+        "--rm",
+        "--gpus",
+        "all",
+        "--net",
+        "host",
+        f"--shm-size={shm_size}",
+        "--ulimit",
+        "memlock=-1",
+        "--ulimit",
+        "stack=67108864",
+    ]
     for volume in volumes:
         argv += ["-v", f"{volume}:{volume}"]
     argv += [image, "mpirun", "--allow-run-as-root"]

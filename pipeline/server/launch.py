@@ -32,15 +32,21 @@ def _log_path(workdir: str) -> Path:
 
 def local_server(deploy: DeploySpec, workdir: str) -> TritonServer:
     home = prepare_home(server_dir(workdir))
-    return TritonServer.local(home, Path(deploy.repo_dir), endpoints(deploy), _log_path(workdir),
-                              deploy.startup_timeout_s)
+    return TritonServer.local(
+        home, Path(deploy.repo_dir), endpoints(deploy), _log_path(workdir), deploy.startup_timeout_s
+    )
 
 
 def container_command(spec, engine_dir: Path, tokenizer_dir: Path) -> list[str]:
     engine = EngineInfo.read(engine_dir)
-    return container_argv(spec.build.trtllm.container_image, Path(spec.deploy.repo_dir),
-                          engine.world_size, endpoints(spec.deploy), spec.deploy.trtllm.shm_size,
-                          [engine_dir, tokenizer_dir])
+    return container_argv(
+        spec.build.trtllm.container_image,
+        Path(spec.deploy.repo_dir),
+        engine.world_size,
+        endpoints(spec.deploy),
+        spec.deploy.trtllm.shm_size,
+        [engine_dir, tokenizer_dir],
+    )
 
 
 def container_server(deploy: DeploySpec, workdir: str, argv: list[str]) -> TritonServer | None:
@@ -54,6 +60,7 @@ def container_server(deploy: DeploySpec, workdir: str, argv: list[str]) -> Trito
 def signals_as_interrupt() -> Iterator[None]:
     """SIGTERM and SIGHUP raise KeyboardInterrupt like Ctrl-C, so `with server:` still stops
     the server (Python's default for them exits without unwinding)."""
+
     def _interrupt(signum, frame):
         raise KeyboardInterrupt
 

@@ -23,8 +23,10 @@ def _pytriton_dir() -> Path:
     # found, not imported: only the bundled server is used, not pytriton's Python API and deps
     spec = importlib.util.find_spec("pytriton")
     if spec is None or not spec.submodule_search_locations:
-        raise StageError("serve: nvidia-pytriton is not installed (it ships tritonserver); run "
-                         "`make setup` or `pip install -e '.[serve]'`")
+        raise StageError(
+            "serve: nvidia-pytriton is not installed (it ships tritonserver); run "
+            "`make setup` or `pip install -e '.[serve]'`"
+        )
     return Path(list(spec.submodule_search_locations)[0])
 
 
@@ -47,8 +49,11 @@ class ServerHome:
 
     def env(self, tmp_dir: Path) -> dict[str, str]:
         env = dict(os.environ)
-        lib_path = [sysconfig.get_config_var("LIBDIR"), str(self.libs_dir),
-                    env.get("LD_LIBRARY_PATH", "")]
+        lib_path = [
+            sysconfig.get_config_var("LIBDIR"),
+            str(self.libs_dir),
+            env.get("LD_LIBRARY_PATH", ""),
+        ]
         env["LD_LIBRARY_PATH"] = ":".join(p for p in lib_path if p)
         # the stub finds its prefix (and so the venv's site-packages) through python3 on PATH
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
@@ -62,8 +67,10 @@ def prepare_home(cache_root: Path) -> ServerHome:
     python_version = f"{sys.version_info.major}.{sys.version_info.minor}"
     stub = dist / "python_backend_stubs" / python_version / "triton_python_backend_stub"
     if not stub.is_file():
-        raise StageError(f"serve: nvidia-pytriton has no python backend stub for Python "
-                         f"{python_version} ({stub}); use Python 3.8-3.13")
+        raise StageError(
+            f"serve: nvidia-pytriton has no python backend stub for Python "
+            f"{python_version} ({stub}); use Python 3.8-3.13"
+        )
     libs_dir = dist.parent.parent / "nvidia_pytriton.libs"
     version = metadata.version("nvidia-pytriton")
     root = Path(cache_root) / f"tritonserver-{version}-py{python_version}"
@@ -84,13 +91,16 @@ def check_stub_libraries(home: ServerHome) -> None:
     say so before starting instead (ldd with the server's environment)."""
     stub = home.backends_dir / "python" / "triton_python_backend_stub"
     try:
-        result = subprocess.run(["ldd", str(stub)], env=home.env(home.root), capture_output=True,
-                                text=True, timeout=60)
+        result = subprocess.run(
+            ["ldd", str(stub)], env=home.env(home.root), capture_output=True, text=True, timeout=60
+        )
     except (OSError, subprocess.TimeoutExpired):
         return  # no ldd here: the readiness timeout still bounds a hang
     missing = [line.split()[0] for line in result.stdout.splitlines() if "not found" in line]
     if missing:
-        raise StageError(f"serve: the python backend stub {stub} cannot load {missing}; install "
-                         f"the shared libpython of this interpreter (Debian/Ubuntu: apt install "
-                         f"libpython{sys.version_info.major}.{sys.version_info.minor}) or use a "
-                         f"Python built with --enable-shared")
+        raise StageError(
+            f"serve: the python backend stub {stub} cannot load {missing}; install "
+            f"the shared libpython of this interpreter (Debian/Ubuntu: apt install "
+            f"libpython{sys.version_info.major}.{sys.version_info.minor}) or use a "
+            f"Python built with --enable-shared"
+        )

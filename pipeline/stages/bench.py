@@ -17,10 +17,17 @@ log = logging.getLogger(__name__)
 def measurement_request(spec, stage: str, engine_dir: Path) -> StageRequest:
     """Artifact dir keyed by everything the numbers depend on; force: measurements re-run."""
     return StageRequest(
-        workdir=Path(spec.workdir), model=spec.model.name, stage=stage,
-        config={"bench": asdict(spec.bench), "deploy": asdict(spec.deploy),
-                "backend": asdict(spec.backend), "hardware": spec.hardware},
-        upstream={"engine": engine_dir}, force=True,
+        workdir=Path(spec.workdir),
+        model=spec.model.name,
+        stage=stage,
+        config={
+            "bench": asdict(spec.bench),
+            "deploy": asdict(spec.deploy),
+            "backend": asdict(spec.backend),
+            "hardware": spec.hardware,
+        },
+        upstream={"engine": engine_dir},
+        force=True,
     )
 
 
@@ -29,12 +36,19 @@ def headline(report: dict) -> dict:
     out = {}
     for name, result in report["targets"].items():
         summary = result["summary"]
-        for key in ("output_tok_s", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "num_errors",
-                    "peak_memory_gib"):
+        for key in (
+            "output_tok_s",
+            "ttft_ms_p50",
+            "ttft_ms_p99",
+            "itl_ms_p50",
+            "num_errors",
+            "peak_memory_gib",
+        ):
             out[f"{name}.{key}"] = summary.get(key)
     if report.get("triton_vs_direct"):
-        out["triton_vs_direct.output_tok_s_ratio"] = \
-            report["triton_vs_direct"]["output_tok_s_ratio"]
+        out["triton_vs_direct.output_tok_s_ratio"] = report["triton_vs_direct"][
+            "output_tok_s_ratio"
+        ]
     return out
 
 

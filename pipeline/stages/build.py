@@ -23,16 +23,26 @@ def run(spec) -> Path:
     ckpt_dir = checkpoint(spec)
     tokenizer_dir = Path(Manifest.read(ckpt_dir).extra["hf_dir"])
     request = StageRequest(
-        workdir=Path(spec.workdir), model=spec.model.name, stage=f"build-{backend.name}",
-        config={"backend": asdict(spec.backend), "build": asdict(spec.build),
-                "hardware": spec.hardware},
-        upstream={"checkpoint": ckpt_dir}, force=forced(spec, "build"),
+        workdir=Path(spec.workdir),
+        model=spec.model.name,
+        stage=f"build-{backend.name}",
+        config={
+            "backend": asdict(spec.backend),
+            "build": asdict(spec.build),
+            "hardware": spec.hardware,
+        },
+        upstream={"checkpoint": ckpt_dir},
+        force=forced(spec, "build"),
     )
 
     def produce(out_dir: Path) -> dict:
         verify_outputs(ckpt_dir)
         extra = backend.build(ckpt_dir, tokenizer_dir, out_dir) or {}
-        return {"backend": backend.name, "checkpoint_dir": str(ckpt_dir),
-                "tokenizer_dir": str(tokenizer_dir), **extra}
+        return {
+            "backend": backend.name,
+            "checkpoint_dir": str(ckpt_dir),
+            "tokenizer_dir": str(tokenizer_dir),
+            **extra,
+        }
 
     return produce_artifact(request, produce)

@@ -34,19 +34,31 @@ def run(spec) -> Path:
     tokenizer_dir = Path(Manifest.read(engine_dir).extra["tokenizer_dir"]).resolve()
     repo_config = {k: v for k, v in asdict(spec.deploy).items() if k not in SERVER_KEYS}
     request = StageRequest(
-        workdir=Path(spec.workdir), model=spec.model.name, stage=f"deploy-{backend.name}",
-        config={"deploy": repo_config, "backend": asdict(spec.backend),
-                "container_image": spec.build.trtllm.container_image},
-        upstream={"engine": engine_dir}, fingerprint_extra=_sources_digest(),
+        workdir=Path(spec.workdir),
+        model=spec.model.name,
+        stage=f"deploy-{backend.name}",
+        config={
+            "deploy": repo_config,
+            "backend": asdict(spec.backend),
+            "container_image": spec.build.trtllm.container_image,
+        },
+        upstream={"engine": engine_dir},
+        fingerprint_extra=_sources_digest(),
         force=forced(spec, "deploy"),
     )
 
     def produce(out_dir: Path) -> dict:
         verify_outputs(engine_dir)
-        facts = repo_writer.write_repository(backend, engine_dir, tokenizer_dir,
-                                             out_dir / REPOSITORY, spec.deploy)
-        return {"backend": backend.name, "engine_dir": str(Path(engine_dir).resolve()),
-                "tokenizer_dir": str(tokenizer_dir), "repository": REPOSITORY, **facts}
+        facts = repo_writer.write_repository(
+            backend, engine_dir, tokenizer_dir, out_dir / REPOSITORY, spec.deploy
+        )
+        return {
+            "backend": backend.name,
+            "engine_dir": str(Path(engine_dir).resolve()),
+            "tokenizer_dir": str(tokenizer_dir),
+            "repository": REPOSITORY,
+            **facts,
+        }
 
     artifact = produce_artifact(request, produce)
     marker = {"artifact": str(artifact.resolve()), "digest": Manifest.read(artifact).digest}

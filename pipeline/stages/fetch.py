@@ -13,14 +13,19 @@ def run(spec) -> Path:
     source = sources.resolve(model)
     config = {k: v for k, v in asdict(model).items() if k not in ("name", "dtype")}
     request = StageRequest(
-        workdir=Path(spec.workdir), model=model.name, stage="fetch", config=config,
+        workdir=Path(spec.workdir),
+        model=model.name,
+        stage="fetch",
+        config=config,
         fingerprint_extra=[asdict(source), file_stat_fingerprint(source.local_files())],
         force=forced(spec, "fetch"),
     )
 
     def produce(out_dir: Path) -> dict:
         sources.materialize(source, model, out_dir)
-        return {"source": asdict(source), "source_files": {
-            str(p): sources.sha256_file(p) for p in source.local_files()}}
+        return {
+            "source": asdict(source),
+            "source_files": {str(p): sources.sha256_file(p) for p in source.local_files()},
+        }
 
     return produce_artifact(request, produce)

@@ -34,10 +34,11 @@ def baseline_path(spec, hardware: str) -> Path:
 def check_same_workload(path: Path, stored: dict, current: dict) -> None:
     diff = {k: (stored.get(k), v) for k, v in current.items() if stored.get(k) != v}
     if diff:
-        what = ", ".join(f"bench.{k}={new!r} (baseline: {old!r})" for k, (old, new)
-                         in diff.items())
-        raise ConfigError(f"regress: {path} was measured with other bench settings: {what}; "
-                          f"run with the baseline's settings or `make update-baseline`")
+        what = ", ".join(f"bench.{k}={new!r} (baseline: {old!r})" for k, (old, new) in diff.items())
+        raise ConfigError(
+            f"regress: {path} was measured with other bench settings: {what}; "
+            f"run with the baseline's settings or `make update-baseline`"
+        )
 
 
 def bench_result(spec) -> tuple[Path, dict]:
@@ -45,8 +46,10 @@ def bench_result(spec) -> tuple[Path, dict]:
     bench_dir = Path(spec.bench.regress.bench_dir or bench_stage.run(spec))
     path = bench_dir / "bench.json"
     if not path.is_file():
-        raise ConfigError(f"regress: bench.regress.bench_dir={bench_dir} has no bench.json; point "
-                          f"it at a bench or profile artifact dir, or leave it null")
+        raise ConfigError(
+            f"regress: bench.regress.bench_dir={bench_dir} has no bench.json; point "
+            f"it at a bench or profile artifact dir, or leave it null"
+        )
     return bench_dir, json.loads(path.read_text())
 
 
@@ -57,9 +60,13 @@ def measure_accuracy(spec, engine_dir: Path) -> dict:
 
     options = spec.bench.regress
     with direct_target(spec, engine_dir) as target:
-        return accuracy.measure_accuracy(target.engine, load_tokenizer(engine_dir),
-                                         options.num_accuracy_prompts,
-                                         options.accuracy_max_tokens, options.ppl_num_tokens)
+        return accuracy.measure_accuracy(
+            target.engine,
+            load_tokenizer(engine_dir),
+            options.num_accuracy_prompts,
+            options.accuracy_max_tokens,
+            options.ppl_num_tokens,
+        )
 
 
 def run(spec) -> Path:
@@ -80,31 +87,54 @@ def run(spec) -> Path:
     current = current_metrics(report, measure_accuracy(spec, engine_dir))
     if options.update_baseline:
         previous = read_baseline(path) if path.is_file() else None
-        data = build_baseline(baseline_key(spec.model.name, spec.backend.name, hardware),
-                              spec.model.name, spec.backend.name, hardware, report["settings"],
-                              current, default_rules(current, options), previous,
-                              package_versions())
+        data = build_baseline(
+            baseline_key(spec.model.name, spec.backend.name, hardware),
+            spec.model.name,
+            spec.backend.name,
+            hardware,
+            report["settings"],
+            current,
+            default_rules(current, options),
+            previous,
+            package_versions(),
+        )
         write_baseline(path, data)
         print(f"regress: baseline written to {path} ({len(current)} metrics)")
         return path
     rows = compare(stored["metrics"], current)
     table = format_table(rows)
-    request = StageRequest(workdir=Path(spec.workdir), model=spec.model.name, stage="regress",
-                           config={"bench": asdict(spec.bench), "hardware": hardware,
-                                   "baseline": str(path)},
-                           upstream={"bench": bench_dir}, force=True)
+    request = StageRequest(
+        workdir=Path(spec.workdir),
+        model=spec.model.name,
+        stage="regress",
+        config={"bench": asdict(spec.bench), "hardware": hardware, "baseline": str(path)},
+        upstream={"bench": bench_dir},
+        force=True,
+    )
     regressed = [r.metric for r in rows if r.is_regression]
 
     def produce(out_dir: Path) -> dict:
         (out_dir / "regress.md").write_text(f"# regress vs {path}\n\n{table}\n")
-        (out_dir / "regress.json").write_text(json.dumps(
-            {"baseline": str(path), "current": current, "rows": [asdict(r) for r in rows],
-             "regressed": regressed}, indent=2, default=str) + "\n")
+        (out_dir / "regress.json").write_text(
+            json.dumps(
+                {
+                    "baseline": str(path),
+                    "current": current,
+                    "rows": [asdict(r) for r in rows],
+                    "regressed": regressed,
+                },
+                indent=2,
+                default=str,
+            )
+            + "\n"
+        )
         extra = {"baseline": str(path), "regressed": regressed}
         if regressed:
-            error = GateFailed(f"regress: {len(regressed)} metric(s) regressed vs {path}: "
-                               f"{', '.join(regressed)}; see the table above, fix the cause, or "
-                               f"accept the new numbers with `make update-baseline`")
+            error = GateFailed(
+                f"regress: {len(regressed)} metric(s) regressed vs {path}: "
+                f"{', '.join(regressed)}; see the table above, fix the cause, or "
+                f"accept the new numbers with `make update-baseline`"
+            )
             error.extra = extra
             raise error
         return extra

@@ -21,20 +21,26 @@ def run(spec) -> Path:
     artifact = deploy.run(spec)
     facts = Manifest.read(artifact).extra
     if facts["backend"] == "trtllm":
-        argv = launch.container_command(spec, Path(facts["engine_dir"]),
-                                        Path(facts["tokenizer_dir"]))
+        argv = launch.container_command(
+            spec, Path(facts["engine_dir"]), Path(facts["tokenizer_dir"])
+        )
         server = launch.container_server(spec.deploy, spec.workdir, argv)
         if server is None:
-            print("serve: docker is not available here; on a GPU host with the NVIDIA Container "
-                  f"Toolkit run:\n{shlex.join(argv)}")
+            print(
+                "serve: docker is not available here; on a GPU host with the NVIDIA Container "
+                f"Toolkit run:\n{shlex.join(argv)}"
+            )
             return artifact
     else:
         server = launch.local_server(spec.deploy, spec.workdir)
     start = time.perf_counter()
     with launch.signals_as_interrupt(), server:
         ends = server.endpoints
-        print(f"serve: ready in {time.perf_counter() - start:.1f} s; {spec.deploy.repo_dir} "
-              f"({facts['backend']}) on http {ends.http_url}, grpc {ends.grpc_url}, metrics "
-              f"{ends.metrics_url}; log {server.log_path}; Ctrl-C stops it", flush=True)
+        print(
+            f"serve: ready in {time.perf_counter() - start:.1f} s; {spec.deploy.repo_dir} "
+            f"({facts['backend']}) on http {ends.http_url}, grpc {ends.grpc_url}, metrics "
+            f"{ends.metrics_url}; log {server.log_path}; Ctrl-C stops it",
+            flush=True,
+        )
         launch.serve_until_stopped(server)
     return artifact

@@ -15,14 +15,19 @@ from pipeline.stages.bench import measurement_request
 
 def kv_capacity(results, facts, bench) -> dict | None:
     """How many sequences of this workload the engine's KV cache holds (direct sweeps only)."""
-    total = next((r.metrics["num_total_blocks"] for r in results
-                  if "num_total_blocks" in r.metrics), None)
+    total = next(
+        (r.metrics["num_total_blocks"] for r in results if "num_total_blocks" in r.metrics), None
+    )
     if total is None:
         return None
     per_seq = -(-(bench.input_len + bench.output_len - 1) // facts.tokens_per_block)
-    return {"num_total_blocks": total, "tokens_per_block": facts.tokens_per_block,
-            "blocks_per_sequence": per_seq, "max_sequences": total // per_seq,
-            "kv_gib": total * facts.kv_bytes_per_block / 2**30}
+    return {
+        "num_total_blocks": total,
+        "tokens_per_block": facts.tokens_per_block,
+        "blocks_per_sequence": per_seq,
+        "max_sequences": total // per_seq,
+        "kv_gib": total * facts.kv_bytes_per_block / 2**30,
+    }
 
 
 def run(spec) -> Path:
@@ -38,18 +43,22 @@ def run(spec) -> Path:
 
     def produce(out_dir: Path) -> dict:
         origin_s = time.perf_counter()
-        sampler = make_sampler(spec.bench.profile.sample_rate_hz, {"bench": os.getpid()},
-                               origin_s)
+        sampler = make_sampler(spec.bench.profile.sample_rate_hz, {"bench": os.getpid()}, origin_s)
         with sampler:
             result = sweep(spec, engine_dir, prompt_maker(engine_dir), sampler, origin_s)
         timeline = sampler.timeline()
-        data["kv_capacity"] = kv_capacity(result.results, EngineFacts.read(engine_dir),
-                                          spec.bench)
-        data.update(model=spec.model.name, backend=spec.backend.name,
-                    hardware=hardware_key(spec.hardware), target=options.target,
-                    sizes=list(options.sizes), num_kv_blocks=options.num_kv_blocks,
-                    settings=settings(spec.bench), profile_notes=timeline["notes"],
-                    **result.to_dict())
+        data["kv_capacity"] = kv_capacity(result.results, EngineFacts.read(engine_dir), spec.bench)
+        data.update(
+            model=spec.model.name,
+            backend=spec.backend.name,
+            hardware=hardware_key(spec.hardware),
+            target=options.target,
+            sizes=list(options.sizes),
+            num_kv_blocks=options.num_kv_blocks,
+            settings=settings(spec.bench),
+            profile_notes=timeline["notes"],
+            **result.to_dict(),
+        )
         write_sweep(out_dir, data)
         write_timeline(out_dir, timeline)
         return {k: data[k] for k in ("max_ok_size", "threshold_size", "threshold_failure")}

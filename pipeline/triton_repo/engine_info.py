@@ -31,23 +31,29 @@ class EngineInfo:
             build = config["build_config"]
             mapping = config["pretrained_config"].get("mapping", {})
             return cls(
-                version=str(config.get("version", "")), backend=str(config.get("backend", "")),
+                version=str(config.get("version", "")),
+                backend=str(config.get("backend", "")),
                 max_batch_size=int(build["max_batch_size"]),
-                max_input_len=int(build["max_input_len"]), max_seq_len=int(build["max_seq_len"]),
+                max_input_len=int(build["max_input_len"]),
+                max_seq_len=int(build["max_seq_len"]),
                 max_num_tokens=int(build["max_num_tokens"]),
-                tp_size=int(mapping.get("tp_size", 1)), pp_size=int(mapping.get("pp_size", 1)),
+                tp_size=int(mapping.get("tp_size", 1)),
+                pp_size=int(mapping.get("pp_size", 1)),
             )
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise ArtifactError(f"deploy: cannot read the engine's {path} ({exc!r}); it needs "
-                                f"build_config.max_batch_size/max_input_len/max_seq_len/"
-                                f"max_num_tokens and pretrained_config; re-run `make build`"
-                                ) from exc
+            raise ArtifactError(
+                f"deploy: cannot read the engine's {path} ({exc!r}); it needs "
+                f"build_config.max_batch_size/max_input_len/max_seq_len/"
+                f"max_num_tokens and pretrained_config; re-run `make build`"
+            ) from exc
 
 
 def triton_max_batch_size(deploy: DeploySpec, engine: EngineInfo) -> int:
     """Triton's max_batch_size: the engine's unless deploy.triton_max_batch_size lowers it."""
     if deploy.triton_max_batch_size < 0:
-        raise ConfigError(f"deploy: deploy.triton_max_batch_size={deploy.triton_max_batch_size} "
-                          f"is negative; use 0 (= the engine's {engine.max_batch_size}) or 1.."
-                          f"{engine.max_batch_size}")
+        raise ConfigError(
+            f"deploy: deploy.triton_max_batch_size={deploy.triton_max_batch_size} "
+            f"is negative; use 0 (= the engine's {engine.max_batch_size}) or 1.."
+            f"{engine.max_batch_size}"
+        )
     return deploy.triton_max_batch_size or engine.max_batch_size

@@ -85,24 +85,50 @@ POSTPROCESSING_OUTPUTS = (t("OUTPUT", "STRING", (-1,)),)
 
 # Ensemble steps: (model, {model input: ensemble tensor}, {model output: ensemble tensor}).
 ENSEMBLE_STEPS = (
-    ("preprocessing",
-     {"QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens", "BAD_WORDS_DICT": "bad_words",
-      "STOP_WORDS_DICT": "stop_words", "END_ID": "end_id", "PAD_ID": "pad_id"},
-     {"INPUT_ID": "_INPUT_ID", "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
-      "BAD_WORDS_IDS": "_BAD_WORDS_IDS", "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
-      "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN", "OUT_END_ID": "_PREPROCESSOR_END_ID",
-      "OUT_PAD_ID": "_PREPROCESSOR_PAD_ID"}),
-    ("tensorrt_llm",
-     {"input_ids": "_INPUT_ID", "input_lengths": "_REQUEST_INPUT_LEN",
-      "request_output_len": "_REQUEST_OUTPUT_LEN", "end_id": "_PREPROCESSOR_END_ID",
-      "pad_id": "_PREPROCESSOR_PAD_ID", "stop_words_list": "_STOP_WORDS_IDS",
-      "bad_words_list": "_BAD_WORDS_IDS", "runtime_top_k": "top_k", "runtime_top_p": "top_p",
-      "temperature": "temperature", "seed": "seed", "streaming": "stream",
-      "exclude_input_in_output": "exclude_input_in_output"},
-     {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}),
-    ("postprocessing",
-     {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
-     {"OUTPUT": "text_output"}),
+    (
+        "preprocessing",
+        {
+            "QUERY": "text_input",
+            "REQUEST_OUTPUT_LEN": "max_tokens",
+            "BAD_WORDS_DICT": "bad_words",
+            "STOP_WORDS_DICT": "stop_words",
+            "END_ID": "end_id",
+            "PAD_ID": "pad_id",
+        },
+        {
+            "INPUT_ID": "_INPUT_ID",
+            "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
+            "BAD_WORDS_IDS": "_BAD_WORDS_IDS",
+            "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
+            "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN",
+            "OUT_END_ID": "_PREPROCESSOR_END_ID",
+            "OUT_PAD_ID": "_PREPROCESSOR_PAD_ID",
+        },
+    ),
+    (
+        "tensorrt_llm",
+        {
+            "input_ids": "_INPUT_ID",
+            "input_lengths": "_REQUEST_INPUT_LEN",
+            "request_output_len": "_REQUEST_OUTPUT_LEN",
+            "end_id": "_PREPROCESSOR_END_ID",
+            "pad_id": "_PREPROCESSOR_PAD_ID",
+            "stop_words_list": "_STOP_WORDS_IDS",
+            "bad_words_list": "_BAD_WORDS_IDS",
+            "runtime_top_k": "top_k",
+            "runtime_top_p": "top_p",
+            "temperature": "temperature",
+            "seed": "seed",
+            "streaming": "stream",
+            "exclude_input_in_output": "exclude_input_in_output",
+        },
+        {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"},
+    ),
+    (
+        "postprocessing",
+        {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
+        {"OUTPUT": "text_output"},
+    ),
 )
 
 MODEL_NAMES = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")

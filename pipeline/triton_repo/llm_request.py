@@ -36,8 +36,9 @@ def _scalar(arrays: dict[str, np.ndarray], name: str, default=None):
         return default
     values = arrays[name].reshape(-1)
     if values.size != 1:
-        raise ValueError(f"{name}: expected one value per request, got shape "
-                         f"{list(arrays[name].shape)}")
+        raise ValueError(
+            f"{name}: expected one value per request, got shape {list(arrays[name].shape)}"
+        )
     return values[0].item()
 
 
@@ -46,8 +47,10 @@ def _prompt(arrays: dict[str, np.ndarray]) -> list[int]:
         raise ValueError("input_ids is required (a decoder-only engine)")
     input_ids = arrays["input_ids"]
     if input_ids.ndim == 2 and input_ids.shape[0] != 1:
-        raise ValueError(f"batch size {input_ids.shape[0]}: send one prompt per request (the "
-                         f"engine batches concurrent requests itself)")
+        raise ValueError(
+            f"batch size {input_ids.shape[0]}: send one prompt per request (the "
+            f"engine batches concurrent requests itself)"
+        )
     input_ids = input_ids.reshape(-1)
     length = int(_scalar(arrays, "input_lengths", input_ids.size))
     if not 0 < length <= input_ids.size:
@@ -73,13 +76,16 @@ def from_arrays(arrays: dict[str, np.ndarray], default_exclude_input: bool) -> L
         end_id=None if end_id is None else int(end_id),
         pad_id=None if pad_id is None else int(pad_id),
         stop_sequences=word_sequences(arrays["stop_words_list"])
-        if arrays.get("stop_words_list", np.empty(0)).size else (),
+        if arrays.get("stop_words_list", np.empty(0)).size
+        else (),
         bad_sequences=word_sequences(arrays["bad_words_list"])
-        if arrays.get("bad_words_list", np.empty(0)).size else (),
+        if arrays.get("bad_words_list", np.empty(0)).size
+        else (),
         **_sampling(arrays),
     )
     return LLMRequest(
-        prompt_token_ids=_prompt(arrays), params=params,
+        prompt_token_ids=_prompt(arrays),
+        params=params,
         is_streaming=bool(_scalar(arrays, "streaming", False)),
         is_input_excluded=bool(_scalar(arrays, "exclude_input_in_output", default_exclude_input)),
     )

@@ -42,11 +42,20 @@ class OutputStream:
 
 
 class LLMService:
-    def __init__(self, engine_dir: Path, device: str, scheduler_policy: str, num_kv_blocks: int,
-                 enable_chunked_prefill: bool, exclude_input_in_output: bool):
-        runtime = {"scheduler_policy": scheduler_policy,
-                   "enable_chunked_prefill": enable_chunked_prefill,
-                   "num_kv_blocks": num_kv_blocks or None}
+    def __init__(
+        self,
+        engine_dir: Path,
+        device: str,
+        scheduler_policy: str,
+        num_kv_blocks: int,
+        enable_chunked_prefill: bool,
+        exclude_input_in_output: bool,
+    ):
+        runtime = {
+            "scheduler_policy": scheduler_policy,
+            "enable_chunked_prefill": enable_chunked_prefill,
+            "num_kv_blocks": num_kv_blocks or None,
+        }
         self.engine = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)
         self.async_engine = AsyncLLMEngine(self.engine)
         self.exclude_input_in_output = exclude_input_in_output
@@ -54,8 +63,9 @@ class LLMService:
     def generate(self, arrays: dict[str, np.ndarray]) -> OutputStream:
         """Submit now; ValueError for inputs the engine can never serve (limits, bad values)."""
         request = from_arrays(arrays, self.exclude_input_in_output)
-        return OutputStream(self.async_engine.submit(request.prompt_token_ids, request.params),
-                            request)
+        return OutputStream(
+            self.async_engine.submit(request.prompt_token_ids, request.params), request
+        )
 
     def stats(self) -> dict:
         """Engine counters (read from another thread: plain ints, a racy read is harmless)."""

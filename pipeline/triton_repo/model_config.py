@@ -10,25 +10,32 @@ from pipeline.triton_repo.interface import TensorSpec
 ModelConfig = mc.ModelConfig
 
 
-def new_config(name: str, max_batch_size: int, *, backend: str = "",
-               platform: str = "") -> mc.ModelConfig:
-    return mc.ModelConfig(name=name, backend=backend, platform=platform,
-                          max_batch_size=max_batch_size)
+def new_config(
+    name: str, max_batch_size: int, *, backend: str = "", platform: str = ""
+) -> mc.ModelConfig:
+    return mc.ModelConfig(
+        name=name, backend=backend, platform=platform, max_batch_size=max_batch_size
+    )
 
 
 def add_inputs(cfg: mc.ModelConfig, specs: Iterable[TensorSpec]) -> None:
     for spec in specs:
-        tensor = cfg.input.add(name=spec.name, data_type=mc.DataType.Value(spec.data_type),
-                               dims=list(spec.dims), optional=spec.optional,
-                               allow_ragged_batch=spec.ragged)
+        tensor = cfg.input.add(
+            name=spec.name,
+            data_type=mc.DataType.Value(spec.data_type),
+            dims=list(spec.dims),
+            optional=spec.optional,
+            allow_ragged_batch=spec.ragged,
+        )
         if spec.scalar:
             tensor.reshape.SetInParent()  # `reshape: { shape: [ ] }`: one value per request
 
 
 def add_outputs(cfg: mc.ModelConfig, specs: Iterable[TensorSpec]) -> None:
     for spec in specs:
-        cfg.output.add(name=spec.name, data_type=mc.DataType.Value(spec.data_type),
-                       dims=list(spec.dims))
+        cfg.output.add(
+            name=spec.name, data_type=mc.DataType.Value(spec.data_type), dims=list(spec.dims)
+        )
 
 
 def set_parameters(cfg: mc.ModelConfig, params: Mapping[str, object]) -> None:
@@ -38,8 +45,12 @@ def set_parameters(cfg: mc.ModelConfig, params: Mapping[str, object]) -> None:
         cfg.parameters[key].string_value = text
 
 
-def set_dynamic_batching(cfg: mc.ModelConfig, preferred_batch_sizes: Iterable[int],
-                         max_queue_delay_microseconds: int, max_queue_size: int) -> None:
+def set_dynamic_batching(
+    cfg: mc.ModelConfig,
+    preferred_batch_sizes: Iterable[int],
+    max_queue_delay_microseconds: int,
+    max_queue_size: int,
+) -> None:
     batching = cfg.dynamic_batching
     batching.SetInParent()
     batching.preferred_batch_size.extend(preferred_batch_sizes)

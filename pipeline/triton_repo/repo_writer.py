@@ -30,29 +30,40 @@ def _write_model(repo: Path, cfg, source: str | None) -> None:
     (repo / cfg.name / "config.pbtxt").write_text(mcfg.render(cfg))
 
 
-def write_repository(backend, engine_dir: Path, tokenizer_dir: Path, repo: Path,
-                     deploy: DeploySpec) -> dict:
+def write_repository(
+    backend, engine_dir: Path, tokenizer_dir: Path, repo: Path, deploy: DeploySpec
+) -> dict:
     """Write and validate everything under `repo` (a new dir); raise ConfigError when invalid."""
     engine = EngineInfo.read(engine_dir)
     max_batch_size = triton_max_batch_size(deploy, engine)
     tokenizer_dir = Path(tokenizer_dir).resolve()
     repo.mkdir(parents=True)
-    _write_model(repo, shared_models.preprocessing(deploy, max_batch_size, tokenizer_dir),
-                 "preprocessing.py")
-    _write_model(repo, shared_models.postprocessing(deploy, max_batch_size, tokenizer_dir),
-                 "postprocessing.py")
+    _write_model(
+        repo, shared_models.preprocessing(deploy, max_batch_size, tokenizer_dir), "preprocessing.py"
+    )
+    _write_model(
+        repo,
+        shared_models.postprocessing(deploy, max_batch_size, tokenizer_dir),
+        "postprocessing.py",
+    )
     _write_model(repo, shared_models.ensemble(max_batch_size), None)
     _write_model(repo, shared_models.bls(deploy, max_batch_size), "tensorrt_llm_bls.py")
     llm_dir = repo / "tensorrt_llm"
     text = backend.triton_llm_model(Path(engine_dir).resolve(), tokenizer_dir, llm_dir)
     written = llm_dir / "config.pbtxt"
     if not written.is_file() or written.read_text() != text:
-        raise StageError(f"deploy: backend {backend.name!r} returned a tensorrt_llm config that "
-                         f"differs from {written}; its triton_llm_model must write what it "
-                         f"returns")
+        raise StageError(
+            f"deploy: backend {backend.name!r} returned a tensorrt_llm config that "
+            f"differs from {written}; its triton_llm_model must write what it "
+            f"returns"
+        )
     check_repository(repo, engine.max_batch_size, backend.name)
-    return {"triton_max_batch_size": max_batch_size, "engine_max_batch_size": engine.max_batch_size,
-            "decoupled_mode": deploy.decoupled_mode, "world_size": engine.world_size}
+    return {
+        "triton_max_batch_size": max_batch_size,
+        "engine_max_batch_size": engine.max_batch_size,
+        "decoupled_mode": deploy.decoupled_mode,
+        "world_size": engine.world_size,
+    }
 
 
 def publish(source: Path, repo_dir: Path, marker: dict) -> None:
@@ -64,13 +75,17 @@ def publish(source: Path, repo_dir: Path, marker: dict) -> None:
     repo_dir = Path(repo_dir)
     if repo_dir.exists():
         if not repo_dir.is_dir():
-            raise ConfigError(f"deploy: deploy.repo_dir={str(repo_dir)!r} exists and is not a "
-                              f"directory; point deploy.repo_dir elsewhere")
+            raise ConfigError(
+                f"deploy: deploy.repo_dir={str(repo_dir)!r} exists and is not a "
+                f"directory; point deploy.repo_dir elsewhere"
+            )
         foreign = [p.name for p in repo_dir.iterdir() if p.name not in (MARKER, *KEPT_FILES)]
         if foreign and not (repo_dir / MARKER).is_file():
-            raise ConfigError(f"deploy: deploy.repo_dir={str(repo_dir)!r} holds files the "
-                              f"pipeline did not write ({', '.join(sorted(foreign)[:5])}); "
-                              f"empty it or set deploy.repo_dir to a new directory")
+            raise ConfigError(
+                f"deploy: deploy.repo_dir={str(repo_dir)!r} holds files the "
+                f"pipeline did not write ({', '.join(sorted(foreign)[:5])}); "
+                f"empty it or set deploy.repo_dir to a new directory"
+            )
     repo_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = repo_dir.parent / f".{repo_dir.name}.tmp-{os.getpid()}"
     old = repo_dir.parent / f".{repo_dir.name}.old-{os.getpid()}"

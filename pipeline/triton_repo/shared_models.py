@@ -8,16 +8,21 @@ from pipeline.triton_repo import model_config as mcfg
 
 
 def _batching(cfg, deploy: DeploySpec, max_batch_size: int) -> None:
-    mcfg.set_dynamic_batching(cfg, deploy.preferred_batch_sizes or (max_batch_size,),
-                              deploy.max_queue_delay_microseconds, deploy.max_queue_size)
+    mcfg.set_dynamic_batching(
+        cfg,
+        deploy.preferred_batch_sizes or (max_batch_size,),
+        deploy.max_queue_delay_microseconds,
+        deploy.max_queue_size,
+    )
 
 
 def preprocessing(deploy: DeploySpec, max_batch_size: int, tokenizer_dir: Path):
     cfg = mcfg.new_config("preprocessing", max_batch_size, backend="python")
     mcfg.add_inputs(cfg, io.PREPROCESSING_INPUTS)
     mcfg.add_outputs(cfg, io.PREPROCESSING_OUTPUTS)
-    mcfg.set_parameters(cfg, {"tokenizer_dir": tokenizer_dir,
-                              "add_special_tokens": deploy.add_special_tokens})
+    mcfg.set_parameters(
+        cfg, {"tokenizer_dir": tokenizer_dir, "add_special_tokens": deploy.add_special_tokens}
+    )
     _batching(cfg, deploy, max_batch_size)
     mcfg.set_cpu_instances(cfg, deploy.preprocessing_instance_count)
     return cfg
@@ -27,8 +32,9 @@ def postprocessing(deploy: DeploySpec, max_batch_size: int, tokenizer_dir: Path)
     cfg = mcfg.new_config("postprocessing", max_batch_size, backend="python")
     mcfg.add_inputs(cfg, io.POSTPROCESSING_INPUTS)
     mcfg.add_outputs(cfg, io.POSTPROCESSING_OUTPUTS)
-    mcfg.set_parameters(cfg, {"tokenizer_dir": tokenizer_dir,
-                              "skip_special_tokens": deploy.skip_special_tokens})
+    mcfg.set_parameters(
+        cfg, {"tokenizer_dir": tokenizer_dir, "skip_special_tokens": deploy.skip_special_tokens}
+    )
     _batching(cfg, deploy, max_batch_size)
     mcfg.set_cpu_instances(cfg, deploy.postprocessing_instance_count)
     return cfg
@@ -50,8 +56,10 @@ def bls(deploy: DeploySpec, max_batch_size: int):
     cfg = mcfg.new_config("tensorrt_llm_bls", max_batch_size, backend="python")
     mcfg.add_inputs(cfg, io.ENSEMBLE_INPUTS)
     mcfg.add_outputs(cfg, io.ENSEMBLE_OUTPUTS)
-    mcfg.set_parameters(cfg, {"accumulate_tokens": deploy.accumulate_tokens,
-                              "tensorrt_llm_model_name": "tensorrt_llm"})
+    mcfg.set_parameters(
+        cfg,
+        {"accumulate_tokens": deploy.accumulate_tokens, "tensorrt_llm_model_name": "tensorrt_llm"},
+    )
     mcfg.set_decoupled(cfg, deploy.decoupled_mode)
     mcfg.set_cpu_instances(cfg, deploy.bls_instance_count)
     return cfg

@@ -24,25 +24,38 @@ def model_config(engine_dir: Path, deploy: DeploySpec, device: str):
     mcfg.add_inputs(cfg, io.LLM_INPUTS)
     mcfg.add_outputs(cfg, io.LLM_OUTPUTS)
     mcfg.set_decoupled(cfg, deploy.decoupled_mode)
-    mcfg.set_dynamic_batching(cfg, deploy.preferred_batch_sizes or (max_batch_size,),
-                              deploy.max_queue_delay_microseconds, deploy.max_queue_size)
+    mcfg.set_dynamic_batching(
+        cfg,
+        deploy.preferred_batch_sizes or (max_batch_size,),
+        deploy.max_queue_delay_microseconds,
+        deploy.max_queue_size,
+    )
     mcfg.set_cpu_instances(cfg, 1)
-    mcfg.set_parameters(cfg, {
-        "engine_dir": Path(engine_dir).resolve(),
-        "device": device,
-        "exclude_input_in_output": deploy.exclude_input_in_output,
-        "batch_scheduler_policy": deploy.batch_scheduler_policy,
-        "num_threads": deploy.torch.num_threads,
-        "num_kv_blocks": deploy.torch.num_kv_blocks,
-        "enable_chunked_prefill": deploy.torch.enable_chunked_prefill,
-        # the stub imports this checkout's pipeline package, whatever is installed in the venv
-        "python_path": Path(pipeline.__file__).resolve().parent.parent,
-    })
+    mcfg.set_parameters(
+        cfg,
+        {
+            "engine_dir": Path(engine_dir).resolve(),
+            "device": device,
+            "exclude_input_in_output": deploy.exclude_input_in_output,
+            "batch_scheduler_policy": deploy.batch_scheduler_policy,
+            "num_threads": deploy.torch.num_threads,
+            "num_kv_blocks": deploy.torch.num_kv_blocks,
+            "enable_chunked_prefill": deploy.torch.enable_chunked_prefill,
+            # the stub imports this checkout's pipeline package, whatever is installed in the venv
+            "python_path": Path(pipeline.__file__).resolve().parent.parent,
+        },
+    )
     return cfg
 
 
-def write(engine_dir: Path, tokenizer_dir: Path, model_dir: Path, *,
-          deploy: DeploySpec | None = None, device: str = "auto") -> str:
+def write(
+    engine_dir: Path,
+    tokenizer_dir: Path,
+    model_dir: Path,
+    *,
+    deploy: DeploySpec | None = None,
+    device: str = "auto",
+) -> str:
     """Write model_dir/{config.pbtxt, 1/model.py}; return the config text.
 
     tokenizer_dir is unused: the model takes and returns token ids (pre/postprocessing tokenize).

@@ -21,11 +21,15 @@ def _producers(ensemble, configs: dict, errors: list[str]) -> dict[str, tuple]:
         outputs = {t.name: _signature(t) for t in model.output}
         for model_tensor, ensemble_tensor in step.output_map.items():
             if model_tensor not in outputs:
-                errors.append(f"ensemble: step {step.model_name!r} maps output {model_tensor!r}, "
-                              f"which {step.model_name} does not declare")
+                errors.append(
+                    f"ensemble: step {step.model_name!r} maps output {model_tensor!r}, "
+                    f"which {step.model_name} does not declare"
+                )
             elif ensemble_tensor in tensors:
-                errors.append(f"ensemble: tensor {ensemble_tensor!r} is produced more than once "
-                              f"(again by {step.model_name}.{model_tensor})")
+                errors.append(
+                    f"ensemble: tensor {ensemble_tensor!r} is produced more than once "
+                    f"(again by {step.model_name}.{model_tensor})"
+                )
             else:
                 tensors[ensemble_tensor] = outputs[model_tensor]
     return tensors
@@ -44,12 +48,14 @@ def _check_step(step, model, tensors: dict, errors: list[str]) -> None:
             if want[0] != got[0]:
                 errors.append(f"{where}: dtype {got[0]} but {step.model_name} wants {want[0]}")
             elif not _dims_agree(want[1], got[1]):
-                errors.append(f"{where}: dims {list(got[1])} but {step.model_name} wants "
-                              f"{list(want[1])}")
+                errors.append(
+                    f"{where}: dims {list(got[1])} but {step.model_name} wants {list(want[1])}"
+                )
     missing = [n for n, t in inputs.items() if not t.optional and n not in step.input_map]
     if missing:
-        errors.append(f"ensemble: step {step.model_name!r} leaves required inputs {missing} "
-                      f"unmapped")
+        errors.append(
+            f"ensemble: step {step.model_name!r} leaves required inputs {missing} unmapped"
+        )
 
 
 def check_ensemble(configs: dict) -> list[str]:
@@ -62,24 +68,31 @@ def check_ensemble(configs: dict) -> list[str]:
         errors.append("ensemble: no ensemble_scheduling steps")
     for step in steps:
         if step.model_name not in configs:
-            errors.append(f"ensemble: step names model {step.model_name!r}, which is not in the "
-                          f"repository")
+            errors.append(
+                f"ensemble: step names model {step.model_name!r}, which is not in the repository"
+            )
     tensors = _producers(ensemble, configs, errors)
     for step in steps:
         if step.model_name in configs:
             _check_step(step, configs[step.model_name], tensors, errors)
             model_batch = configs[step.model_name].max_batch_size
             if ensemble.max_batch_size > model_batch:
-                errors.append(f"ensemble: max_batch_size {ensemble.max_batch_size} > "
-                              f"{step.model_name}'s {model_batch}; Triton refuses to load it")
+                errors.append(
+                    f"ensemble: max_batch_size {ensemble.max_batch_size} > "
+                    f"{step.model_name}'s {model_batch}; Triton refuses to load it"
+                )
     produced = [v for step in steps for v in step.output_map.values()]
     for output in ensemble.output:
         if produced.count(output.name) != 1:
-            errors.append(f"ensemble: output {output.name!r} is produced "
-                          f"{produced.count(output.name)} times (needs exactly 1)")
+            errors.append(
+                f"ensemble: output {output.name!r} is produced "
+                f"{produced.count(output.name)} times (needs exactly 1)"
+            )
         elif output.name in tensors and _signature(output)[0] != tensors[output.name][0]:
-            errors.append(f"ensemble: output {output.name!r} is {_signature(output)[0]} but its "
-                          f"producer gives {tensors[output.name][0]}")
+            errors.append(
+                f"ensemble: output {output.name!r} is {_signature(output)[0]} but its "
+                f"producer gives {tensors[output.name][0]}"
+            )
     return errors
 
 

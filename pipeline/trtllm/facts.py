@@ -12,9 +12,16 @@ from pipeline.errors import ArtifactError
 from pipeline.specs.build import BuildSpec
 
 # quant.name (modelopt qformat) / quant.kv_cache -> the checkpoint's quant_algo (reference 3.3)
-QFORMAT_ALGOS = {"none": None, "fp8": "FP8", "int8_sq": "W8A8_SQ_PER_CHANNEL",
-                 "int4_awq": "W4A16_AWQ", "w4a8_awq": "W4A8_AWQ", "int8_wo": "W8A16",
-                 "int4_wo": "W4A16", "nvfp4": "NVFP4"}
+QFORMAT_ALGOS = {
+    "none": None,
+    "fp8": "FP8",
+    "int8_sq": "W8A8_SQ_PER_CHANNEL",
+    "int4_awq": "W4A16_AWQ",
+    "w4a8_awq": "W4A8_AWQ",
+    "int8_wo": "W8A16",
+    "int4_wo": "W4A16",
+    "nvfp4": "NVFP4",
+}
 KV_CACHE_ALGOS = {"none": None, "fp8": "FP8", "int8": "INT8", "nvfp4": "NVFP4"}
 
 
@@ -36,12 +43,16 @@ class BuildFacts:
 def facts_from_spec(spec, sm: int | None) -> BuildFacts:
     """Facts before the checkpoint exists: predicted from model/quant/parallel config."""
     return BuildFacts(
-        build=spec.build, enable_kv_cache_reuse=spec.deploy.trtllm.enable_kv_cache_reuse,
+        build=spec.build,
+        enable_kv_cache_reuse=spec.deploy.trtllm.enable_kv_cache_reuse,
         enable_chunked_context=spec.deploy.trtllm.enable_chunked_context,
         dtype=spec.model.dtype if spec.quant.name == "none" else None,
         quant_algo=QFORMAT_ALGOS.get(spec.quant.name),
         kv_cache_quant_algo=KV_CACHE_ALGOS.get(spec.quant.kv_cache),
-        tp_size=spec.parallel.tp_size, pp_size=spec.parallel.pp_size, sm=sm)
+        tp_size=spec.parallel.tp_size,
+        pp_size=spec.parallel.pp_size,
+        sm=sm,
+    )
 
 
 def facts_from_checkpoint(spec, checkpoint_dir: Path, sm: int | None) -> BuildFacts:
@@ -50,12 +61,18 @@ def facts_from_checkpoint(spec, checkpoint_dir: Path, sm: int | None) -> BuildFa
     quant = config.get("quantization") or {}
     mapping = config.get("mapping") or {}
     return BuildFacts(
-        build=spec.build, enable_kv_cache_reuse=spec.deploy.trtllm.enable_kv_cache_reuse,
+        build=spec.build,
+        enable_kv_cache_reuse=spec.deploy.trtllm.enable_kv_cache_reuse,
         enable_chunked_context=spec.deploy.trtllm.enable_chunked_context,
-        dtype=config.get("dtype"), quant_algo=quant.get("quant_algo"),
+        dtype=config.get("dtype"),
+        quant_algo=quant.get("quant_algo"),
         kv_cache_quant_algo=quant.get("kv_cache_quant_algo"),
-        tp_size=int(mapping.get("tp_size", 1)), pp_size=int(mapping.get("pp_size", 1)), sm=sm,
-        checkpoint=config, checkpoint_dir=Path(checkpoint_dir))
+        tp_size=int(mapping.get("tp_size", 1)),
+        pp_size=int(mapping.get("pp_size", 1)),
+        sm=sm,
+        checkpoint=config,
+        checkpoint_dir=Path(checkpoint_dir),
+    )
 
 
 def read_checkpoint_config(checkpoint_dir: Path) -> dict:
@@ -63,12 +80,15 @@ def read_checkpoint_config(checkpoint_dir: Path) -> dict:
     try:
         config = json.loads(path.read_text())
     except FileNotFoundError:
-        raise ArtifactError(f"build: {path} is missing; a TensorRT-LLM checkpoint needs "
-                            f"config.json + rank<N>.safetensors (re-run convert/quantize with "
-                            f"force=true)") from None
+        raise ArtifactError(
+            f"build: {path} is missing; a TensorRT-LLM checkpoint needs "
+            f"config.json + rank<N>.safetensors (re-run convert/quantize with "
+            f"force=true)"
+        ) from None
     except json.JSONDecodeError as exc:
-        raise ArtifactError(f"build: {path} is not valid JSON ({exc}); re-run convert/quantize "
-                            f"with force=true") from None
+        raise ArtifactError(
+            f"build: {path} is not valid JSON ({exc}); re-run convert/quantize with force=true"
+        ) from None
     if not isinstance(config, dict):
         raise ArtifactError(f"build: {path} must hold a JSON object (PretrainedConfig.to_dict())")
     return config

@@ -55,8 +55,11 @@ class TimingCache:
         except (json.JSONDecodeError, AttributeError):
             expected = None
         if expected != sha256_file(self.path):
-            log.warning("timing cache %s does not match its %s; rebuilding it from scratch",
-                        self.path, META_FILE)
+            log.warning(
+                "timing cache %s does not match its %s; rebuilding it from scratch",
+                self.path,
+                META_FILE,
+            )
             return None
         return self.path
 
@@ -69,16 +72,24 @@ class TimingCache:
 
     def commit(self, staged: Path, input_path: Path | None) -> dict:
         """Keep the cache trtllm-build wrote; return what the manifest records about it."""
-        record = {"key": self.key, "path": str(self.path), "hit": input_path is not None,
-                  "input_sha256": sha256_file(input_path) if input_path else None}
+        record = {
+            "key": self.key,
+            "path": str(self.path),
+            "hit": input_path is not None,
+            "input_sha256": sha256_file(input_path) if input_path else None,
+        }
         if not staged.is_file():
-            log.warning("trtllm-build wrote no timing cache at %s; keeping the previous one",
-                        staged)
+            log.warning(
+                "trtllm-build wrote no timing cache at %s; keeping the previous one", staged
+            )
             return {**record, "written": False}
         digest = sha256_file(staged)
         os.replace(staged, self.path)
-        meta = {"key": self.key, "sha256": digest,
-                "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        meta = {
+            "key": self.key,
+            "sha256": digest,
+            "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
         tmp_meta = self.dir / f".{META_FILE}.tmp-{os.getpid()}"
         tmp_meta.write_text(json.dumps(meta, indent=2))
         os.replace(tmp_meta, self.dir / META_FILE)

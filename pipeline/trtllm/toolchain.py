@@ -23,10 +23,12 @@ class Toolchain:
 
 
 def how_to_run(opts: TrtllmBuildOptions) -> str:
-    return (f"run the stage inside the NGC image instead: `make build BACKEND=trtllm DOCKER=1` "
-            f"(docker run --gpus all {opts.container_image} with the repo mounted at the same "
-            f"path; image: build.trtllm.container_image, needs docker + the NVIDIA Container "
-            f"Toolkit + a GPU); README.md, section 'TensorRT-LLM backend', documents it")
+    return (
+        f"run the stage inside the NGC image instead: `make build BACKEND=trtllm DOCKER=1` "
+        f"(docker run --gpus all {opts.container_image} with the repo mounted at the same "
+        f"path; image: build.trtllm.container_image, needs docker + the NVIDIA Container "
+        f"Toolkit + a GPU); README.md, section 'TensorRT-LLM backend', documents it"
+    )
 
 
 def _dist_version(names: tuple[str, ...]) -> str | None:
@@ -61,28 +63,40 @@ def find_toolchain(opts: TrtllmBuildOptions) -> tuple[Toolchain | None, list[str
     """The installed toolchain, or None and what is missing (each with how to get it)."""
     trtllm_version = _dist_version(("tensorrt_llm",))
     if shutil.which("trtllm-build") is None or trtllm_version is None:
-        missing = [what for what, absent in (("no `trtllm-build` on PATH",
-                                              shutil.which("trtllm-build") is None),
-                                             ("the tensorrt_llm package is not installed",
-                                              trtllm_version is None)) if absent]
-        return None, [f"backend=trtllm needs TensorRT-LLM {opts.trtllm_version} (trtllm-build + "
-                      f"tensorrt_llm), which is not installed here ({'; '.join(missing)}); "
-                      f"{how_to_run(opts)}"]
+        missing = [
+            what
+            for what, absent in (
+                ("no `trtllm-build` on PATH", shutil.which("trtllm-build") is None),
+                ("the tensorrt_llm package is not installed", trtllm_version is None),
+            )
+            if absent
+        ]
+        return None, [
+            f"backend=trtllm needs TensorRT-LLM {opts.trtllm_version} (trtllm-build + "
+            f"tensorrt_llm), which is not installed here ({'; '.join(missing)}); "
+            f"{how_to_run(opts)}"
+        ]
     problems = []
     if trtllm_version != opts.trtllm_version:
-        problems.append(f"build.trtllm.trtllm_version={opts.trtllm_version}: TensorRT-LLM "
-                        f"{trtllm_version} is installed, and engines only load in the version that "
-                        f"built them; use an image with {opts.trtllm_version} "
-                        f"(build.trtllm.container_image) or set build.trtllm.trtllm_version="
-                        f"{trtllm_version} if that is what you serve with")
+        problems.append(
+            f"build.trtllm.trtllm_version={opts.trtllm_version}: TensorRT-LLM "
+            f"{trtllm_version} is installed, and engines only load in the version that "
+            f"built them; use an image with {opts.trtllm_version} "
+            f"(build.trtllm.container_image) or set build.trtllm.trtllm_version="
+            f"{trtllm_version} if that is what you serve with"
+        )
     tensorrt_version = _tensorrt_version()
     if tensorrt_version is None:
-        problems.append(f"TensorRT (the tensorrt package) is not installed next to TensorRT-LLM "
-                        f"{trtllm_version}; {how_to_run(opts)}")
+        problems.append(
+            f"TensorRT (the tensorrt package) is not installed next to TensorRT-LLM "
+            f"{trtllm_version}; {how_to_run(opts)}"
+        )
     gpu = _cuda_gpu()
     if gpu is None:
-        problems.append("no CUDA GPU is visible (trtllm-build needs one); in docker pass "
-                        "--gpus all, check nvidia-smi and CUDA_VISIBLE_DEVICES")
+        problems.append(
+            "no CUDA GPU is visible (trtllm-build needs one); in docker pass "
+            "--gpus all, check nvidia-smi and CUDA_VISIBLE_DEVICES"
+        )
     if problems:
         return None, problems
     return Toolchain(trtllm_version, tensorrt_version, gpu[0], gpu[1]), []
@@ -92,6 +106,8 @@ def gpu_mismatch(toolchain: Toolchain, hardware: str, target_sm: int | None) -> 
     """A named hardware= target must be the GPU we build on: TensorRT plans are arch-specific."""
     if target_sm is None or target_sm == toolchain.gpu_sm:
         return []
-    return [f"hardware={hardware}: targets SM {target_sm}, but this machine builds on "
-            f"{toolchain.gpu_name} (SM {toolchain.gpu_sm}) and TensorRT engines only run on the "
-            f"architecture they were built on; build on the target GPU or set hardware=auto"]
+    return [
+        f"hardware={hardware}: targets SM {target_sm}, but this machine builds on "
+        f"{toolchain.gpu_name} (SM {toolchain.gpu_sm}) and TensorRT engines only run on the "
+        f"architecture they were built on; build on the target GPU or set hardware=auto"
+    ]

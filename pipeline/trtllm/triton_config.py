@@ -37,75 +37,104 @@ def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-def _engine_problems(engine: EngineConfig, deploy: DeploySpec, target: ServingTarget,
-                     built_sm: int | None) -> list[str]:
+def _engine_problems(
+    engine: EngineConfig, deploy: DeploySpec, target: ServingTarget, built_sm: int | None
+) -> list[str]:
     where = f"engine {engine.engine_dir}"
     out = []
     if engine.version != target.trtllm_version:
-        out.append(f"{where} was built by TensorRT-LLM {engine.version}, but the serving "
-                   f"container ({target.container_image}) runs {target.trtllm_version} "
-                   f"(build.trtllm.trtllm_version) and TensorRT plans only load in the version "
-                   f"that built them; rebuild with `make build BACKEND=trtllm DOCKER=1`")
-    if not engine.is_enabled("gpt_attention_plugin") or not engine.plugin.get(
-            "remove_input_padding") or not engine.is_paged_kv_cache:
-        out.append(f"{where}: in-flight batching needs gpt_attention_plugin + remove_input_padding "
-                   f"+ a paged KV cache; rebuild with the build.trtllm defaults")
-    runtime = [k for k in ("enable_kv_cache_reuse", "enable_chunked_context")
-               if getattr(deploy.trtllm, k)]
-    if runtime and not (engine.plugin.get("use_paged_context_fmha")
-                        and engine.plugin.get("context_fmha")):
-        out.append(f"deploy.trtllm.{'/'.join(runtime)}=true: {where} was built without paged "
-                   f"context FMHA; rebuild with build.trtllm.use_paged_context_fmha=enable or set "
-                   f"them false")
+        out.append(
+            f"{where} was built by TensorRT-LLM {engine.version}, but the serving "
+            f"container ({target.container_image}) runs {target.trtllm_version} "
+            f"(build.trtllm.trtllm_version) and TensorRT plans only load in the version "
+            f"that built them; rebuild with `make build BACKEND=trtllm DOCKER=1`"
+        )
+    if (
+        not engine.is_enabled("gpt_attention_plugin")
+        or not engine.plugin.get("remove_input_padding")
+        or not engine.is_paged_kv_cache
+    ):
+        out.append(
+            f"{where}: in-flight batching needs gpt_attention_plugin + remove_input_padding "
+            f"+ a paged KV cache; rebuild with the build.trtllm defaults"
+        )
+    runtime = [
+        k for k in ("enable_kv_cache_reuse", "enable_chunked_context") if getattr(deploy.trtllm, k)
+    ]
+    if runtime and not (
+        engine.plugin.get("use_paged_context_fmha") and engine.plugin.get("context_fmha")
+    ):
+        out.append(
+            f"deploy.trtllm.{'/'.join(runtime)}=true: {where} was built without paged "
+            f"context FMHA; rebuild with build.trtllm.use_paged_context_fmha=enable or set "
+            f"them false"
+        )
     if built_sm is not None and target.sm is not None and built_sm != target.sm:
-        out.append(f"hardware={target.hardware}: {where} was built on SM {built_sm}, TensorRT "
-                   f"plans only run on that architecture (target SM {target.sm}); rebuild on the "
-                   f"serving GPU")
+        out.append(
+            f"hardware={target.hardware}: {where} was built on SM {built_sm}, TensorRT "
+            f"plans only run on that architecture (target SM {target.sm}); rebuild on the "
+            f"serving GPU"
+        )
     return out
 
 
 def _deploy_problems(deploy: DeploySpec, engine: EngineConfig) -> list[str]:
     out, engine_batch = [], int(engine.build["max_batch_size"])
     if deploy.trtllm.batching_strategy not in BATCHING_STRATEGIES:
-        out.append(f"deploy.trtllm.batching_strategy={deploy.trtllm.batching_strategy!r}: use one "
-                   f"of {', '.join(BATCHING_STRATEGIES)}")
+        out.append(
+            f"deploy.trtllm.batching_strategy={deploy.trtllm.batching_strategy!r}: use one "
+            f"of {', '.join(BATCHING_STRATEGIES)}"
+        )
     if deploy.batch_scheduler_policy not in SCHEDULER_POLICIES:
-        out.append(f"deploy.batch_scheduler_policy={deploy.batch_scheduler_policy!r}: use one of "
-                   f"{', '.join(SCHEDULER_POLICIES)}")
+        out.append(
+            f"deploy.batch_scheduler_policy={deploy.batch_scheduler_policy!r}: use one of "
+            f"{', '.join(SCHEDULER_POLICIES)}"
+        )
     if not 0.0 < deploy.trtllm.kv_cache_free_gpu_mem_fraction <= 1.0:
-        out.append(f"deploy.trtllm.kv_cache_free_gpu_mem_fraction="
-                   f"{deploy.trtllm.kv_cache_free_gpu_mem_fraction}: must be in (0, 1]")
+        out.append(
+            f"deploy.trtllm.kv_cache_free_gpu_mem_fraction="
+            f"{deploy.trtllm.kv_cache_free_gpu_mem_fraction}: must be in (0, 1]"
+        )
     if deploy.triton_max_batch_size > engine_batch:
-        out.append(f"deploy.triton_max_batch_size={deploy.triton_max_batch_size}: above the "
-                   f"engine's max_batch_size={engine_batch}, which caps the runtime anyway; set "
-                   f"it <= {engine_batch} (0 = the engine's)")
+        out.append(
+            f"deploy.triton_max_batch_size={deploy.triton_max_batch_size}: above the "
+            f"engine's max_batch_size={engine_batch}, which caps the runtime anyway; set "
+            f"it <= {engine_batch} (0 = the engine's)"
+        )
     logits_dtype = engine.pretrained.get("logits_dtype", "float32")
     if logits_dtype not in LOGITS_TYPES:
-        out.append(f"engine pretrained_config.logits_dtype={logits_dtype!r}: unsupported; "
-                   f"rebuild with --logits_dtype float32")
+        out.append(
+            f"engine pretrained_config.logits_dtype={logits_dtype!r}: unsupported; "
+            f"rebuild with --logits_dtype float32"
+        )
     return out
 
 
 def _add_tensors(config: mc.ModelConfig, logits_type: str) -> None:
     placeholders = {"LOGITS": logits_type, "FEATURES": "TYPE_FP16", "PROMPT_TABLE": "TYPE_FP16"}
     for name, dtype, dims, flags in INPUTS:
-        tensor = config.input.add(name=name, dims=dims, allow_ragged_batch="g" in flags,
-                                  optional="o" in flags)
+        tensor = config.input.add(
+            name=name, dims=dims, allow_ragged_batch="g" in flags, optional="o" in flags
+        )
         tensor.data_type = mc.DataType.Value(placeholders.get(dtype, dtype))
         if "r" in flags:
             tensor.reshape.SetInParent()  # reshape: { shape: [ ] } = a per-request scalar
     for name, dtype, dims in OUTPUTS:
-        config.output.add(name=name, dims=dims,
-                          data_type=mc.DataType.Value(placeholders.get(dtype, dtype)))
+        config.output.add(
+            name=name, dims=dims, data_type=mc.DataType.Value(placeholders.get(dtype, dtype))
+        )
 
 
-def tensorrt_llm_config(engine: EngineConfig, deploy: DeploySpec, target: ServingTarget,
-                        built_sm: int | None = None) -> str:
+def tensorrt_llm_config(
+    engine: EngineConfig, deploy: DeploySpec, target: ServingTarget, built_sm: int | None = None
+) -> str:
     """config.pbtxt text of the `tensorrt_llm` model; ConfigError listing every refusal reason."""
     problems = _engine_problems(engine, deploy, target, built_sm) + _deploy_problems(deploy, engine)
     if problems:
-        raise ConfigError("deploy: backend=trtllm cannot serve this engine: " + "; ".join(
-            f"({i}) {p}" for i, p in enumerate(problems, 1)))
+        raise ConfigError(
+            "deploy: backend=trtllm cannot serve this engine: "
+            + "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
+        )
     batch = deploy.triton_max_batch_size or int(engine.build["max_batch_size"])
     config = mc.ModelConfig(name=MODEL_NAME, backend="tensorrtllm", max_batch_size=batch)
     config.model_transaction_policy.decoupled = deploy.decoupled_mode
@@ -131,6 +160,8 @@ def tensorrt_llm_config(engine: EngineConfig, deploy: DeploySpec, target: Servin
         params["max_tokens_in_paged_kv_cache"] = str(deploy.trtllm.max_tokens_in_paged_kv_cache)
     for key, value in params.items():
         config.parameters[key].string_value = value
-    header = (f"# generated by llm-pipeline from {engine.engine_dir.resolve()}/config.json "
-              f"(TensorRT-LLM {engine.version}); do not edit\n")
+    header = (
+        f"# generated by llm-pipeline from {engine.engine_dir.resolve()}/config.json "
+        f"(TensorRT-LLM {engine.version}); do not edit\n"
+    )
     return header + text_format.MessageToString(config)

@@ -36,44 +36,69 @@ def test_profile_writes_bench_json_markdown_plots_and_timeline(bench_profile_dir
 def test_profile_timeline_marks_bench_phases_and_samples_the_server(bench_profile_dir):
     timeline = json.loads((bench_profile_dir / "timeline.json").read_text())
     names = [p["name"] for p in timeline["phases"]]
-    for name in ("direct:load", "direct:warmup", "direct:measure", "server:start",
-                 "server:warmup", "server:measure"):
+    for name in (
+        "direct:load",
+        "direct:warmup",
+        "direct:measure",
+        "server:start",
+        "server:warmup",
+        "server:measure",
+    ):
         assert name in names
     measure = next(p for p in timeline["phases"] if p["name"] == "server:measure")
-    during = [s for s in timeline["samples"]
-              if measure["start_s"] <= s["t_s"] <= measure["end_s"] and "server" in s]
+    during = [
+        s
+        for s in timeline["samples"]
+        if measure["start_s"] <= s["t_s"] <= measure["end_s"] and "server" in s
+    ]
     assert during and all(s["server"]["rss_bytes"] > 50 * 2**20 for s in during)
     if not any(s.get("source") == "nvml" for s in timeline["sources"]):
         assert "NVML unavailable" in timeline["notes"][0]
 
 
-def test_sweep_finds_the_kv_capacity_threshold(session_workdir, smollm_engine_dir,
-                                               bench_overrides):
+def test_sweep_finds_the_kv_capacity_threshold(session_workdir, smollm_engine_dir, bench_overrides):
     from pipeline.stages import sweep
 
     # 16+8 tokens = 2 blocks of 16 per sequence; 4 blocks hold 2 sequences, so 4 cannot all run
-    out = sweep.run(make_spec("sweep", *bench_overrides, "bench.sweep.num_kv_blocks=4",
-                              "bench.sweep.sizes=[1,2,4,8]", workdir=session_workdir))
+    out = sweep.run(
+        make_spec(
+            "sweep",
+            *bench_overrides,
+            "bench.sweep.num_kv_blocks=4",
+            "bench.sweep.sizes=[1,2,4,8]",
+            workdir=session_workdir,
+        )
+    )
     data = json.loads((out / "sweep.json").read_text())
     assert [r["size"] for r in data["results"]] == [1, 2, 4]
     assert data["max_ok_size"] == 2
     assert data["threshold_size"] == 4 and data["threshold_failure"] == "kv_capacity"
     assert "2 of 4 sequences" in data["threshold_detail"]
     ok = [r for r in data["results"] if r["is_ok"]]
-    assert all(r["metrics"]["num_preemptions"] == 0 and r["metrics"]["output_tok_s"] > 0
-               for r in ok)
+    assert all(
+        r["metrics"]["num_preemptions"] == 0 and r["metrics"]["output_tok_s"] > 0 for r in ok
+    )
     assert (out / "sweep.png").stat().st_size > 10_000
     assert "FAIL (kv_capacity)" in (out / "sweep.md").read_text()
 
 
-def test_poisson_rate_with_corpus_prompts_in_process(session_workdir, smollm_engine_dir,
-                                                     bench_overrides):
+def test_poisson_rate_with_corpus_prompts_in_process(
+    session_workdir, smollm_engine_dir, bench_overrides
+):
     from pipeline.stages import bench
 
-    out = bench.run(make_spec("bench", *bench_overrides, "bench=poisson_corpus",
-                              "bench.target=direct", "bench.num_requests=4",
-                              "bench.output_len=4", "bench.request_rate=4.0",
-                              workdir=session_workdir))
+    out = bench.run(
+        make_spec(
+            "bench",
+            *bench_overrides,
+            "bench=poisson_corpus",
+            "bench.target=direct",
+            "bench.num_requests=4",
+            "bench.output_len=4",
+            "bench.request_rate=4.0",
+            workdir=session_workdir,
+        )
+    )
     report = json.loads((out / "bench.json").read_text())
     assert set(report["targets"]) == {"direct"}
     assert report["settings"]["mode"] == "rate" and report["settings"]["workload"] == "corpus"
@@ -83,14 +108,22 @@ def test_poisson_rate_with_corpus_prompts_in_process(session_workdir, smollm_eng
     assert all(r["error"] is None and 1 <= r["num_output_tokens"] <= 4 for r in records)
 
 
-def test_sweep_reports_a_request_that_can_never_fit(session_workdir, smollm_engine_dir,
-                                                    bench_overrides):
+def test_sweep_reports_a_request_that_can_never_fit(
+    session_workdir, smollm_engine_dir, bench_overrides
+):
     from pipeline.stages import sweep
 
     # one 16-token block cannot hold 16+8 tokens: the engine refuses every request
-    out = sweep.run(make_spec("sweep", *bench_overrides, "bench.sweep.num_kv_blocks=1",
-                              "bench.sweep.sizes=[1,2]", "bench.num_warmup_requests=0",
-                              workdir=session_workdir))
+    out = sweep.run(
+        make_spec(
+            "sweep",
+            *bench_overrides,
+            "bench.sweep.num_kv_blocks=1",
+            "bench.sweep.sizes=[1,2]",
+            "bench.num_warmup_requests=0",
+            workdir=session_workdir,
+        )
+    )
     data = json.loads((out / "sweep.json").read_text())
     assert data["max_ok_size"] is None and data["threshold_size"] == 1
     assert data["threshold_failure"] == "kv_capacity"

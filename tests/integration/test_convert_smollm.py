@@ -16,8 +16,13 @@ from tests.conftest import REPO, make_spec
 
 
 def _cli(*args, workdir):
-    return subprocess.run([sys.executable, "-m", "pipeline", *args, f"workdir={workdir}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args, f"workdir={workdir}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_fetch_manifest_records_every_file(smollm_hf_dir):
@@ -32,25 +37,32 @@ def test_fetch_manifest_records_every_file(smollm_hf_dir):
 
 def test_checkpoint_holds_the_real_weights(smollm_hf_dir, smollm_ckpt_dir):
     cfg = json.loads((smollm_ckpt_dir / "config.json").read_text())
-    assert (cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]) == \
-        (30, 9, 3)
+    assert (cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]) == (
+        30,
+        9,
+        3,
+    )
     assert cfg["rotary_base"] == 100000.0 and cfg["tie_word_embeddings"] is True
     rank0 = load_file(smollm_ckpt_dir / "rank0.safetensors")
     hf = load_file(smollm_hf_dir / "model.safetensors")
     assert torch.equal(rank0["lm_head.weight"], hf["model.embed_tokens.weight"])
-    assert torch.equal(rank0["transformer.layers.29.mlp.fc.weight"],
-                       hf["model.layers.29.mlp.gate_proj.weight"])
+    assert torch.equal(
+        rank0["transformer.layers.29.mlp.fc.weight"], hf["model.layers.29.mlp.gate_proj.weight"]
+    )
 
 
 def test_pipeline_parallel_shards_real_weights(session_workdir, smollm_hf_dir):
-    out = convert.run(make_spec("convert", "parallel.pp_size=2", "parallel.tp_size=3",
-                                workdir=session_workdir))
+    out = convert.run(
+        make_spec("convert", "parallel.pp_size=2", "parallel.tp_size=3", workdir=session_workdir)
+    )
     assert sorted(p.name for p in out.glob("rank*")) == [f"rank{r}.safetensors" for r in range(6)]
     hf = load_file(smollm_hf_dir / "model.safetensors")
     rank5 = load_file(out / "rank5.safetensors")  # pp rank 1, tp rank 2: layers 15..29
     assert "transformer.vocab_embedding.weight" not in rank5
-    assert torch.equal(rank5["transformer.layers.14.post_layernorm.weight"],
-                       hf["model.layers.29.post_attention_layernorm.weight"])
+    assert torch.equal(
+        rank5["transformer.layers.14.post_layernorm.weight"],
+        hf["model.layers.29.post_attention_layernorm.weight"],
+    )
     q = hf["model.layers.15.self_attn.q_proj.weight"]
     assert torch.equal(rank5["transformer.layers.0.attention.qkv.weight"][:192], q[384:])
 
@@ -65,8 +77,9 @@ def test_rerun_is_up_to_date_and_bad_tp_is_one_clear_line(session_workdir, smoll
     assert "Traceback" not in bad.stdout + bad.stderr
 
 
-def test_corrupted_input_fails_and_keeps_previous_checkpoint(session_workdir, smollm_hf_dir,
-                                                             smollm_ckpt_dir, tmp_path):
+def test_corrupted_input_fails_and_keeps_previous_checkpoint(
+    session_workdir, smollm_hf_dir, smollm_ckpt_dir, tmp_path
+):
     workdir = tmp_path / "w"
     shutil.copytree(session_workdir / "smollm2-135m", workdir / "smollm2-135m", symlinks=True)
     fetched = workdir / "smollm2-135m" / smollm_hf_dir.name

@@ -19,8 +19,11 @@ pytestmark = pytest.mark.slow
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -33,19 +36,20 @@ def repo_dir(session_workdir) -> Path:
 
 @pytest.fixture(scope="module")
 def deployed(session_workdir, smollm_engine_dir, repo_dir):
-    spec = make_spec("deploy", *SMOLLM_ENGINE_OVERRIDES, f"deploy.repo_dir={repo_dir}",
-                     workdir=session_workdir)
+    spec = make_spec(
+        "deploy", *SMOLLM_ENGINE_OVERRIDES, f"deploy.repo_dir={repo_dir}", workdir=session_workdir
+    )
     return deploy.run(spec)
 
 
-def test_deploy_writes_the_artifact_and_publishes_the_repository(deployed, repo_dir,
-                                                                 session_workdir):
+def test_deploy_writes_the_artifact_and_publishes_the_repository(
+    deployed, repo_dir, session_workdir
+):
     manifest = Manifest.read(deployed)
     assert deployed.parent == session_workdir / "smollm2-135m"
     assert deployed.name.startswith("deploy-torch-") and manifest.status == "ok"
     assert manifest.extra["backend"] == "torch" and manifest.extra["triton_max_batch_size"] == 8
-    assert sorted(p.name for p in repo_dir.iterdir()) == sorted([*MODEL_NAMES, "README.md",
-                                                                 MARKER])
+    assert sorted(p.name for p in repo_dir.iterdir()) == sorted([*MODEL_NAMES, "README.md", MARKER])
     for model in MODEL_NAMES:
         published = (repo_dir / model / "config.pbtxt").read_text()
         assert published == (deployed / "repository" / model / "config.pbtxt").read_text()
@@ -56,32 +60,52 @@ def test_deploy_writes_the_artifact_and_publishes_the_repository(deployed, repo_
 
 def test_bad_config_leaves_the_previous_repository_intact(deployed, repo_dir, session_workdir):
     before = snapshot(repo_dir)
-    spec = make_spec("deploy", *SMOLLM_ENGINE_OVERRIDES, f"deploy.repo_dir={repo_dir}",
-                     "deploy.triton_max_batch_size=64", workdir=session_workdir)
+    spec = make_spec(
+        "deploy",
+        *SMOLLM_ENGINE_OVERRIDES,
+        f"deploy.repo_dir={repo_dir}",
+        "deploy.triton_max_batch_size=64",
+        workdir=session_workdir,
+    )
     with pytest.raises(ConfigError, match="max_batch_size 64 > the engine's 8"):
         deploy.run(spec)
     assert snapshot(repo_dir) == before
-    leftovers = [p.name for p in (session_workdir / "smollm2-135m").iterdir()
-                 if p.name.startswith(".deploy")]
+    leftovers = [
+        p.name for p in (session_workdir / "smollm2-135m").iterdir() if p.name.startswith(".deploy")
+    ]
     assert leftovers == [] and not list(repo_dir.parent.glob(f".{repo_dir.name}.*"))
 
 
-def test_unchanged_deploy_is_up_to_date_and_not_republished(deployed, repo_dir,
-                                                            session_workdir):
+def test_unchanged_deploy_is_up_to_date_and_not_republished(deployed, repo_dir, session_workdir):
     marker_mtime = (repo_dir / MARKER).stat().st_mtime_ns
-    spec = make_spec("deploy", *SMOLLM_ENGINE_OVERRIDES, f"deploy.repo_dir={repo_dir}",
-                     "deploy.http_port=18123", workdir=session_workdir)  # server keys only
+    spec = make_spec(
+        "deploy",
+        *SMOLLM_ENGINE_OVERRIDES,
+        f"deploy.repo_dir={repo_dir}",
+        "deploy.http_port=18123",
+        workdir=session_workdir,
+    )  # server keys only
     assert deploy.run(spec) == deployed
     assert (repo_dir / MARKER).stat().st_mtime_ns == marker_mtime
 
 
-def test_cli_reports_a_bad_deploy_config_in_one_line(session_workdir, smollm_engine_dir,
-                                                     repo_dir):
+def test_cli_reports_a_bad_deploy_config_in_one_line(session_workdir, smollm_engine_dir, repo_dir):
     result = subprocess.run(
-        [sys.executable, "-m", "pipeline", "deploy", *SMOLLM_ENGINE_OVERRIDES,
-         f"workdir={session_workdir}", f"deploy.repo_dir={repo_dir}",
-         "deploy.batch_scheduler_policy=fifo"],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "deploy",
+            *SMOLLM_ENGINE_OVERRIDES,
+            f"workdir={session_workdir}",
+            f"deploy.repo_dir={repo_dir}",
+            "deploy.batch_scheduler_policy=fifo",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     output = result.stdout + result.stderr  # hydra's job logging writes to stdout
     assert result.returncode == 1
     assert "batch_scheduler_policy='fifo' is not one of" in output

@@ -22,15 +22,38 @@ from pipeline.engine.cuda_graph_runner import CudaGraphRunner
 from tests.conftest import make_spec
 
 VOCAB = 128
-SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, vocab_size=VOCAB, initializer_range=0.2,
-             max_position_embeddings=256, tie_word_embeddings=False)
+SHAPE = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=VOCAB,
+    initializer_range=0.2,
+    max_position_embeddings=256,
+    tie_word_embeddings=False,
+)
 MODELS = {
-    "llama3_rope": (LlamaForCausalLM, LlamaConfig(**SHAPE, rope_parameters={
-        "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0, "original_max_position_embeddings": 32})),
-    "linear_rope": (LlamaForCausalLM, LlamaConfig(**SHAPE, rope_parameters={
-        "rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})),
+    "llama3_rope": (
+        LlamaForCausalLM,
+        LlamaConfig(
+            **SHAPE,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 10000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
+        ),
+    ),
+    "linear_rope": (
+        LlamaForCausalLM,
+        LlamaConfig(
+            **SHAPE, rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}
+        ),
+    ),
     "mistral": (MistralForCausalLM, MistralConfig(**SHAPE, sliding_window=None)),
     "qwen2_bias": (Qwen2ForCausalLM, Qwen2Config(**SHAPE)),
 }
@@ -39,8 +62,9 @@ PROMPTS = [[5, 17, 3, 99, 42, 8, 8, 61], [100, 2], list(range(20, 57))]
 
 def tokenizer_dir(path):
     vocab = {f"t{i}": i for i in range(VOCAB)}
-    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, "t0")),
-                                  eos_token="t1")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, "t0")), eos_token="t1"
+    )
     tok.save_pretrained(path)
     return path
 
@@ -57,9 +81,15 @@ def tiny(request, tmp_path_factory):
     tokenizer_dir(root / "hf")
     (root / "ckpt").mkdir()
     convert(root / "hf", root / "ckpt", "float32", 1, 1)
-    spec = make_spec("build", "backend=torch", "build.max_seq_len=96", "build.max_input_len=64",
-                     "build.tokens_per_block=8", "build.max_batch_size=4",
-                     workdir=root / "work")
+    spec = make_spec(
+        "build",
+        "backend=torch",
+        "build.max_seq_len=96",
+        "build.max_input_len=64",
+        "build.tokens_per_block=8",
+        "build.max_batch_size=4",
+        workdir=root / "work",
+    )
     (root / "engine").mkdir()
     TorchBackend(spec).build(root / "ckpt", root / "hf", root / "engine")
     return model, root / "engine"
@@ -67,9 +97,14 @@ def tiny(request, tmp_path_factory):
 
 def hf_greedy(model, prompt: list[int], num_tokens: int) -> list[int]:
     with torch.inference_mode():
-        out = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt)),
-                             max_new_tokens=num_tokens, do_sample=False, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
+        out = model.generate(
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt)),
+            max_new_tokens=num_tokens,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    return out[0, len(prompt) :].tolist()
 
 
 def test_greedy_tokens_equal_transformers(tiny):
@@ -93,8 +128,13 @@ def test_padded_static_buffer_decode_equals_eager(tiny):
     model, engine_dir = tiny
     engine = LLMEngine.from_engine_dir(engine_dir, device="cpu")
     runner = engine.model_runner
-    graphs = CudaGraphRunner(runner.model, runner.kv_cache, 4, runner.max_blocks_per_seq,
-                             scratch_block=runner.num_kv_blocks)
+    graphs = CudaGraphRunner(
+        runner.model,
+        runner.kv_cache,
+        4,
+        runner.max_blocks_per_seq,
+        scratch_block=runner.num_kv_blocks,
+    )
     assert graphs.batch_sizes == [1, 2, 4]
     for batch_size in graphs.batch_sizes:
         graphs.graphs[batch_size] = EagerGraph(graphs, batch_size)
@@ -103,5 +143,6 @@ def test_padded_static_buffer_decode_equals_eager(tiny):
     # three requests decode in a padded batch of 4; the shortest leaves after 3 tokens
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (10, 3, 10)]
     outputs = engine.generate(PROMPTS, params)
-    assert [o.token_ids for o in outputs] == [hf_greedy(model, p, n)
-                                              for p, n in zip(PROMPTS, (10, 3, 10), strict=True)]
+    assert [o.token_ids for o in outputs] == [
+        hf_greedy(model, p, n) for p, n in zip(PROMPTS, (10, 3, 10), strict=True)
+    ]

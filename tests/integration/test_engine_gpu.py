@@ -8,26 +8,36 @@ from transformers import AutoModelForCausalLM
 
 from pipeline.engine import LLMEngine, SamplingParams
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
 
-PROMPTS = ["The capital of France is", "def fibonacci(n):",
-           "Once upon a time, in a small village at the edge of a dark forest, there lived"]
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village at the edge of a dark forest, there lived",
+]
 NUM_TOKENS = 16
 NUM_KV_BLOCKS = 128  # engines after the first: the first takes 90% of the free memory
 
 
-def hf_greedy(hf_dir, prompts: list[list[int]], dtype: torch.dtype, device: str,
-              eos: tuple[int, ...]) -> list[list[int]]:
+def hf_greedy(
+    hf_dir, prompts: list[list[int]], dtype: torch.dtype, device: str, eos: tuple[int, ...]
+) -> list[list[int]]:
     model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=dtype).to(device).eval()
     refs = []
     for ids in prompts:
         with torch.inference_mode():
-            out = model.generate(torch.tensor([ids], device=device), max_new_tokens=NUM_TOKENS,
-                                 attention_mask=torch.ones(1, len(ids), device=device),
-                                 do_sample=False, pad_token_id=eos[0])
-        tokens = out[0, len(ids):].tolist()
-        refs.append(tokens[:next((i for i, t in enumerate(tokens) if t in eos), len(tokens))])
+            out = model.generate(
+                torch.tensor([ids], device=device),
+                max_new_tokens=NUM_TOKENS,
+                attention_mask=torch.ones(1, len(ids), device=device),
+                do_sample=False,
+                pad_token_id=eos[0],
+            )
+        tokens = out[0, len(ids) :].tolist()
+        refs.append(tokens[: next((i for i, t in enumerate(tokens) if t in eos), len(tokens))])
     return refs
 
 
@@ -46,8 +56,7 @@ def cpu_reference(smollm_hf_dir, prompt_ids, fp32_engine) -> list[list[int]]:
     return hf_greedy(smollm_hf_dir, prompt_ids, torch.float32, "cpu", fp32_engine.eos_token_ids)
 
 
-def test_fp32_cuda_graph_decode_equals_transformers_on_cpu(fp32_engine, prompt_ids,
-                                                           cpu_reference):
+def test_fp32_cuda_graph_decode_equals_transformers_on_cpu(fp32_engine, prompt_ids, cpu_reference):
     stats = fp32_engine.stats()
     assert stats["cuda_graph_batch_sizes"] == [1, 2, 4, 8]
     assert stats["num_total_blocks"] >= 8 * 16  # derived from free GPU memory
@@ -56,25 +65,31 @@ def test_fp32_cuda_graph_decode_equals_transformers_on_cpu(fp32_engine, prompt_i
 
 
 def test_eager_decode_equals_graph_decode(smollm_engine_dir, prompt_ids, cpu_reference):
-    eager = LLMEngine.from_engine_dir(smollm_engine_dir, device="cuda", use_cuda_graph=False,
-                                   num_kv_blocks=NUM_KV_BLOCKS)
+    eager = LLMEngine.from_engine_dir(
+        smollm_engine_dir, device="cuda", use_cuda_graph=False, num_kv_blocks=NUM_KV_BLOCKS
+    )
     outputs = eager.generate(prompt_ids, SamplingParams(max_tokens=NUM_TOKENS))
     assert [o.token_ids for o in outputs] == cpu_reference
 
 
 def test_preemption_on_a_small_cache_keeps_tokens(smollm_engine_dir, prompt_ids, cpu_reference):
-    small = LLMEngine.from_engine_dir(smollm_engine_dir, device="cuda", num_kv_blocks=4,
-                                      scheduler_policy="max_utilization", max_num_tokens=16)
+    small = LLMEngine.from_engine_dir(
+        smollm_engine_dir,
+        device="cuda",
+        num_kv_blocks=4,
+        scheduler_policy="max_utilization",
+        max_num_tokens=16,
+    )
     outputs = small.generate(prompt_ids, SamplingParams(max_tokens=NUM_TOKENS))
     assert [o.token_ids for o in outputs] == cpu_reference
     assert small.stats()["num_preemptions"] > 0
 
 
 def test_bf16_tracks_transformers_bf16(smollm_engine_dir, smollm_hf_dir, prompt_ids):
-    engine = LLMEngine.from_engine_dir(smollm_engine_dir, device="cuda", dtype="bfloat16",
-                                      num_kv_blocks=NUM_KV_BLOCKS)
-    reference = hf_greedy(smollm_hf_dir, prompt_ids, torch.bfloat16, "cuda",
-                          engine.eos_token_ids)
+    engine = LLMEngine.from_engine_dir(
+        smollm_engine_dir, device="cuda", dtype="bfloat16", num_kv_blocks=NUM_KV_BLOCKS
+    )
+    reference = hf_greedy(smollm_hf_dir, prompt_ids, torch.bfloat16, "cuda", engine.eos_token_ids)
     outputs = engine.generate(prompt_ids, SamplingParams(max_tokens=NUM_TOKENS))
     # bf16 kernels differ between the two implementations: demand the first tokens agree
     for out, ref in zip(outputs, reference, strict=True):
@@ -82,8 +97,9 @@ def test_bf16_tracks_transformers_bf16(smollm_engine_dir, smollm_hf_dir, prompt_
 
 
 def test_compiled_graph_decode_runs_and_matches(smollm_engine_dir, prompt_ids, cpu_reference):
-    engine = LLMEngine.from_engine_dir(smollm_engine_dir, device="cuda", compile=True,
-                                      num_kv_blocks=NUM_KV_BLOCKS)
+    engine = LLMEngine.from_engine_dir(
+        smollm_engine_dir, device="cuda", compile=True, num_kv_blocks=NUM_KV_BLOCKS
+    )
     outputs = engine.generate(prompt_ids, SamplingParams(max_tokens=NUM_TOKENS))
     assert [o.token_ids for o in outputs] == cpu_reference
 

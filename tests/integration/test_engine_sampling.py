@@ -39,8 +39,10 @@ def test_seeded_sampling_repeats_alone_and_in_a_batch(engine, prompt):
     others = [SamplingParams(max_tokens=4), SamplingParams(max_tokens=6, temperature=1.0, seed=7)]
     batched = engine.generate([prompt, prompt, prompt[:3]], [params, *others])[0].token_ids
     assert first == batched
-    draws = {tuple(one(engine, prompt, max_tokens=NUM_TOKENS, temperature=1.0, seed=s).token_ids)
-             for s in (1, 2, 3)}
+    draws = {
+        tuple(one(engine, prompt, max_tokens=NUM_TOKENS, temperature=1.0, seed=s).token_ids)
+        for s in (1, 2, 3)
+    }
     assert len(draws) > 1
 
 
@@ -57,17 +59,17 @@ def test_max_tokens_ends_with_length(engine, prompt, greedy):
 def test_end_id_stops_before_it(engine, prompt, greedy):
     end = greedy[2]
     out = one(engine, prompt, max_tokens=NUM_TOKENS, end_id=end)
-    assert out.token_ids == greedy[:greedy.index(end)] and out.finish_reason == "stop"
+    assert out.token_ids == greedy[: greedy.index(end)] and out.finish_reason == "stop"
 
 
 def test_stop_token_and_stop_sequence_are_kept(engine, prompt, greedy):
     stop = greedy[3]
     out = one(engine, prompt, max_tokens=NUM_TOKENS, stop_token_ids=[stop], ignore_eos=True)
-    assert out.token_ids == greedy[:greedy.index(stop) + 1] and out.finish_reason == "stop"
+    assert out.token_ids == greedy[: greedy.index(stop) + 1] and out.finish_reason == "stop"
     seq = tuple(greedy[4:6])
-    end = next(i for i in range(1, NUM_TOKENS) if tuple(greedy[i - 1:i + 1]) == seq)
+    end = next(i for i in range(1, NUM_TOKENS) if tuple(greedy[i - 1 : i + 1]) == seq)
     out = one(engine, prompt, max_tokens=NUM_TOKENS, stop_sequences=[seq], ignore_eos=True)
-    assert out.token_ids == greedy[:end + 1] and out.finish_reason == "stop"
+    assert out.token_ids == greedy[: end + 1] and out.finish_reason == "stop"
 
 
 def test_bad_sequences_are_never_generated(engine, prompt, greedy):
@@ -127,8 +129,9 @@ def test_async_engine_streams_to_two_threads_and_cancels(engine, prompt, greedy)
             errors.append(exc)
 
     threads = [
-        threading.Thread(target=client, args=("a", SamplingParams(max_tokens=NUM_TOKENS,
-                                                                   ignore_eos=True))),
+        threading.Thread(
+            target=client, args=("a", SamplingParams(max_tokens=NUM_TOKENS, ignore_eos=True))
+        ),
         threading.Thread(target=client, args=("b", SamplingParams(max_tokens=100), 3)),
     ]
     for t in threads:

@@ -38,10 +38,14 @@ def hf_greedy(smollm_hf_dir, prompt_ids, engine) -> list[list[int]]:
     refs = []
     for ids in prompt_ids:
         with torch.inference_mode():
-            out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids)),
-                                 max_new_tokens=NUM_NEW_TOKENS, do_sample=False,
-                                 pad_token_id=engine.eos_token_ids[0])
-        tokens = out[0, len(ids):].tolist()
+            out = model.generate(
+                torch.tensor([ids]),
+                attention_mask=torch.ones(1, len(ids)),
+                max_new_tokens=NUM_NEW_TOKENS,
+                do_sample=False,
+                pad_token_id=engine.eos_token_ids[0],
+            )
+        tokens = out[0, len(ids) :].tolist()
         cut = next((i for i, t in enumerate(tokens) if t in eos), len(tokens))
         refs.append(tokens[:cut])
     return refs
@@ -92,11 +96,13 @@ def test_inflight_chunked_batching_equals_one_at_a_time(engine, smollm_engine_di
 
 
 @pytest.mark.parametrize("policy", ["guaranteed_no_evict", "max_utilization"])
-def test_small_kv_cache_queues_or_preempts_and_stays_correct(smollm_engine_dir, prompt_ids,
-                                                             hf_greedy, policy):
+def test_small_kv_cache_queues_or_preempts_and_stays_correct(
+    smollm_engine_dir, prompt_ids, hf_greedy, policy
+):
     # 5 blocks of 16 tokens; each request needs 2-3 blocks for prompt + 20 new tokens
-    small = LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu", num_kv_blocks=5,
-                                      scheduler_policy=policy)
+    small = LLMEngine.from_engine_dir(
+        smollm_engine_dir, device="cpu", num_kv_blocks=5, scheduler_policy=policy
+    )
     chosen = [0, 2, 3, 6]
     for i in chosen:
         small.add_request(prompt_ids[i], SamplingParams(max_tokens=20), request_id=str(i))

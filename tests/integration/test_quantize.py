@@ -27,33 +27,84 @@ QKV = "transformer.layers.0.attention.qkv."
 F32_1 = ("F32", [1])
 # qkv: (9 + 3 + 3) heads x 64 = 960 outputs, 576 inputs; mlp.proj: 576 outputs, 1536 inputs
 CASES = {  # id: (overrides, quant_algo, kv_cache_quant_algo, {qkv suffix: (dtype, shape)})
-    "fp8+kv_fp8": (["quant=fp8", "quant.kv_cache=fp8"], "FP8", "FP8", {
-        "weight": ("F8_E4M3", [960, 576]), "weights_scaling_factor": F32_1,
-        "activation_scaling_factor": F32_1}),
-    "int8_sq+kv_int8": (["quant=int8_sq", "quant.kv_cache=int8"], "W8A8_SQ_PER_CHANNEL", "INT8", {
-        "weight": ("I8", [960, 576]), "weights_scaling_factor": ("F32", [960]),
-        "activation_scaling_factor": F32_1, "prequant_scaling_factor": ("F16", [576])}),
-    "int4_awq+hf": (["quant=int4_awq", "quant.block_size=64", "quant.export_hf=true"],
-                    "W4A16_AWQ", None, {
-        "weight": ("I8", [480, 576]), "weights_scaling_factor": ("F32", [960, 9]),
-        "prequant_scaling_factor": ("F16", [576])}),
-    "w4a8_awq": (["quant=w4a8_awq", "quant.block_size=64"], "W4A8_AWQ", None, {
-        "weight": ("I8", [480, 576]), "weights_scaling_factor": ("F32", [960, 9]),
-        "weights_scaling_factor_2": F32_1, "activation_scaling_factor": F32_1,
-        "prequant_scaling_factor": ("F16", [576])}),
-    "int8_wo": (["quant=int8_wo"], "W8A16", None, {
-        "weight": ("I8", [960, 576]), "weights_scaling_factor": ("F32", [960])}),
-    "int4_wo": (["quant=int4_wo", "quant.block_size=64"], "W4A16_AWQ", None, {
-        "weight": ("I8", [480, 576]), "weights_scaling_factor": ("F32", [960, 9])}),
-    "nvfp4": (["quant=nvfp4"], "NVFP4", None, {
-        "weight": ("U8", [960, 288]), "weights_scaling_factor": ("F8_E4M3", [960, 36]),
-        "weights_scaling_factor_2": ("F32", []), "activation_scaling_factor": ("F32", [])}),
+    "fp8+kv_fp8": (
+        ["quant=fp8", "quant.kv_cache=fp8"],
+        "FP8",
+        "FP8",
+        {
+            "weight": ("F8_E4M3", [960, 576]),
+            "weights_scaling_factor": F32_1,
+            "activation_scaling_factor": F32_1,
+        },
+    ),
+    "int8_sq+kv_int8": (
+        ["quant=int8_sq", "quant.kv_cache=int8"],
+        "W8A8_SQ_PER_CHANNEL",
+        "INT8",
+        {
+            "weight": ("I8", [960, 576]),
+            "weights_scaling_factor": ("F32", [960]),
+            "activation_scaling_factor": F32_1,
+            "prequant_scaling_factor": ("F16", [576]),
+        },
+    ),
+    "int4_awq+hf": (
+        ["quant=int4_awq", "quant.block_size=64", "quant.export_hf=true"],
+        "W4A16_AWQ",
+        None,
+        {
+            "weight": ("I8", [480, 576]),
+            "weights_scaling_factor": ("F32", [960, 9]),
+            "prequant_scaling_factor": ("F16", [576]),
+        },
+    ),
+    "w4a8_awq": (
+        ["quant=w4a8_awq", "quant.block_size=64"],
+        "W4A8_AWQ",
+        None,
+        {
+            "weight": ("I8", [480, 576]),
+            "weights_scaling_factor": ("F32", [960, 9]),
+            "weights_scaling_factor_2": F32_1,
+            "activation_scaling_factor": F32_1,
+            "prequant_scaling_factor": ("F16", [576]),
+        },
+    ),
+    "int8_wo": (
+        ["quant=int8_wo"],
+        "W8A16",
+        None,
+        {"weight": ("I8", [960, 576]), "weights_scaling_factor": ("F32", [960])},
+    ),
+    "int4_wo": (
+        ["quant=int4_wo", "quant.block_size=64"],
+        "W4A16_AWQ",
+        None,
+        {"weight": ("I8", [480, 576]), "weights_scaling_factor": ("F32", [960, 9])},
+    ),
+    "nvfp4": (
+        ["quant=nvfp4"],
+        "NVFP4",
+        None,
+        {
+            "weight": ("U8", [960, 288]),
+            "weights_scaling_factor": ("F8_E4M3", [960, 36]),
+            "weights_scaling_factor_2": ("F32", []),
+            "activation_scaling_factor": ("F32", []),
+        },
+    ),
 }
 # relative Frobenius error of the decoded qkv weight vs the original: about 2x what was measured
 # (int8 0.01, fp8 0.027, nvfp4 0.094, int4 0.13; AWQ 0.19 and SmoothQuant at alpha 1.0 0.22 move
 # activation outliers into the weights, minimizing the output error, not the weight error)
-DECODE_TOLERANCE = {"W8A16": 0.02, "FP8": 0.05, "W8A8_SQ_PER_CHANNEL": 0.45, "NVFP4": 0.2,
-                    "W4A16_AWQ": 0.35, "W4A8_AWQ": 0.35}
+DECODE_TOLERANCE = {
+    "W8A16": 0.02,
+    "FP8": 0.05,
+    "W8A8_SQ_PER_CHANNEL": 0.45,
+    "NVFP4": 0.2,
+    "W4A16_AWQ": 0.35,
+    "W4A8_AWQ": 0.35,
+}
 E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6])
 
 
@@ -74,8 +125,15 @@ def two_layer_hf_dir(smollm_hf_dir, tmp_path_factory) -> Path:
 
 
 def two_layer_spec(stage: str, hf_dir: Path, workdir: Path, *overrides: str):
-    return make_spec(stage, "model=hf-local", f"model.source={hf_dir}", "model.dtype=float16",
-                     *SMALL, *overrides, workdir=workdir)
+    return make_spec(
+        stage,
+        "model=hf-local",
+        f"model.source={hf_dir}",
+        "model.dtype=float16",
+        *SMALL,
+        *overrides,
+        workdir=workdir,
+    )
 
 
 def dtypes_and_shapes(path: Path) -> dict[str, tuple[str, list[int]]]:
@@ -96,8 +154,11 @@ def decode_qkv(tensors: dict, quantization: dict) -> torch.Tensor:
     elif algo == "NVFP4":
         codes = weight.int()
         values = E2M1[torch.stack([codes & 0xF, codes >> 4], -1).reshape(weight.shape[0], -1)]
-        decoded = values * scale.repeat_interleave(16, 1) * \
-            tensors[QKV + "weights_scaling_factor_2"].float()
+        decoded = (
+            values
+            * scale.repeat_interleave(16, 1)
+            * tensors[QKV + "weights_scaling_factor_2"].float()
+        )
     else:  # int4 pairs of rows: low nibble row 2i, high nibble row 2i+1, signed
         nibbles = weight.view(torch.uint8).int()
         lo, hi = nibbles & 0xF, nibbles >> 4
@@ -117,26 +178,37 @@ def convert_dir(two_layer_hf_dir, tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_recipe_exports_a_checkpoint_like_converts(case, two_layer_hf_dir, convert_dir,
-                                                    tmp_path):
+def test_recipe_exports_a_checkpoint_like_converts(case, two_layer_hf_dir, convert_dir, tmp_path):
     from pipeline.stages import quantize
 
     overrides, quant_algo, kv_algo, qkv_layout = CASES[case]
-    out = quantize.run(two_layer_spec("quantize", two_layer_hf_dir, tmp_path, *overrides,
-                                      "quant.max_ppl_increase_pct=1000"))
+    out = quantize.run(
+        two_layer_spec(
+            "quantize", two_layer_hf_dir, tmp_path, *overrides, "quant.max_ppl_increase_pct=1000"
+        )
+    )
     config = json.loads((out / "config.json").read_text())
     reference = json.loads((convert_dir / "config.json").read_text())
     assert config["quantization"]["quant_algo"] == quant_algo
     assert config["quantization"]["kv_cache_quant_algo"] == kv_algo
-    assert {k: v for k, v in config.items() if k not in ("quantization", "producer")} == \
-        {k: v for k, v in reference.items() if k != "quantization"}
+    assert {k: v for k, v in config.items() if k not in ("quantization", "producer")} == {
+        k: v for k, v in reference.items() if k != "quantization"
+    }
 
-    ours, theirs = dtypes_and_shapes(out / "rank0.safetensors"), \
-        dtypes_and_shapes(convert_dir / "rank0.safetensors")
-    assert {k: v for k, v in ours.items() if k.startswith(QKV)} == \
-        {QKV + suffix: (dtype, shape) for suffix, (dtype, shape) in qkv_layout.items()}
-    unquantized = [k for k in theirs if not k.endswith("weight") or "layernorm" in k
-                   or k.startswith(("transformer.vocab", "transformer.ln_f", "lm_head"))]
+    ours, theirs = (
+        dtypes_and_shapes(out / "rank0.safetensors"),
+        dtypes_and_shapes(convert_dir / "rank0.safetensors"),
+    )
+    assert {k: v for k, v in ours.items() if k.startswith(QKV)} == {
+        QKV + suffix: (dtype, shape) for suffix, (dtype, shape) in qkv_layout.items()
+    }
+    unquantized = [
+        k
+        for k in theirs
+        if not k.endswith("weight")
+        or "layernorm" in k
+        or k.startswith(("transformer.vocab", "transformer.ln_f", "lm_head"))
+    ]
     assert unquantized and all(ours[k] == theirs[k] for k in unquantized)  # same names, F16
     if kv_algo:
         assert ours["transformer.layers.0.attention.kv_cache_scaling_factor"] == F32_1
@@ -159,12 +231,19 @@ def test_recipe_exports_a_checkpoint_like_converts(case, two_layer_hf_dir, conve
 def test_tp3_keeps_converts_layout(two_layer_hf_dir, tmp_path):
     from pipeline.stages import convert, quantize
 
-    out = quantize.run(two_layer_spec("quantize", two_layer_hf_dir, tmp_path, "quant=int8_wo",
-                                      "parallel.tp_size=3"))
-    reference = convert.run(two_layer_spec("convert", two_layer_hf_dir, tmp_path,
-                                           "parallel.tp_size=3"))
-    assert json.loads((out / "config.json").read_text())["mapping"] == \
-        {"world_size": 3, "tp_size": 3, "pp_size": 1}
+    out = quantize.run(
+        two_layer_spec(
+            "quantize", two_layer_hf_dir, tmp_path, "quant=int8_wo", "parallel.tp_size=3"
+        )
+    )
+    reference = convert.run(
+        two_layer_spec("convert", two_layer_hf_dir, tmp_path, "parallel.tp_size=3")
+    )
+    assert json.loads((out / "config.json").read_text())["mapping"] == {
+        "world_size": 3,
+        "tp_size": 3,
+        "pp_size": 1,
+    }
     for rank in range(3):
         ours = dtypes_and_shapes(out / f"rank{rank}.safetensors")
         theirs = dtypes_and_shapes(reference / f"rank{rank}.safetensors")
@@ -177,16 +256,18 @@ def test_tp3_keeps_converts_layout(two_layer_hf_dir, tmp_path):
 def test_gate_fails_on_a_tiny_threshold_and_keeps_the_artifact(two_layer_hf_dir, tmp_path):
     from pipeline.stages import quantize
 
-    spec = two_layer_spec("quantize", two_layer_hf_dir, tmp_path, "quant=nvfp4",
-                          "quant.max_ppl_increase_pct=0.0")
+    spec = two_layer_spec(
+        "quantize", two_layer_hf_dir, tmp_path, "quant=nvfp4", "quant.max_ppl_increase_pct=0.0"
+    )
     with pytest.raises(GateFailed, match="nvfp4 failed the accuracy gate: perplexity rose"):
         quantize.run(spec)
     failed = [d for d in (tmp_path / spec.model.name).iterdir() if d.name.startswith("quantize-")]
     manifest = Manifest.read(failed[0])
     assert manifest.status == "failed" and manifest.extra["report"]["is_passed"] is False
     assert (failed[0] / "rank0.safetensors").is_file() and (failed[0] / "quant_report.md").is_file()
-    passing = two_layer_spec("quantize", two_layer_hf_dir, tmp_path, "quant=nvfp4",
-                             "quant.max_ppl_increase_pct=100.0")
+    passing = two_layer_spec(
+        "quantize", two_layer_hf_dir, tmp_path, "quant=nvfp4", "quant.max_ppl_increase_pct=100.0"
+    )
     assert Manifest.read(quantize.run(passing)).status == "ok"
 
 
@@ -197,8 +278,15 @@ def test_engine_gate_measures_the_export_like_fake_quant(two_layer_hf_dir, tmp_p
     for runtime in ("fake_quant", "engine"):
         # SmoothQuant: prequant and activation scales, int8 GEMM (the engine's int4 CPU kernel
         # is slow on whole prompts)
-        out = quantize.run(two_layer_spec("quantize", two_layer_hf_dir, tmp_path, "quant=int8_sq",
-                                          f"quant.gate_runtime={runtime}"))
+        out = quantize.run(
+            two_layer_spec(
+                "quantize",
+                two_layer_hf_dir,
+                tmp_path,
+                "quant=int8_sq",
+                f"quant.gate_runtime={runtime}",
+            )
+        )
         report = json.loads((out / "quant_report.json").read_text())
         ppl[runtime] = report["ppl_quantized"]
     assert report["runtime"] == "torch engine (export)"

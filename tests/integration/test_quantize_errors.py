@@ -11,9 +11,13 @@ from tests.conftest import REPO, make_spec
 
 
 def run_cli(*args: str, workdir) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", "quantize", *args,
-                           f"workdir={workdir}"], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", "quantize", *args, f"workdir={workdir}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_bad_recipe_name_lists_the_recipes(tmp_path):
@@ -37,16 +41,20 @@ def test_recipe_name_override_is_checked_against_the_table(tmp_path):
 
 
 def test_missing_calibration_file(tmp_path):
-    spec = make_spec("quantize", "quant=int8_wo", f"quant.calib_dataset={tmp_path}/news.txt",
-                     workdir=tmp_path)
+    spec = make_spec(
+        "quantize", "quant=int8_wo", f"quant.calib_dataset={tmp_path}/news.txt", workdir=tmp_path
+    )
     with pytest.raises(ConfigError, match="news.txt'?: no such file"):
         quantize.run(spec)
 
 
 def test_trtllm_target_without_fp8_is_refused(tmp_path):
     spec = make_spec("quantize", "quant=fp8", "backend=trtllm", "hardware=a100", workdir=tmp_path)
-    with pytest.raises(ConfigError, match="hardware=a100 \\(SM 80\\): quant=fp8 \\(FP8\\) needs "
-                                          "SM >= 89; recipes this GPU runs: int8_sq, int4_awq"):
+    with pytest.raises(
+        ConfigError,
+        match="hardware=a100 \\(SM 80\\): quant=fp8 \\(FP8\\) needs "
+        "SM >= 89; recipes this GPU runs: int8_sq, int4_awq",
+    ):
         quantize.run(spec)
 
 
@@ -65,11 +73,14 @@ def test_none_is_converts_checkpoint(session_workdir, smollm_ckpt_dir):
         quantize.run(make_spec("quantize", "quant.kv_cache=fp8", workdir=session_workdir))
 
 
-@pytest.mark.parametrize("overrides,expected", [
-    (["quant=nvfp4"], "the torch engine has no NVFP4 kernels"),
-    (["quant=fp8", "quant.kv_cache=fp8"], "keeps the KV cache unquantized"),
-    (["quant=int8_wo", "parallel.tp_size=3"], "runs tp_size=1, pp_size=1 only"),
-])
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (["quant=nvfp4"], "the torch engine has no NVFP4 kernels"),
+        (["quant=fp8", "quant.kv_cache=fp8"], "keeps the KV cache unquantized"),
+        (["quant=int8_wo", "parallel.tp_size=3"], "runs tp_size=1, pp_size=1 only"),
+    ],
+)
 def test_engine_gate_refuses_what_the_engine_cannot_run(overrides, expected, tmp_path):
     spec = make_spec("quantize", *overrides, "quant.gate_runtime=engine", workdir=tmp_path)
     with pytest.raises(ConfigError, match=f"quant.gate_runtime=engine: .*{expected}"):

@@ -65,16 +65,26 @@ def exported(request, smollm_hf_dir, tmp_path_factory):
     algo = request.param
     config = AutoConfig.from_pretrained(smollm_hf_dir)
     config.num_hidden_layers = NUM_LAYERS
-    model = AutoModelForCausalLM.from_pretrained(smollm_hf_dir, config=config,
-                                                 dtype=torch.bfloat16).eval()
-    calib = torch.randint(0, config.vocab_size, (4, 2, 32),
-                          generator=torch.Generator().manual_seed(0))
+    model = AutoModelForCausalLM.from_pretrained(
+        smollm_hf_dir, config=config, dtype=torch.bfloat16
+    ).eval()
+    calib = torch.randint(
+        0, config.vocab_size, (4, 2, 32), generator=torch.Generator().manual_seed(0)
+    )
     with torch.no_grad():
-        mtq.quantize(model, with_block_size(getattr(mtq, FORMATS[algo][0]), 64),
-                     lambda m: [m(batch) for batch in calib])
+        mtq.quantize(
+            model,
+            with_block_size(getattr(mtq, FORMATS[algo][0]), 64),
+            lambda m: [m(batch) for batch in calib],
+        )
     out = tmp_path_factory.mktemp(algo)
-    export_tensorrt_llm_checkpoint(model, decoder_type="llama", dtype=torch.bfloat16,
-                                   export_dir=out, inference_tensor_parallel=1)
+    export_tensorrt_llm_checkpoint(
+        model,
+        decoder_type="llama",
+        dtype=torch.bfloat16,
+        export_dir=out,
+        inference_tensor_parallel=1,
+    )
     quantization = json.loads((out / "config.json").read_text())["quantization"]
     return algo, model, load_file(out / "rank0.safetensors"), quantization, out
 
@@ -87,8 +97,11 @@ def captured_inputs(model, names: list[str]) -> dict[str, torch.Tensor]:
         inputs[name] = args[0].reshape(-1, args[0].shape[-1])
 
     for name in names:
-        hooks.append(model.get_submodule(name).register_forward_pre_hook(
-            lambda module, args, name=name: keep(name, args)))
+        hooks.append(
+            model.get_submodule(name).register_forward_pre_hook(
+                lambda module, args, name=name: keep(name, args)
+            )
+        )
     with torch.no_grad():
         model(torch.randint(0, 49152, (2, 24), generator=torch.Generator().manual_seed(1)))
     for hook in hooks:
@@ -106,13 +119,19 @@ def test_quantized_linears_match_modelopt_fake_quant(exported, dtype):
     errors = {}
     for i in range(NUM_LAYERS):
         for prefixes, modules in GROUPS.items():
-            linear = build_linear(weights, [f"transformer.layers.{i}.{p}" for p in prefixes],
-                                  quantization, dtype, "cpu")
+            linear = build_linear(
+                weights,
+                [f"transformer.layers.{i}.{p}" for p in prefixes],
+                quantization,
+                dtype,
+                "cpu",
+            )
             assert not linear.kernel.startswith(("dense", "dequant")), linear.kernel
             x = inputs[f"model.layers.{i}.{modules[0]}"]  # [T, in] bf16
             with torch.no_grad():
-                expected = torch.cat([model.get_submodule(f"model.layers.{i}.{m}")(x)
-                                      for m in modules], dim=-1).float()
+                expected = torch.cat(
+                    [model.get_submodule(f"model.layers.{i}.{m}")(x) for m in modules], dim=-1
+                ).float()
                 y = linear(x.to(dtype)).float()
             errors[f"{i}.{prefixes[0]}"] = ((y - expected).norm() / expected.norm()).item()
     worst = max(errors.values())
@@ -136,16 +155,19 @@ def engine_logits(engine_dir, input_ids: torch.Tensor) -> torch.Tensor:
     runner = engine.model_runner
     n = input_ids.shape[0]
     meta = BatchMetadata(
-        positions=torch.arange(n), slot_mapping=torch.arange(n),
+        positions=torch.arange(n),
+        slot_mapping=torch.arange(n),
         block_tables=torch.arange(4, dtype=torch.int32)[None],
-        context_lens=torch.tensor([n], dtype=torch.int32), is_decode=False, query_lens=[n],
-        context_lens_host=[n])
+        context_lens=torch.tensor([n], dtype=torch.int32),
+        is_decode=False,
+        query_lens=[n],
+        context_lens_host=[n],
+    )
     with torch.inference_mode():
         return runner.model.compute_logits(runner.model(input_ids, meta, runner.kv_cache))
 
 
-def test_quantized_engine_logits_match_modelopt_fake_quant_model(exported, smollm_hf_dir,
-                                                                  tmp_path):
+def test_quantized_engine_logits_match_modelopt_fake_quant_model(exported, smollm_hf_dir, tmp_path):
     """The whole engine (build through the torch backend, load, prefill, bf16) on the export:
     logits within 4e-2 relative of the fake-quant model's and the same argmax at >= 90% of the
     40 positions. Measured: W8A16 1.7e-2 / 100%, W8A8_SQ 1.8e-2 / 100%, FP8 2.5e-2 / 100%,
@@ -157,8 +179,11 @@ def test_quantized_engine_logits_match_modelopt_fake_quant_model(exported, smoll
     from pipeline.specs.build import BuildSpec
 
     algo, model, _, _, ckpt_dir = exported
-    spec = SimpleNamespace(build=BuildSpec(max_batch_size=1, max_input_len=64, max_seq_len=64),
-                           deploy=None, backend=SimpleNamespace(device="cpu"))
+    spec = SimpleNamespace(
+        build=BuildSpec(max_batch_size=1, max_input_len=64, max_seq_len=64),
+        deploy=None,
+        backend=SimpleNamespace(device="cpu"),
+    )
     TorchBackend(spec).build(ckpt_dir, smollm_hf_dir, tmp_path)
     ids = torch.randint(0, 49152, (40,), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():

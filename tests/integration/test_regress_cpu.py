@@ -13,12 +13,19 @@ BASELINE = REPO / "baselines" / "smollm2-135m-torch-cpu.json"
 
 
 def regress_spec(session_workdir, bench_overrides, bench_dir, *extra):
-    return make_spec("regress", *bench_overrides, "hardware=cpu",
-                     f"bench.regress.bench_dir={bench_dir}", *extra, workdir=session_workdir)
+    return make_spec(
+        "regress",
+        *bench_overrides,
+        "hardware=cpu",
+        f"bench.regress.bench_dir={bench_dir}",
+        *extra,
+        workdir=session_workdir,
+    )
 
 
-def test_regress_passes_on_the_committed_baseline(session_workdir, bench_overrides,
-                                                  bench_profile_dir, capsys):
+def test_regress_passes_on_the_committed_baseline(
+    session_workdir, bench_overrides, bench_profile_dir, capsys
+):
     from pipeline.stages import regress
 
     out = regress.run(regress_spec(session_workdir, bench_overrides, bench_profile_dir))
@@ -29,8 +36,9 @@ def test_regress_passes_on_the_committed_baseline(session_workdir, bench_overrid
     assert "accuracy.greedy_tokens" in table and "server.output_tok_s" in table
 
 
-def test_regress_fails_on_a_doctored_baseline(session_workdir, bench_overrides,
-                                              bench_profile_dir, tmp_path):
+def test_regress_fails_on_a_doctored_baseline(
+    session_workdir, bench_overrides, bench_profile_dir, tmp_path
+):
     from pipeline.stages import regress
 
     doctored = json.loads(BASELINE.read_text())
@@ -39,16 +47,23 @@ def test_regress_fails_on_a_doctored_baseline(session_workdir, bench_overrides,
     doctored["metrics"]["accuracy.ppl"]["value"] -= 1.0
     path = tmp_path / "doctored.json"
     path.write_text(json.dumps(doctored))
-    spec = regress_spec(session_workdir, bench_overrides, bench_profile_dir,
-                        f"bench.regress.baseline={path}")
+    spec = regress_spec(
+        session_workdir, bench_overrides, bench_profile_dir, f"bench.regress.baseline={path}"
+    )
     with pytest.raises(GateFailed, match="3 metric") as excinfo:
         regress.run(spec)
     assert "make update-baseline" in str(excinfo.value)
     assert sorted(excinfo.value.extra["regressed"]) == [
-        "accuracy.greedy_tokens", "accuracy.ppl", "server.output_tok_s"]
+        "accuracy.greedy_tokens",
+        "accuracy.ppl",
+        "server.output_tok_s",
+    ]
     # the artifact is kept, marked failed, with the table
-    (out,) = [d for d in (session_workdir / "smollm2-135m").glob("regress-*")
-              if Manifest.read(d).config["baseline"] == str(path)]
+    (out,) = [
+        d
+        for d in (session_workdir / "smollm2-135m").glob("regress-*")
+        if Manifest.read(d).config["baseline"] == str(path)
+    ]
     assert Manifest.read(out).status == "failed"
     assert "REGRESSED" in (out / "regress.md").read_text()
 
@@ -56,7 +71,8 @@ def test_regress_fails_on_a_doctored_baseline(session_workdir, bench_overrides,
 def test_regress_refuses_a_baseline_of_other_bench_settings(session_workdir, bench_overrides):
     from pipeline.stages import regress
 
-    spec = make_spec("regress", *bench_overrides, "hardware=cpu", "bench.input_len=32",
-                     workdir=session_workdir)
+    spec = make_spec(
+        "regress", *bench_overrides, "hardware=cpu", "bench.input_len=32", workdir=session_workdir
+    )
     with pytest.raises(ConfigError, match=r"bench.input_len=32 \(baseline: 16\)"):
         regress.run(spec)

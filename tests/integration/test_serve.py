@@ -20,9 +20,16 @@ from tests.conftest import SMOLLM_ENGINE_OVERRIDES, free_ports, make_spec
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
-PROMPTS = ["The capital of France is", "Water boils at", "The first president of the USA was",
-           "Python is a programming language that", "The largest planet in our solar system is",
-           "A haiku about the sea:", "To make tea, first", "The opposite of hot is"]
+PROMPTS = [
+    "The capital of France is",
+    "Water boils at",
+    "The first president of the USA was",
+    "Python is a programming language that",
+    "The largest planet in our solar system is",
+    "A haiku about the sea:",
+    "To make tea, first",
+    "The opposite of hot is",
+]
 MAX_TOKENS = 16
 BURST_TOKENS = 8
 NUM_BURST_REQUESTS = 64
@@ -31,11 +38,16 @@ NUM_BURST_REQUESTS = 64
 @pytest.fixture(scope="module")
 def served_spec(session_workdir, smollm_engine_dir):
     http, grpc, metrics = free_ports(3)
-    return make_spec("serve", *SMOLLM_ENGINE_OVERRIDES,
-                     f"deploy.repo_dir={session_workdir / 'serve_model_repo'}",
-                     f"deploy.http_port={http}", f"deploy.grpc_port={grpc}",
-                     f"deploy.metrics_port={metrics}", "deploy.torch.num_threads=1",
-                     workdir=session_workdir)
+    return make_spec(
+        "serve",
+        *SMOLLM_ENGINE_OVERRIDES,
+        f"deploy.repo_dir={session_workdir / 'serve_model_repo'}",
+        f"deploy.http_port={http}",
+        f"deploy.grpc_port={grpc}",
+        f"deploy.metrics_port={metrics}",
+        "deploy.torch.num_threads=1",
+        workdir=session_workdir,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +85,14 @@ def http(server):
 
 def test_grpc_unary_equals_the_engine(grpc, expected):
     for prompt in PROMPTS[:2]:
-        assert grpc.generate(GenerateRequest(prompt, max_tokens=MAX_TOKENS)) == \
-            expected[prompt][0]
+        assert grpc.generate(GenerateRequest(prompt, max_tokens=MAX_TOKENS)) == expected[prompt][0]
 
 
 def test_grpc_stream_sends_token_by_token_then_final(grpc, expected):
     prompt = PROMPTS[2]
-    responses = list(grpc.responses(GenerateRequest(prompt, max_tokens=MAX_TOKENS)
-                                    .arrays(stream=True)))
+    responses = list(
+        grpc.responses(GenerateRequest(prompt, max_tokens=MAX_TOKENS).arrays(stream=True))
+    )
     text, num_tokens = expected[prompt]
     assert [r.is_final for r in responses] == [False] * (len(responses) - 1) + [True]
     assert len([r for r in responses if r.text]) == num_tokens  # one response per token
@@ -99,30 +111,40 @@ def test_bls_answers_like_the_ensemble(server, expected):
     prompt = PROMPTS[4]
     bls_grpc = GrpcClient(server.endpoints.grpc_url, model="tensorrt_llm_bls", timeout_s=120)
     bls_http = HttpClient(server.endpoints.http_url, model="tensorrt_llm_bls", timeout_s=120)
-    assert "".join(bls_grpc.stream(GenerateRequest(prompt, max_tokens=MAX_TOKENS))) == \
-        expected[prompt][0]
+    assert (
+        "".join(bls_grpc.stream(GenerateRequest(prompt, max_tokens=MAX_TOKENS)))
+        == expected[prompt][0]
+    )
     assert bls_http.generate(GenerateRequest(prompt, max_tokens=MAX_TOKENS)) == expected[prompt][0]
 
 
 def test_stop_and_bad_words_reach_the_engine(http, engine):
     prompt = PROMPTS[0]
-    words = {w: tuple(engine.tokenizer.encode(w, add_special_tokens=False))
-             for w in (".", " Paris")}
-    params = SamplingParams(max_tokens=MAX_TOKENS, stop_sequences=(words["."],),
-                            bad_sequences=(words[" Paris"],))
+    words = {
+        w: tuple(engine.tokenizer.encode(w, add_special_tokens=False)) for w in (".", " Paris")
+    }
+    params = SamplingParams(
+        max_tokens=MAX_TOKENS, stop_sequences=(words["."],), bad_sequences=(words[" Paris"],)
+    )
     want = engine.generate([prompt], params)[0].text
-    got = http.generate(GenerateRequest(prompt, max_tokens=MAX_TOKENS, stop_words=(".",),
-                                        bad_words=(" Paris",)))
+    got = http.generate(
+        GenerateRequest(prompt, max_tokens=MAX_TOKENS, stop_words=(".",), bad_words=(" Paris",))
+    )
     assert got == want and "Paris" not in got and got.endswith(".")
 
 
 def engine_counters(server) -> dict[str, float]:
     samples = fetch_metrics(server.endpoints.metrics_url)
-    names = ("pipeline_engine_batch_size", "pipeline_engine_steps",
-             "pipeline_engine_generated_tokens", "pipeline_engine_running_requests")
+    names = (
+        "pipeline_engine_batch_size",
+        "pipeline_engine_steps",
+        "pipeline_engine_generated_tokens",
+        "pipeline_engine_running_requests",
+    )
     counters = {n: metric_value(samples, n, model="tensorrt_llm") for n in names}
-    counters["ensemble_success"] = metric_value(samples, "nv_inference_request_success",
-                                                model="ensemble")
+    counters["ensemble_success"] = metric_value(
+        samples, "nv_inference_request_success", model="ensemble"
+    )
     return counters
 
 
@@ -145,8 +167,11 @@ def test_64_concurrent_streams_complete_and_are_batched_in_the_engine(server, gr
     before = settled_counters(server)
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(NUM_BURST_REQUESTS)]
     with ThreadPoolExecutor(max_workers=NUM_BURST_REQUESTS) as pool:
-        texts = list(pool.map(
-            lambda p: "".join(grpc.stream(GenerateRequest(p, max_tokens=BURST_TOKENS))), prompts))
+        texts = list(
+            pool.map(
+                lambda p: "".join(grpc.stream(GenerateRequest(p, max_tokens=BURST_TOKENS))), prompts
+            )
+        )
     assert texts == [want[p][0] for p in prompts]
     after = settled_counters(server)
     assert after["ensemble_success"] - before["ensemble_success"] == NUM_BURST_REQUESTS
@@ -160,8 +185,12 @@ def test_64_concurrent_streams_complete_and_are_batched_in_the_engine(server, gr
 
 def test_errors_reach_the_client(grpc, http):
     too_long = GenerateRequest("hello " * 400, max_tokens=4)  # over the engine's max_input_len
-    for call in (grpc.generate, http.generate, lambda r: list(http.stream(r)),
-                 lambda r: list(grpc.stream(r))):
+    for call in (
+        grpc.generate,
+        http.generate,
+        lambda r: list(http.stream(r)),
+        lambda r: list(grpc.stream(r)),
+    ):
         with pytest.raises(ClientError, match="max_input_len=192"):
             call(too_long)
 
@@ -171,10 +200,13 @@ def test_cancelled_request_leaves_the_engine(server, engine):
     pass an ensemble's cancellation on to its steps)."""
     client = GrpcClient(server.endpoints.grpc_url, model="tensorrt_llm", timeout_s=120)
     prompt = engine.tokenizer.encode(PROMPTS[5])
-    arrays = {"input_ids": np.array([prompt], np.int32),
-              "input_lengths": np.array([[len(prompt)]], np.int32),
-              "request_output_len": np.array([[150]], np.int32),
-              "end_id": np.array([[-1]], np.int32), "streaming": np.array([[True]])}
+    arrays = {
+        "input_ids": np.array([prompt], np.int32),
+        "input_lengths": np.array([[len(prompt)]], np.int32),
+        "request_output_len": np.array([[150]], np.int32),
+        "end_id": np.array([[-1]], np.int32),
+        "streaming": np.array([[True]]),
+    }
     before = settled_counters(server)["pipeline_engine_generated_tokens"]
     responses = client.responses(arrays, output="output_ids")
     assert next(responses).is_final is False
@@ -188,17 +220,51 @@ def test_cli_as_the_readme_shows(server, expected, capsys):
     prompt = PROMPTS[6]
     assert cli.main(["--url", grpc_url, "ready"]) == 0
     assert capsys.readouterr().out == f"ready: ensemble at {grpc_url}\n"
-    assert cli.main(["--url", grpc_url, "generate", prompt, "--stream",
-                     "--max-tokens", str(MAX_TOKENS)]) == 0
+    assert (
+        cli.main(
+            ["--url", grpc_url, "generate", prompt, "--stream", "--max-tokens", str(MAX_TOKENS)]
+        )
+        == 0
+    )
     assert capsys.readouterr().out == expected[prompt][0] + "\n"
-    assert cli.main(["--protocol", "http", "--url", http_url, "generate", prompt,
-                     "--max-tokens", str(MAX_TOKENS)]) == 0
+    assert (
+        cli.main(
+            [
+                "--protocol",
+                "http",
+                "--url",
+                http_url,
+                "generate",
+                prompt,
+                "--max-tokens",
+                str(MAX_TOKENS),
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out == expected[prompt][0] + "\n"
-    assert cli.main(["--protocol", "http", "--url", http_url, "infer", "preprocessing",
-                     "QUERY=Hello", "REQUEST_OUTPUT_LEN=4"]) == 0
+    assert (
+        cli.main(
+            [
+                "--protocol",
+                "http",
+                "--url",
+                http_url,
+                "infer",
+                "preprocessing",
+                "QUERY=Hello",
+                "REQUEST_OUTPUT_LEN=4",
+            ]
+        )
+        == 0
+    )
     assert "REQUEST_INPUT_LEN: [[1]]" in capsys.readouterr().out
-    assert cli.main(["metrics", "pipeline_engine_batch_size",
-                     "--metrics-url", server.endpoints.metrics_url]) == 0
+    assert (
+        cli.main(
+            ["metrics", "pipeline_engine_batch_size", "--metrics-url", server.endpoints.metrics_url]
+        )
+        == 0
+    )
     assert "pipeline_engine_batch_size" in capsys.readouterr().out
     assert cli.main(["--url", grpc_url, "generate", ""]) == 1
     assert "error: client: ensemble at" in capsys.readouterr().err

@@ -17,6 +17,7 @@ def _writer(text, calls):
         calls.append(text)
         (out / "data.txt").write_text(text)
         return {"note": text}
+
     return produce
 
 

@@ -11,8 +11,9 @@ GROUPS = [p for p in Path(CONF_DIR).iterdir() if p.is_dir() and p.name != "local
 NEEDS_SOURCE = {("model", "hf-local"), ("model", "hub")}
 
 
-@pytest.mark.parametrize("group,option", sorted(
-    (g.name, f.stem) for g in GROUPS for f in g.glob("*.yaml")))
+@pytest.mark.parametrize(
+    "group,option", sorted((g.name, f.stem) for g in GROUPS for f in g.glob("*.yaml"))
+)
 def test_every_option_composes(group, option, tmp_path):
     extra = ["model.source=org/name"] if (group, option) in NEEDS_SOURCE else []
     spec = make_spec("convert", f"{group}={option}", *extra, workdir=tmp_path)

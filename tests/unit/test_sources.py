@@ -13,8 +13,14 @@ from pipeline.specs.model import ModelSpec
 @pytest.fixture(scope="module")
 def hf_dir(tmp_path_factory):
     torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=2, vocab_size=50)
+    cfg = LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=50,
+    )
     path = tmp_path_factory.mktemp("hf")
     LlamaForCausalLM(cfg).save_pretrained(path, safe_serialization=True)
     return path
@@ -29,8 +35,11 @@ def test_local_dir_is_materialized_with_its_files(hf_dir, tmp_path):
     assert src.kind == "local_dir"
     (hf_dir / "notes.md").write_text("not copied")
     sources.materialize(src, _spec(hf_dir), tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == \
-        ["config.json", "generation_config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+    ]
 
 
 def test_pickle_only_dir_is_refused_unless_allowed(hf_dir, tmp_path):
@@ -52,8 +61,9 @@ def test_gguf_checksum_mismatch_is_refused_before_loading(tmp_path):
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF not really")
     with pytest.raises(ArtifactError, match="sha256 .* does not match model.sha256"):
-        sources.materialize(sources.resolve(_spec(gguf, sha256="00" * 32)),
-                            _spec(gguf, sha256="00" * 32), tmp_path)
+        sources.materialize(
+            sources.resolve(_spec(gguf, sha256="00" * 32)), _spec(gguf, sha256="00" * 32), tmp_path
+        )
 
 
 def test_bad_sources_are_config_errors(tmp_path):

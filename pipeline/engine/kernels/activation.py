@@ -26,5 +26,6 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     block = min(1024, triton.next_power_of_2(inter))
     if num_rows:
         _silu_and_mul_kernel[(num_rows, triton.cdiv(inter, block))](
-            x, out, inter, x.stride(0), out.stride(0), BLOCK=block)
+            x, out, inter, x.stride(0), out.stride(0), BLOCK=block
+        )
     return out

@@ -15,14 +15,38 @@ TARGET_PROGRAMS = 264  # ~2 waves of 132 SMs (H100): split a sequence when the b
 
 
 @triton.jit
-def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_lens_ptr,
-                   out_ptr, max_ptr, sum_ptr, scale, group,
-                   stride_qb, stride_qh, stride_kb, stride_kt, stride_kh,
-                   stride_vb, stride_vt, stride_vh, stride_bt, stride_ob, stride_oh, stride_os,
-                   stride_mb, stride_mh,
-                   BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr, GROUP_PAD: tl.constexpr,
-                   BLOCKS_PER_SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                   DOT_DTYPE: tl.constexpr):
+def _decode_kernel(
+    q_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    block_tables_ptr,
+    context_lens_ptr,
+    out_ptr,
+    max_ptr,
+    sum_ptr,
+    scale,
+    group,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_kt,
+    stride_kh,
+    stride_vb,
+    stride_vt,
+    stride_vh,
+    stride_bt,
+    stride_ob,
+    stride_oh,
+    stride_os,
+    stride_mb,
+    stride_mh,
+    BLOCK_SIZE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    GROUP_PAD: tl.constexpr,
+    BLOCKS_PER_SPLIT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+):
     seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     context_len = tl.load(context_lens_ptr + seq)
     rows = tl.arange(0, GROUP_PAD)
@@ -30,8 +54,11 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_le
     row_mask = rows < group
     dims = tl.arange(0, HEAD_DIM)
     tokens = tl.arange(0, BLOCK_SIZE)
-    q = tl.load(q_ptr + seq * stride_qb + heads[:, None] * stride_qh + dims[None, :],
-                mask=row_mask[:, None], other=0.0).to(DOT_DTYPE)  # [GROUP_PAD, D]
+    q = tl.load(
+        q_ptr + seq * stride_qb + heads[:, None] * stride_qh + dims[None, :],
+        mask=row_mask[:, None],
+        other=0.0,
+    ).to(DOT_DTYPE)  # [GROUP_PAD, D]
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], tl.float32)
@@ -40,8 +67,15 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_le
     for i in range(first, last):
         block = tl.load(block_tables_ptr + seq * stride_bt + i).to(tl.int64)
         token_mask = i * BLOCK_SIZE + tokens < context_len
-        k = tl.load(k_cache_ptr + block * stride_kb + tokens[:, None] * stride_kt
-                    + kv_head * stride_kh + dims[None, :], mask=token_mask[:, None], other=0.0)
+        k = tl.load(
+            k_cache_ptr
+            + block * stride_kb
+            + tokens[:, None] * stride_kt
+            + kv_head * stride_kh
+            + dims[None, :],
+            mask=token_mask[:, None],
+            other=0.0,
+        )
         k = k.to(DOT_DTYPE)
         # torch.compile passes the float `scale` as fp64; keep the loop-carried stats fp32
         scores = (tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale).to(tl.float32)
@@ -50,8 +84,15 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_le
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(scores - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_cache_ptr + block * stride_vb + tokens[:, None] * stride_vt
-                    + kv_head * stride_vh + dims[None, :], mask=token_mask[:, None], other=0.0)
+        v = tl.load(
+            v_cache_ptr
+            + block * stride_vb
+            + tokens[:, None] * stride_vt
+            + kv_head * stride_vh
+            + dims[None, :],
+            mask=token_mask[:, None],
+            other=0.0,
+        )
         v = v.to(DOT_DTYPE)
         acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v, input_precision=DOT_PRECISION)
         m_i = m_new
@@ -64,9 +105,22 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_le
 
 
 @triton.jit
-def _merge_kernel(partial_ptr, max_ptr, sum_ptr, out_ptr, num_splits,
-                  stride_pb, stride_ph, stride_ps, stride_mb, stride_mh, stride_ob, stride_oh,
-                  HEAD_DIM: tl.constexpr, SPLITS_PAD: tl.constexpr):
+def _merge_kernel(
+    partial_ptr,
+    max_ptr,
+    sum_ptr,
+    out_ptr,
+    num_splits,
+    stride_pb,
+    stride_ph,
+    stride_ps,
+    stride_mb,
+    stride_mh,
+    stride_ob,
+    stride_oh,
+    HEAD_DIM: tl.constexpr,
+    SPLITS_PAD: tl.constexpr,
+):
     seq, head = tl.program_id(0), tl.program_id(1)
     splits = tl.arange(0, SPLITS_PAD)
     split_mask = splits < num_splits
@@ -76,12 +130,17 @@ def _merge_kernel(partial_ptr, max_ptr, sum_ptr, out_ptr, num_splits,
     m_max = tl.max(m, axis=0)
     weight = tl.where(l_s > 0, tl.exp(m - m_max) * l_s, 0.0)  # empty splits weigh nothing
     dims = tl.arange(0, HEAD_DIM)
-    partial = tl.load(partial_ptr + seq * stride_pb + head * stride_ph
-                      + splits[:, None] * stride_ps + dims[None, :],
-                      mask=split_mask[:, None] & (l_s > 0)[:, None], other=0.0)  # [S, D]
+    partial = tl.load(
+        partial_ptr
+        + seq * stride_pb
+        + head * stride_ph
+        + splits[:, None] * stride_ps
+        + dims[None, :],
+        mask=split_mask[:, None] & (l_s > 0)[:, None],
+        other=0.0,
+    )  # [S, D]
     out = tl.sum(partial * weight[:, None], axis=0) / tl.sum(weight, axis=0)
-    tl.store(out_ptr + seq * stride_ob + head * stride_oh + dims,
-             out.to(out_ptr.dtype.element_ty))
+    tl.store(out_ptr + seq * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty))
 
 
 def num_splits_for(batch: int, num_kv_heads: int, max_blocks: int) -> int:
@@ -90,9 +149,14 @@ def num_splits_for(batch: int, num_kv_heads: int, max_blocks: int) -> int:
     return min(wanted, max_blocks, 64)
 
 
-def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float) -> torch.Tensor:
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
     # q [B, H, D]; caches [NB, BS, Hkv, D]; block_tables [B, M] int32; context_lens [B] int32
     # -> [B, H, D]. The split count depends only on shapes, so CUDA graphs can capture it.
     batch, num_heads, head_dim = q.shape
@@ -105,25 +169,64 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     blocks_per_split = triton.cdiv(max_blocks, num_splits)
     # triton's CPU interpreter (tests) computes bf16 tl.dot wrongly: it gets fp32 operands
     is_interpreted_bf16 = q.device.type == "cpu" and q.dtype == torch.bfloat16
-    dot_dtype = tl.float32 if is_interpreted_bf16 or q.dtype == torch.float32 else {
-        torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[q.dtype]
+    dot_dtype = (
+        tl.float32
+        if is_interpreted_bf16 or q.dtype == torch.float32
+        else {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[q.dtype]
+    )
     out = torch.empty_like(q)
     if batch == 0:
         return out
-    partial = torch.empty(batch, num_splits, num_heads, head_dim, dtype=torch.float32,
-                          device=q.device)  # [B, S, H, D]
+    partial = torch.empty(
+        batch, num_splits, num_heads, head_dim, dtype=torch.float32, device=q.device
+    )  # [B, S, H, D]
     stats = torch.empty(2, batch, num_heads, num_splits, dtype=torch.float32, device=q.device)
     _decode_kernel[(batch, num_kv_heads, num_splits)](
-        q, k_cache, v_cache, block_tables, context_lens, partial, stats[0], stats[1], scale,
-        group, q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1),
-        k_cache.stride(2), v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        block_tables.stride(0), partial.stride(0), partial.stride(2), partial.stride(1),
-        stats.stride(1), stats.stride(2),
-        BLOCK_SIZE=block_size, HEAD_DIM=head_dim,
-        GROUP_PAD=max(MIN_DOT, triton.next_power_of_2(group)), BLOCKS_PER_SPLIT=blocks_per_split,
-        DOT_PRECISION="ieee" if dot_dtype == tl.float32 else "tf32", DOT_DTYPE=dot_dtype)
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        context_lens,
+        partial,
+        stats[0],
+        stats[1],
+        scale,
+        group,
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
+        block_tables.stride(0),
+        partial.stride(0),
+        partial.stride(2),
+        partial.stride(1),
+        stats.stride(1),
+        stats.stride(2),
+        BLOCK_SIZE=block_size,
+        HEAD_DIM=head_dim,
+        GROUP_PAD=max(MIN_DOT, triton.next_power_of_2(group)),
+        BLOCKS_PER_SPLIT=blocks_per_split,
+        DOT_PRECISION="ieee" if dot_dtype == tl.float32 else "tf32",
+        DOT_DTYPE=dot_dtype,
+    )
     _merge_kernel[(batch, num_heads)](
-        partial, stats[0], stats[1], out, num_splits, partial.stride(0), partial.stride(2),
-        partial.stride(1), stats.stride(1), stats.stride(2), out.stride(0), out.stride(1),
-        HEAD_DIM=head_dim, SPLITS_PAD=triton.next_power_of_2(num_splits))
+        partial,
+        stats[0],
+        stats[1],
+        out,
+        num_splits,
+        partial.stride(0),
+        partial.stride(2),
+        partial.stride(1),
+        stats.stride(1),
+        stats.stride(2),
+        out.stride(0),
+        out.stride(1),
+        HEAD_DIM=head_dim,
+        SPLITS_PAD=triton.next_power_of_2(num_splits),
+    )
     return out

@@ -15,15 +15,17 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * normed
 
 
-def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def add_rmsnorm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     # x, residual [T, H] -> (rmsnorm(x + residual) [T, H], x + residual [T, H])
     summed = x + residual
     return rmsnorm(summed, weight, eps), summed
 
 
-def rotary_neox(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
-                sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_neox(
+    positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     # positions [T]; q [T, H, D]; k [T, Hkv, D]; cos, sin [max_pos, D] (halves repeated, q.dtype)
     c = cos[positions].unsqueeze(1)  # [T, 1, D]
     s = sin[positions].unsqueeze(1)
@@ -41,26 +43,37 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-def store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-             slot_mapping: torch.Tensor) -> None:
+def store_kv(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
     # k, v [T, Hkv, D]; caches [NB, BS, Hkv, D]; slot_mapping [T] (block * BS + offset) -> in place
     k_cache.view(-1, *k.shape[1:]).index_copy_(0, slot_mapping.long(), k)
     v_cache.view(-1, *v.shape[1:]).index_copy_(0, slot_mapping.long(), v)
 
 
-def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           block_tables: torch.Tensor, context_lens: torch.Tensor,
-                           scale: float) -> torch.Tensor:
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
     # q [B, H, D]; caches [NB, BS, Hkv, D]; block_tables [B, M] int32; context_lens [B] int32
     # -> [B, H, D]: each sequence's one query attends to its first context_lens keys
     block_size = k_cache.shape[1]
     out = torch.empty_like(q)
     for b in range(q.shape[0]):
         ctx = int(context_lens[b])
-        blocks = block_tables[b, :-(-ctx // block_size)].long()
+        blocks = block_tables[b, : -(-ctx // block_size)].long()
         k = k_cache[blocks].flatten(0, 1)[:ctx].transpose(0, 1).float()  # [Hkv, ctx, D]
         v = v_cache[blocks].flatten(0, 1)[:ctx].transpose(0, 1).float()
-        o = F.scaled_dot_product_attention(q[b].float().unsqueeze(1), k, v, scale=scale,
-                                           enable_gqa=True)  # [H, 1, D]
+        o = F.scaled_dot_product_attention(
+            q[b].float().unsqueeze(1), k, v, scale=scale, enable_gqa=True
+        )  # [H, 1, D]
         out[b] = o.squeeze(1).to(q.dtype)
     return out

@@ -10,9 +10,21 @@ import triton.language as tl
 
 
 @triton.jit
-def _rmsnorm_kernel(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, hidden, eps,
-                    stride_x, stride_r, stride_o, stride_ro,
-                    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+def _rmsnorm_kernel(
+    x_ptr,
+    residual_ptr,
+    weight_ptr,
+    out_ptr,
+    residual_out_ptr,
+    hidden,
+    eps,
+    stride_x,
+    stride_r,
+    stride_o,
+    stride_ro,
+    HAS_RESIDUAL: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < hidden
@@ -29,19 +41,29 @@ def _rmsnorm_kernel(x_ptr, residual_ptr, weight_ptr, out_ptr, residual_out_ptr, 
     tl.store(out_ptr + row * stride_o + cols, y, mask=mask)
 
 
-def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor,
-            eps: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _launch(
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     assert x.stride(-1) == 1 and weight.is_contiguous()
     num_rows, hidden = x.shape
     out = torch.empty_like(x)
     residual_out = torch.empty_like(x) if residual is not None else None
     if num_rows:
         _rmsnorm_kernel[(num_rows,)](
-            x, residual if residual is not None else x, weight, out,
-            residual_out if residual_out is not None else out, hidden, eps,
-            x.stride(0), residual.stride(0) if residual is not None else 0, out.stride(0),
+            x,
+            residual if residual is not None else x,
+            weight,
+            out,
+            residual_out if residual_out is not None else out,
+            hidden,
+            eps,
+            x.stride(0),
+            residual.stride(0) if residual is not None else 0,
+            out.stride(0),
             residual_out.stride(0) if residual_out is not None else 0,
-            HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(hidden))
+            HAS_RESIDUAL=residual is not None,
+            BLOCK=triton.next_power_of_2(hidden),
+        )
     return out, residual_out
 
 
@@ -50,8 +72,9 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return _launch(x, None, weight, eps)[0]
 
 
-def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def add_rmsnorm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     # x, residual [T, H] -> (rmsnorm(x + residual) [T, H], x + residual [T, H])
     out, summed = _launch(x, residual, weight, eps)
     return out, summed

@@ -67,13 +67,17 @@ def check_quantization(quantization: dict | None) -> None:
     """Raise ConfigError for a quantization block this engine cannot run."""
     algo = (quantization or {}).get("quant_algo")
     if algo is not None and algo not in BUILDERS:
-        raise ConfigError(f"build: backend=torch cannot run quant_algo={algo}; it runs "
-                          f"{sorted(BUILDERS)} or none; pick another quant=<name> or "
-                          "backend=trtllm")
+        raise ConfigError(
+            f"build: backend=torch cannot run quant_algo={algo}; it runs "
+            f"{sorted(BUILDERS)} or none; pick another quant=<name> or "
+            "backend=trtllm"
+        )
     if algo is not None and (quantization or {}).get("has_zero_point"):
-        raise ConfigError(f"build: backend=torch runs {algo} without zero points only "
-                          "(has_zero_point=true in the checkpoint); re-quantize with an AWQ "
-                          "config (quant=<int4_awq name>) or use backend=trtllm")
+        raise ConfigError(
+            f"build: backend=torch runs {algo} without zero points only "
+            "(has_zero_point=true in the checkpoint); re-quantize with an AWQ "
+            "config (quant=<int4_awq name>) or use backend=trtllm"
+        )
 
 
 def kernel_counts(model: nn.Module) -> dict[str, int]:
@@ -83,26 +87,42 @@ def kernel_counts(model: nn.Module) -> dict[str, int]:
     return dict(Counter(m.kernel for m in tops if id(m) not in inner))
 
 
-def build_dense(weights: dict[str, torch.Tensor], prefixes: list[str], dtype: torch.dtype,
-                device: torch.device | str) -> DenseLinear:
+def build_dense(
+    weights: dict[str, torch.Tensor],
+    prefixes: list[str],
+    dtype: torch.dtype,
+    device: torch.device | str,
+) -> DenseLinear:
     parts = [weights[f"{p}.weight"].to(dtype) for p in prefixes]  # each [out_i, in]
     output_sizes = [w.shape[0] for w in parts]
     weight = torch.cat(parts).to(device)
     if any(f"{p}.bias" in weights for p in prefixes):
-        bias = torch.cat([weights[f"{p}.bias"].to(dtype) if f"{p}.bias" in weights
-                          else torch.zeros(n, dtype=dtype)
-                          for p, n in zip(prefixes, output_sizes, strict=True)]).to(device)
+        bias = torch.cat(
+            [
+                weights[f"{p}.bias"].to(dtype)
+                if f"{p}.bias" in weights
+                else torch.zeros(n, dtype=dtype)
+                for p, n in zip(prefixes, output_sizes, strict=True)
+            ]
+        ).to(device)
     else:
         bias = None
     return DenseLinear(weight, bias, output_sizes)
 
 
-def build_linear(weights: dict[str, torch.Tensor], prefixes: list[str], quantization: dict | None,
-                 dtype: torch.dtype, device: torch.device | str) -> nn.Module:
+def build_linear(
+    weights: dict[str, torch.Tensor],
+    prefixes: list[str],
+    quantization: dict | None,
+    dtype: torch.dtype,
+    device: torch.device | str,
+) -> nn.Module:
     missing = [f"{p}.weight" for p in prefixes if f"{p}.weight" not in weights]
     if missing:
-        raise ArtifactError(f"build: checkpoint lacks {missing}; re-run convert/quantize "
-                            "(force=true) to rewrite the checkpoint")
+        raise ArtifactError(
+            f"build: checkpoint lacks {missing}; re-run convert/quantize "
+            "(force=true) to rewrite the checkpoint"
+        )
     check_quantization(quantization)
     excluded = [is_excluded(p, quantization) for p in prefixes]
     if all(excluded):
@@ -112,5 +132,4 @@ def build_linear(weights: dict[str, torch.Tensor], prefixes: list[str], quantiza
         members = [read_member(weights, p, algo) for p in prefixes]
         if share_input_transform(members):
             return BUILDERS[algo](members, dtype, device)
-    return ConcatLinear([build_linear(weights, [p], quantization, dtype, device)
-                         for p in prefixes])
+    return ConcatLinear([build_linear(weights, [p], quantization, dtype, device) for p in prefixes])

@@ -48,8 +48,9 @@ def inverse_frequencies(head_dim: int, base: float, scaling: dict | None) -> tor
         return inv_freq / scaling["factor"]
     if kind == "llama3":
         return _llama3(inv_freq, scaling)
-    raise ValueError(f"rotary_scaling type {kind!r} is not supported; supported: "
-                     f"{', '.join(SUPPORTED_SCALINGS)}")
+    raise ValueError(
+        f"rotary_scaling type {kind!r} is not supported; supported: {', '.join(SUPPORTED_SCALINGS)}"
+    )
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -58,8 +59,15 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class RotaryEmbedding(nn.Module):
-    def __init__(self, head_dim: int, max_positions: int, base: float, scaling: dict | None,
-                 dtype: torch.dtype, device: torch.device):
+    def __init__(
+        self,
+        head_dim: int,
+        max_positions: int,
+        base: float,
+        scaling: dict | None,
+        dtype: torch.dtype,
+        device: torch.device,
+    ):
         super().__init__()
         inv_freq = inverse_frequencies(head_dim, base, scaling)
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
@@ -68,8 +76,9 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("sin", angles.sin().to(device, dtype), persistent=False)
         self.kernel = kernels.load("rotary", device)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor,
-                k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         # positions [T]; q [T, H, D]; k [T, Hkv, D] -> rotated q, k
         if self.kernel:
             return self.kernel.rotary_neox(positions, q, k, self.cos, self.sin)

@@ -20,8 +20,9 @@ class SamplingTensors:
     banned_token_ids: list[list[int]]  # per row: tokens that must not come next
 
 
-def filtered_probs(logits: torch.Tensor, temperatures: torch.Tensor, top_ks: torch.Tensor,
-                   top_ps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def filtered_probs(
+    logits: torch.Tensor, temperatures: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     # logits [S, V] float32 -> (probs [S, V] in descending-logit order, that order [S, V])
     scaled = logits / temperatures[:, None]
     sorted_logits, order = scaled.sort(dim=-1, descending=True)
@@ -44,9 +45,13 @@ class Sampler(nn.Module):
         rows = [i for i, banned in enumerate(params.banned_token_ids) for _ in banned]
         if rows:
             cols = [t for banned in params.banned_token_ids for t in banned]
-            logits = logits.index_put((torch.tensor(rows, device=logits.device),
-                                       torch.tensor(cols, device=logits.device)),
-                                      torch.tensor(float("-inf"), device=logits.device))
+            logits = logits.index_put(
+                (
+                    torch.tensor(rows, device=logits.device),
+                    torch.tensor(cols, device=logits.device),
+                ),
+                torch.tensor(float("-inf"), device=logits.device),
+            )
         greedy = logits.argmax(dim=-1)
         if all(params.is_greedy):
             return greedy

@@ -18,45 +18,60 @@ from pipeline.engine.layers.rotary import RotaryEmbedding
 from pipeline.errors import ArtifactError
 
 
-def _tensor(weights: dict[str, torch.Tensor], name: str, dtype: torch.dtype,
-            device: torch.device) -> torch.Tensor:
+def _tensor(
+    weights: dict[str, torch.Tensor], name: str, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
     if name not in weights:
-        raise ArtifactError(f"engine weights lack {name!r}; rebuild the engine from a complete "
-                            f"checkpoint (convert/quantize with force=true)")
+        raise ArtifactError(
+            f"engine weights lack {name!r}; rebuild the engine from a complete "
+            f"checkpoint (convert/quantize with force=true)"
+        )
     return weights[name].to(device, dtype)
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, cfg: ModelConfig, weights: dict, prefix: str, rotary: RotaryEmbedding,
-                 dtype: torch.dtype, device: torch.device):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        weights: dict,
+        prefix: str,
+        rotary: RotaryEmbedding,
+        dtype: torch.dtype,
+        device: torch.device,
+    ):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = (
-            cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+            cfg.num_heads,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+        )
         quant = cfg.quantization
         self.qkv = build_linear(weights, [f"{prefix}.qkv"], quant, dtype, device)
         self.dense = build_linear(weights, [f"{prefix}.dense"], quant, dtype, device)
         self.rotary = rotary
         self.attn = Attention(cfg.head_dim, device)
 
-    def forward(self, x: torch.Tensor, meta: BatchMetadata,
-                kv_cache: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, meta: BatchMetadata, kv_cache: torch.Tensor) -> torch.Tensor:
         # x [T, hidden]; kv_cache [2, NB, BS, Hkv, D] -> [T, hidden]
         num_tokens, d = x.shape[0], self.head_dim
         q, k, v = self.qkv(x).split(
-            [self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], dim=-1)
+            [self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], dim=-1
+        )
         q, k = self.rotary(meta.positions, q.view(num_tokens, -1, d), k.view(num_tokens, -1, d))
         out = self.attn(q, k, v.view(num_tokens, -1, d), kv_cache, meta)  # [T, H, D]
         return self.dense(out.reshape(num_tokens, -1))
 
 
 class LlamaMLP(nn.Module):
-    def __init__(self, cfg: ModelConfig, weights: dict, prefix: str, dtype: torch.dtype,
-                 device: torch.device):
+    def __init__(
+        self, cfg: ModelConfig, weights: dict, prefix: str, dtype: torch.dtype, device: torch.device
+    ):
         super().__init__()
         quant = cfg.quantization
         # mlp.fc is gate_proj and mlp.gate is up_proj: one GEMM for both
-        self.gate_up = build_linear(weights, [f"{prefix}.fc", f"{prefix}.gate"], quant, dtype,
-                                    device)
+        self.gate_up = build_linear(
+            weights, [f"{prefix}.fc", f"{prefix}.gate"], quant, dtype, device
+        )
         self.act = SiluAndMul(device)
         self.proj = build_linear(weights, [f"{prefix}.proj"], quant, dtype, device)
 
@@ -66,20 +81,34 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, weights: dict, index: int, rotary: RotaryEmbedding,
-                 dtype: torch.dtype, device: torch.device):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        weights: dict,
+        index: int,
+        rotary: RotaryEmbedding,
+        dtype: torch.dtype,
+        device: torch.device,
+    ):
         super().__init__()
         prefix = f"transformer.layers.{index}"
         eps = cfg.norm_epsilon
         self.input_layernorm = RMSNorm(
-            _tensor(weights, f"{prefix}.input_layernorm.weight", dtype, device), eps)
+            _tensor(weights, f"{prefix}.input_layernorm.weight", dtype, device), eps
+        )
         self.attention = LlamaAttention(cfg, weights, f"{prefix}.attention", rotary, dtype, device)
         self.post_layernorm = RMSNorm(
-            _tensor(weights, f"{prefix}.post_layernorm.weight", dtype, device), eps)
+            _tensor(weights, f"{prefix}.post_layernorm.weight", dtype, device), eps
+        )
         self.mlp = LlamaMLP(cfg, weights, f"{prefix}.mlp", dtype, device)
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, meta: BatchMetadata,
-                kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        meta: BatchMetadata,
+        kv_cache: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         # x [T, hidden]: the previous layer's output, not yet added to residual [T, hidden]
         # (None before the first layer) -> (this layer's output, its residual)
         if residual is None:
@@ -92,25 +121,34 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
-    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype,
-                 device: torch.device, max_positions: int):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        weights: dict[str, torch.Tensor],
+        dtype: torch.dtype,
+        device: torch.device,
+        max_positions: int,
+    ):
         super().__init__()
         self.vocab_size = cfg.vocab_size
         embedding = _tensor(weights, "transformer.vocab_embedding.weight", dtype, device)
         self.embedding = nn.Parameter(embedding, requires_grad=False)  # [vocab, hidden]
-        rotary = RotaryEmbedding(cfg.head_dim, max_positions, cfg.rotary_base,
-                                 cfg.rotary_scaling, dtype, device)
+        rotary = RotaryEmbedding(
+            cfg.head_dim, max_positions, cfg.rotary_base, cfg.rotary_scaling, dtype, device
+        )
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(cfg, weights, i, rotary, dtype, device)
-            for i in range(cfg.num_layers))
-        self.ln_f = RMSNorm(_tensor(weights, "transformer.ln_f.weight", dtype, device),
-                            cfg.norm_epsilon)
+            LlamaDecoderLayer(cfg, weights, i, rotary, dtype, device) for i in range(cfg.num_layers)
+        )
+        self.ln_f = RMSNorm(
+            _tensor(weights, "transformer.ln_f.weight", dtype, device), cfg.norm_epsilon
+        )
         if "lm_head.weight" not in weights:  # TensorRT-LLM allows sharing the embedding
             weights = {**weights, "lm_head.weight": weights["transformer.vocab_embedding.weight"]}
         self.lm_head = build_linear(weights, ["lm_head"], cfg.quantization, dtype, device)
 
-    def forward(self, input_ids: torch.Tensor, meta: BatchMetadata,
-                kv_cache: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, meta: BatchMetadata, kv_cache: torch.Tensor
+    ) -> torch.Tensor:
         # input_ids [T]; kv_cache [L, 2, NB, BS, Hkv, D] -> hidden [T, hidden]
         x, residual = nn.functional.embedding(input_ids, self.embedding), None
         for i, layer in enumerate(self.layers):
@@ -119,4 +157,4 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         # [S, hidden] -> [S, vocab] float32 (drops vocab padding of a TP-split head)
-        return self.lm_head(hidden)[:, :self.vocab_size].float()
+        return self.lm_head(hidden)[:, : self.vocab_size].float()

@@ -17,16 +17,26 @@ from pipeline.engine.quant.int8_linear import Int8SmoothQuantLinear, Int8WeightO
 from pipeline.engine.quant.primitives import dequantize_groupwise, to_fp8, unpack_int4_rows
 from pipeline.errors import ArtifactError
 
-SUFFIXES = ("weight", "weights_scaling_factor", "weights_scaling_factor_2",
-            "activation_scaling_factor", "prequant_scaling_factor", "bias")
+SUFFIXES = (
+    "weight",
+    "weights_scaling_factor",
+    "weights_scaling_factor_2",
+    "activation_scaling_factor",
+    "prequant_scaling_factor",
+    "bias",
+)
 INPUT_SUFFIXES = ("prequant_scaling_factor", "activation_scaling_factor")
 REQUIRED = {
     "W8A16": ("weight", "weights_scaling_factor"),
     "W4A16_AWQ": ("weight", "weights_scaling_factor"),
     "W8A8_SQ_PER_CHANNEL": ("weight", "weights_scaling_factor", "activation_scaling_factor"),
     "FP8": ("weight", "weights_scaling_factor", "activation_scaling_factor"),
-    "W4A8_AWQ": ("weight", "weights_scaling_factor", "weights_scaling_factor_2",
-                 "activation_scaling_factor"),
+    "W4A8_AWQ": (
+        "weight",
+        "weights_scaling_factor",
+        "weights_scaling_factor_2",
+        "activation_scaling_factor",
+    ),
 }
 Member = dict[str, torch.Tensor]
 
@@ -35,8 +45,10 @@ def read_member(weights: dict[str, torch.Tensor], prefix: str, quant_algo: str) 
     member = {s: weights[f"{prefix}.{s}"] for s in SUFFIXES if f"{prefix}.{s}" in weights}
     missing = [f"{prefix}.{s}" for s in REQUIRED[quant_algo] if s not in member]
     if missing:
-        raise ArtifactError(f"build: {quant_algo} checkpoint lacks {missing}; re-export it with "
-                            "the quantize stage (force=true)")
+        raise ArtifactError(
+            f"build: {quant_algo} checkpoint lacks {missing}; re-export it with "
+            "the quantize stage (force=true)"
+        )
     return member
 
 
@@ -58,8 +70,12 @@ def _cat(members: list[Member], suffix: str) -> torch.Tensor:
 def _bias(members: list[Member], sizes: list[int], dtype: torch.dtype) -> torch.Tensor | None:
     if not any("bias" in m for m in members):
         return None
-    return torch.cat([m["bias"].to(dtype) if "bias" in m else torch.zeros(n, dtype=dtype)
-                      for m, n in zip(members, sizes, strict=True)])
+    return torch.cat(
+        [
+            m["bias"].to(dtype) if "bias" in m else torch.zeros(n, dtype=dtype)
+            for m, n in zip(members, sizes, strict=True)
+        ]
+    )
 
 
 def _to(t: torch.Tensor | None, device) -> torch.Tensor | None:
@@ -69,46 +85,67 @@ def _to(t: torch.Tensor | None, device) -> torch.Tensor | None:
 def build_w8a16(members: list[Member], dtype: torch.dtype, device) -> nn.Module:
     sizes = [m["weight"].shape[0] for m in members]
     return Int8WeightOnlyLinear(
-        _cat(members, "weight").to(device), _cat(members, "weights_scaling_factor").to(device),
-        _to(_bias(members, sizes, dtype), device), dtype, sizes)
+        _cat(members, "weight").to(device),
+        _cat(members, "weights_scaling_factor").to(device),
+        _to(_bias(members, sizes, dtype), device),
+        dtype,
+        sizes,
+    )
 
 
 def build_w8a8(members: list[Member], dtype: torch.dtype, device) -> nn.Module:
     sizes = [m["weight"].shape[0] for m in members]
     first = members[0]
     return Int8SmoothQuantLinear(
-        _cat(members, "weight").to(device), _cat(members, "weights_scaling_factor").to(device),
+        _cat(members, "weight").to(device),
+        _cat(members, "weights_scaling_factor").to(device),
         first["activation_scaling_factor"].to(device),
         _to(first.get("prequant_scaling_factor"), device),
-        _to(_bias(members, sizes, dtype), device), dtype, sizes)
+        _to(_bias(members, sizes, dtype), device),
+        dtype,
+        sizes,
+    )
 
 
 def build_w4a16_awq(members: list[Member], dtype: torch.dtype, device) -> nn.Module:
     qs = [unpack_int4_rows(m["weight"]) for m in members]  # each [out_i, in]
     sizes = [q.shape[0] for q in qs]
     return Int4GroupwiseLinear(
-        torch.cat(qs).to(device), _cat(members, "weights_scaling_factor").float().to(device),
+        torch.cat(qs).to(device),
+        _cat(members, "weights_scaling_factor").float().to(device),
         _to(members[0].get("prequant_scaling_factor"), device),
-        _to(_bias(members, sizes, dtype), device), dtype, sizes)
+        _to(_bias(members, sizes, dtype), device),
+        dtype,
+        sizes,
+    )
 
 
 def build_fp8(members: list[Member], dtype: torch.dtype, device) -> nn.Module:
     sizes = [m["weight"].shape[0] for m in members]
-    row_scales = torch.cat([m["weights_scaling_factor"].float().reshape(1).expand(n)
-                            for m, n in zip(members, sizes, strict=True)])
+    row_scales = torch.cat(
+        [
+            m["weights_scaling_factor"].float().reshape(1).expand(n)
+            for m, n in zip(members, sizes, strict=True)
+        ]
+    )
     return Fp8Linear(
-        _cat(members, "weight").to(device), row_scales.to(device),
+        _cat(members, "weight").to(device),
+        row_scales.to(device),
         members[0]["activation_scaling_factor"].to(device),
         _to(members[0].get("prequant_scaling_factor"), device),
-        _to(_bias(members, sizes, dtype), device), dtype, sizes)
+        _to(_bias(members, sizes, dtype), device),
+        dtype,
+        sizes,
+    )
 
 
 def w4a8_as_fp8(member: Member) -> Member:
     """W4A8_AWQ member -> FP8 member: the int4 weight requantized per tensor to fp8."""
     # [out/2, in] int4 rows, [out, in/group] scales -> [out, in] fp8 scaled by scale_2
     scale_2 = member["weights_scaling_factor_2"].float().reshape(1)
-    weight = dequantize_groupwise(unpack_int4_rows(member["weight"]),
-                                  member["weights_scaling_factor"])
+    weight = dequantize_groupwise(
+        unpack_int4_rows(member["weight"]), member["weights_scaling_factor"]
+    )
     return {**member, "weight": to_fp8(weight / scale_2), "weights_scaling_factor": scale_2}
 
 

@@ -15,9 +15,16 @@ from pipeline.engine.quant.primitives import to_fp8
 class Fp8Linear(nn.Module):
     """y = fp8(x * prequant / act_scale) @ w_fp8.T * act_scale * w_scale + bias."""
 
-    def __init__(self, weight: torch.Tensor, w_scale: torch.Tensor, act_scale: torch.Tensor,
-                 prequant: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype,
-                 output_sizes: list[int]):
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        w_scale: torch.Tensor,
+        act_scale: torch.Tensor,
+        prequant: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        dtype: torch.dtype,
+        output_sizes: list[int],
+    ):
         # weight [out, in] float8_e4m3fn; w_scale [out] float32 (per member, repeated per row)
         super().__init__()
         w_scale = w_scale.float().reshape(-1)
@@ -26,10 +33,12 @@ class Fp8Linear(nn.Module):
         self.register_buffer("act_scale", act_scale.float().reshape(()), persistent=False)
         # one scale goes into the GEMM; members with other scales get a per-row correction
         self.register_buffer("w_scale", w_scale[0].reshape(()).clone(), persistent=False)
-        self.register_buffer("row_scale", None if is_uniform else (w_scale / w_scale[0]).to(dtype),
-                             persistent=False)
-        self.register_buffer("prequant", None if prequant is None else prequant.to(dtype),
-                             persistent=False)
+        self.register_buffer(
+            "row_scale", None if is_uniform else (w_scale / w_scale[0]).to(dtype), persistent=False
+        )
+        self.register_buffer(
+            "prequant", None if prequant is None else prequant.to(dtype), persistent=False
+        )
         self.register_buffer("bias", bias, persistent=False)
         self.output_sizes = output_sizes
         self.dtype = dtype
@@ -43,8 +52,9 @@ class Fp8Linear(nn.Module):
         self.kernel = "torch._scaled_mm" if reason is None else f"dequant ({reason})"
 
     def _scaled_mm(self, xq: torch.Tensor) -> torch.Tensor:
-        return torch._scaled_mm(xq, self.weight.t(), scale_a=self.act_scale,
-                                scale_b=self.w_scale, out_dtype=self.dtype)
+        return torch._scaled_mm(
+            xq, self.weight.t(), scale_a=self.act_scale, scale_b=self.w_scale, out_dtype=self.dtype
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # [T, in] -> [T, out]

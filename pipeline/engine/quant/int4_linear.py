@@ -24,8 +24,9 @@ def _pack_cuda(q: torch.Tensor, scale: torch.Tensor, tiles: int) -> tuple[torch.
     return packed, tinygemm_scales_and_zeros(scale).to(torch.bfloat16)
 
 
-def _pack_cpu(q: torch.Tensor, scale: torch.Tensor, tiles: int,
-              dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+def _pack_cpu(
+    q: torch.Tensor, scale: torch.Tensor, tiles: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, ...]:
     unsigned = (q.to(torch.int32) + 8).contiguous()  # [out, in] in [0, 15]
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(unsigned, tiles)
     return packed, tinygemm_scales_and_zeros(scale).to(dtype)
@@ -34,16 +35,24 @@ def _pack_cpu(q: torch.Tensor, scale: torch.Tensor, tiles: int,
 class Int4GroupwiseLinear(nn.Module):
     """y = (x * prequant) @ (q * scale per group).T + bias."""
 
-    def __init__(self, q: torch.Tensor, scale: torch.Tensor, prequant: torch.Tensor | None,
-                 bias: torch.Tensor | None, dtype: torch.dtype, output_sizes: list[int]):
+    def __init__(
+        self,
+        q: torch.Tensor,
+        scale: torch.Tensor,
+        prequant: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        dtype: torch.dtype,
+        output_sizes: list[int],
+    ):
         # q [out, in] int8 in [-8, 7]; scale [out, in/group] float32; prequant [in]
         super().__init__()
         out_features, in_features = q.shape
         self.group = in_features // scale.shape[1]
         self.out_features = out_features
         self.output_sizes = output_sizes
-        self.register_buffer("prequant", None if prequant is None else prequant.to(dtype),
-                             persistent=False)
+        self.register_buffer(
+            "prequant", None if prequant is None else prequant.to(dtype), persistent=False
+        )
         self.register_buffer("bias", bias, persistent=False)
         self.is_cuda = q.device.type == "cuda"
         reason = self._try_pack(q, scale, dtype)
@@ -59,12 +68,15 @@ class Int4GroupwiseLinear(nn.Module):
     def _try_pack(self, q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> str | None:
         tiles = int4_inner_k_tiles(q.shape[1])
         if self.group not in TINYGEMM_GROUPS or tiles is None or q.shape[0] % 8:
-            return (f"tinygemm needs group in {TINYGEMM_GROUPS}, in % 32 == 0, out % 8 == 0; got "
-                    f"group {self.group}, weight {tuple(q.shape)}")
+            return (
+                f"tinygemm needs group in {TINYGEMM_GROUPS}, in % 32 == 0, out % 8 == 0; got "
+                f"group {self.group}, weight {tuple(q.shape)}"
+            )
         self.act_dtype = torch.bfloat16 if self.is_cuda else dtype
         try:
-            packed, sz = (_pack_cuda(q, scale, tiles) if self.is_cuda
-                          else _pack_cpu(q, scale, tiles, dtype))
+            packed, sz = (
+                _pack_cuda(q, scale, tiles) if self.is_cuda else _pack_cpu(q, scale, tiles, dtype)
+            )
         except (RuntimeError, NotImplementedError) as err:
             return f"int4 packing: {str(err).splitlines()[0][:160]}"
         self.register_buffer("packed", packed, persistent=False)
@@ -73,8 +85,11 @@ class Int4GroupwiseLinear(nn.Module):
         return probe(self._kernel_name(), lambda: self._packed_mm(x))
 
     def _packed_mm(self, x: torch.Tensor) -> torch.Tensor:
-        mm = (torch._weight_int4pack_mm if self.is_cuda
-              else torch.ops.aten._weight_int4pack_mm_for_cpu)
+        mm = (
+            torch._weight_int4pack_mm
+            if self.is_cuda
+            else torch.ops.aten._weight_int4pack_mm_for_cpu
+        )
         return mm(x, self.packed, self.group, self.scales_and_zeros)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

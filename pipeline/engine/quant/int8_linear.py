@@ -14,16 +14,24 @@ def _buffer(module: nn.Module, name: str, value: torch.Tensor | None) -> None:
 class Int8WeightOnlyLinear(nn.Module):
     """y = x @ (q * scale).T + bias, via torch._weight_int8pack_mm where it runs."""
 
-    def __init__(self, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
-                 dtype: torch.dtype, output_sizes: list[int]):
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        scale: torch.Tensor,
+        bias: torch.Tensor | None,
+        dtype: torch.dtype,
+        output_sizes: list[int],
+    ):
         super().__init__()
         _buffer(self, "weight", weight.contiguous())  # [out, in] int8
         _buffer(self, "scale", scale.to(dtype))  # [out]
         _buffer(self, "bias", bias)  # [out] or None
         self.output_sizes = output_sizes
         x = torch.zeros(1, weight.shape[1], dtype=dtype, device=weight.device)
-        reason = probe("torch._weight_int8pack_mm",
-                       lambda: torch._weight_int8pack_mm(x, self.weight, self.scale))
+        reason = probe(
+            "torch._weight_int8pack_mm",
+            lambda: torch._weight_int8pack_mm(x, self.weight, self.scale),
+        )
         self.is_packed_mm = reason is None
         self.kernel = "torch._weight_int8pack_mm" if reason is None else f"dequant ({reason})"
 
@@ -42,9 +50,16 @@ class Int8SmoothQuantLinear(nn.Module):
     The activation quantizer is modelopt's static per-tensor int8 (round, clamp to [-128, 127]).
     """
 
-    def __init__(self, weight: torch.Tensor, w_scale: torch.Tensor, act_scale: torch.Tensor,
-                 smooth: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype,
-                 output_sizes: list[int]):
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        w_scale: torch.Tensor,
+        act_scale: torch.Tensor,
+        smooth: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        dtype: torch.dtype,
+        output_sizes: list[int],
+    ):
         super().__init__()
         _buffer(self, "weight", weight.contiguous())  # [out, in] int8
         _buffer(self, "act_scale", act_scale.float().reshape(1))  # [1]

@@ -33,7 +33,7 @@ def pack_int4_rows(q: torch.Tensor) -> torch.Tensor:
 def pack_int4_tinygemm(q: torch.Tensor) -> torch.Tensor:
     # [out, in] int8 in [-8, 7] -> [out, in/2] uint8 for CUDA `_convert_weight_to_int4pack`:
     # values offset to [0, 15], even COLUMN in the high nibble (tinygemm's order).
-    u = (q.to(torch.int32) + 8)
+    u = q.to(torch.int32) + 8
     return (u[:, 0::2] << 4 | u[:, 1::2]).to(torch.uint8)
 
 

@@ -22,15 +22,24 @@ QUANTIZATION = {  # checkpoint config.json "quantization" blocks, as modelopt wr
     "W8A16": {"quant_algo": "W8A16"},
     "W8A8_SQ_PER_CHANNEL": {"quant_algo": "W8A8_SQ_PER_CHANNEL"},
     "FP8": {"quant_algo": "FP8"},
-    "W4A16_AWQ": {"quant_algo": "W4A16_AWQ", "group_size": GROUP, "has_zero_point": False,
-                  "pre_quant_scale": True},
-    "W4A8_AWQ": {"quant_algo": "W4A8_AWQ", "group_size": GROUP, "has_zero_point": False,
-                 "pre_quant_scale": True},
+    "W4A16_AWQ": {
+        "quant_algo": "W4A16_AWQ",
+        "group_size": GROUP,
+        "has_zero_point": False,
+        "pre_quant_scale": True,
+    },
+    "W4A8_AWQ": {
+        "quant_algo": "W4A8_AWQ",
+        "group_size": GROUP,
+        "has_zero_point": False,
+        "pre_quant_scale": True,
+    },
 }
 
 
-def export_like_modelopt(algo: str, prefix: str, w: torch.Tensor, smooth: torch.Tensor,
-                         act_amax: float) -> dict[str, torch.Tensor]:
+def export_like_modelopt(
+    algo: str, prefix: str, w: torch.Tensor, smooth: torch.Tensor, act_amax: float
+) -> dict[str, torch.Tensor]:
     """Tensors modelopt writes for one linear w [out, in] (modelopt_on_cpu.md §5 layouts);
     smooth [in] is the prequant (AWQ / SmoothQuant) vector."""
     if algo in ("W8A16", "W8A8_SQ_PER_CHANNEL"):
@@ -54,8 +63,9 @@ def export_like_modelopt(algo: str, prefix: str, w: torch.Tensor, smooth: torch.
     return {f"{prefix}.{k}": v for k, v in out.items()}
 
 
-def reference_forward(algo: str, tensors: dict[str, torch.Tensor], prefix: str,
-                      x: torch.Tensor) -> torch.Tensor:
+def reference_forward(
+    algo: str, tensors: dict[str, torch.Tensor], prefix: str, x: torch.Tensor
+) -> torch.Tensor:
     # [T, in] float32 -> [T, out] float32: dequantized weights, fake-quantized activations
     get = lambda s: tensors[f"{prefix}.{s}"].float()  # noqa: E731
     if f"{prefix}.prequant_scaling_factor" in tensors:
@@ -65,8 +75,9 @@ def reference_forward(algo: str, tensors: dict[str, torch.Tensor], prefix: str,
     elif algo == "FP8":
         w = get("weight") * get("weights_scaling_factor")
     else:
-        w = dequantize_groupwise(unpack_int4_rows(tensors[f"{prefix}.weight"]),
-                                 get("weights_scaling_factor"))
+        w = dequantize_groupwise(
+            unpack_int4_rows(tensors[f"{prefix}.weight"]), get("weights_scaling_factor")
+        )
     if algo == "W4A8_AWQ":
         s2 = get("weights_scaling_factor_2")
         w = to_fp8(w / s2).float() * s2
@@ -79,8 +90,14 @@ def reference_forward(algo: str, tensors: dict[str, torch.Tensor], prefix: str,
     return x @ w.t()
 
 
-def random_layer(algo: str, prefixes: list[str], out_sizes: list[int], in_features: int,
-                 shared_input: bool = True, seed: int = 0) -> dict[str, torch.Tensor]:
+def random_layer(
+    algo: str,
+    prefixes: list[str],
+    out_sizes: list[int],
+    in_features: int,
+    shared_input: bool = True,
+    seed: int = 0,
+) -> dict[str, torch.Tensor]:
     """Random linears fused under `prefixes`; shared_input=False gives each its own prequant
     vector (as AWQ does for mlp.fc and mlp.gate)."""
     g = torch.Generator().manual_seed(seed)

@@ -11,7 +11,8 @@ class TritonPythonModel:
     def initialize(self, args):
         params = json.loads(args["model_config"])["parameters"]
         self.tokenizer = AutoTokenizer.from_pretrained(
-            params["tokenizer_dir"]["string_value"], legacy=False, padding_side="left")
+            params["tokenizer_dir"]["string_value"], legacy=False, padding_side="left"
+        )
         value = params.get("skip_special_tokens", {}).get("string_value", "true").lower()
         self.skip_special_tokens = value not in ("false", "0")
 
@@ -20,12 +21,21 @@ class TritonPythonModel:
         lengths = pb_utils.get_input_tensor_by_name(request, "SEQUENCE_LENGTH").as_numpy()
         if tokens.ndim == 2:  # [B, L]: a caller without the beam dim
             tokens, lengths = tokens[:, None, :], lengths.reshape(-1, 1)
-        texts = [[self.tokenizer.decode(beam[:length], skip_special_tokens=self.skip_special_tokens)
-                  .encode() for beam, length in zip(item, item_lengths, strict=True)]
-                 for item, item_lengths in zip(tokens, lengths, strict=True)]
+        texts = [
+            [
+                self.tokenizer.decode(
+                    beam[:length], skip_special_tokens=self.skip_special_tokens
+                ).encode()
+                for beam, length in zip(item, item_lengths, strict=True)
+            ]
+            for item, item_lengths in zip(tokens, lengths, strict=True)
+        ]
         return np.array(texts, dtype=np.object_)
 
     def execute(self, requests):
-        return [pb_utils.InferenceResponse(
-            output_tensors=[pb_utils.Tensor("OUTPUT", self._decode(request))])
-            for request in requests]
+        return [
+            pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor("OUTPUT", self._decode(request))]
+            )
+            for request in requests
+        ]

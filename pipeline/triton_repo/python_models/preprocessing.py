@@ -16,15 +16,18 @@ def _flag(params: dict, key: str, default: bool) -> bool:
 
 def _strings(tensor) -> list[list[str]]:
     """[B, N] bytes -> per batch item, the non-empty strings."""
-    return [[w.decode() if isinstance(w, bytes) else str(w) for w in row if len(w)]
-            for row in tensor.as_numpy().reshape(tensor.as_numpy().shape[0], -1)]
+    return [
+        [w.decode() if isinstance(w, bytes) else str(w) for w in row if len(w)]
+        for row in tensor.as_numpy().reshape(tensor.as_numpy().shape[0], -1)
+    ]
 
 
 class TritonPythonModel:
     def initialize(self, args):
         params = json.loads(args["model_config"])["parameters"]
         self.tokenizer = AutoTokenizer.from_pretrained(
-            params["tokenizer_dir"]["string_value"], legacy=False, padding_side="left")
+            params["tokenizer_dir"]["string_value"], legacy=False, padding_side="left"
+        )
         self.add_special_tokens = _flag(params, "add_special_tokens", True)
         self.end_id = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id
@@ -42,8 +45,8 @@ class TritonPythonModel:
         out = np.zeros((len(words), 2, width), dtype=np.int32)
         out[:, 1, :] = -1
         for i, (ids, offs) in enumerate(zip(flat_ids, offsets, strict=True)):
-            out[i, 0, :len(ids)] = ids
-            out[i, 1, :len(offs)] = offs
+            out[i, 0, : len(ids)] = ids
+            out[i, 1, : len(offs)] = offs
         return out
 
     def _id_or_default(self, request, name: str, default: int, batch: int) -> np.ndarray:
@@ -56,8 +59,9 @@ class TritonPythonModel:
         queries = pb_utils.get_input_tensor_by_name(request, "QUERY").as_numpy()
         batch = queries.shape[0]
         prompts = [q.decode() if isinstance(q, bytes) else str(q) for q in queries.reshape(-1)]
-        encoded = [self.tokenizer.encode(p, add_special_tokens=self.add_special_tokens)
-                   for p in prompts]
+        encoded = [
+            self.tokenizer.encode(p, add_special_tokens=self.add_special_tokens) for p in prompts
+        ]
         if any(len(ids) == 0 for ids in encoded):
             raise ValueError("text_input tokenizes to no tokens; send a non-empty prompt")
         end_ids = self._id_or_default(request, "END_ID", self.end_id, batch)
@@ -65,17 +69,21 @@ class TritonPythonModel:
         width = max(len(ids) for ids in encoded)
         input_ids = np.full((batch, width), pad_ids[0, 0], dtype=np.int32)
         for i, ids in enumerate(encoded):
-            input_ids[i, :len(ids)] = ids
+            input_ids[i, : len(ids)] = ids
         words = {}
         for name in ("BAD_WORDS_DICT", "STOP_WORDS_DICT"):
             tensor = pb_utils.get_input_tensor_by_name(request, name)
-            words[name] = (np.zeros((batch, 2, 0), dtype=np.int32) if tensor is None
-                           else self._word_lists(_strings(tensor)))
+            words[name] = (
+                np.zeros((batch, 2, 0), dtype=np.int32)
+                if tensor is None
+                else self._word_lists(_strings(tensor))
+            )
         output_len = pb_utils.get_input_tensor_by_name(request, "REQUEST_OUTPUT_LEN").as_numpy()
         return [
             pb_utils.Tensor("INPUT_ID", input_ids),
-            pb_utils.Tensor("REQUEST_INPUT_LEN",
-                            np.array([[len(ids)] for ids in encoded], dtype=np.int32)),
+            pb_utils.Tensor(
+                "REQUEST_INPUT_LEN", np.array([[len(ids)] for ids in encoded], dtype=np.int32)
+            ),
             pb_utils.Tensor("BAD_WORDS_IDS", words["BAD_WORDS_DICT"]),
             pb_utils.Tensor("STOP_WORDS_IDS", words["STOP_WORDS_DICT"]),
             pb_utils.Tensor("REQUEST_OUTPUT_LEN", output_len.astype(np.int32).reshape(batch, 1)),
@@ -87,8 +95,11 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             try:
-                responses.append(pb_utils.InferenceResponse(output_tensors=self._preprocess(request)))
+                responses.append(
+                    pb_utils.InferenceResponse(output_tensors=self._preprocess(request))
+                )
             except (ValueError, UnicodeDecodeError) as exc:
-                responses.append(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(f"preprocessing: {exc}")))
+                responses.append(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"preprocessing: {exc}"))
+                )
         return responses

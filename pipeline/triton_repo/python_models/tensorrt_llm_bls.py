@@ -12,16 +12,31 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-PREPROCESSING_INPUTS = {"text_input": "QUERY", "max_tokens": "REQUEST_OUTPUT_LEN",
-                        "bad_words": "BAD_WORDS_DICT", "stop_words": "STOP_WORDS_DICT",
-                        "end_id": "END_ID", "pad_id": "PAD_ID"}
-PREPROCESSED = {"INPUT_ID": "input_ids", "REQUEST_INPUT_LEN": "input_lengths",
-                "REQUEST_OUTPUT_LEN": "request_output_len", "OUT_END_ID": "end_id",
-                "OUT_PAD_ID": "pad_id", "STOP_WORDS_IDS": "stop_words_list",
-                "BAD_WORDS_IDS": "bad_words_list"}
-SAMPLING_INPUTS = {"top_k": "runtime_top_k", "top_p": "runtime_top_p",
-                   "temperature": "temperature", "seed": "seed", "stream": "streaming",
-                   "exclude_input_in_output": "exclude_input_in_output"}
+PREPROCESSING_INPUTS = {
+    "text_input": "QUERY",
+    "max_tokens": "REQUEST_OUTPUT_LEN",
+    "bad_words": "BAD_WORDS_DICT",
+    "stop_words": "STOP_WORDS_DICT",
+    "end_id": "END_ID",
+    "pad_id": "PAD_ID",
+}
+PREPROCESSED = {
+    "INPUT_ID": "input_ids",
+    "REQUEST_INPUT_LEN": "input_lengths",
+    "REQUEST_OUTPUT_LEN": "request_output_len",
+    "OUT_END_ID": "end_id",
+    "OUT_PAD_ID": "pad_id",
+    "STOP_WORDS_IDS": "stop_words_list",
+    "BAD_WORDS_IDS": "bad_words_list",
+}
+SAMPLING_INPUTS = {
+    "top_k": "runtime_top_k",
+    "top_p": "runtime_top_p",
+    "temperature": "temperature",
+    "seed": "seed",
+    "stream": "streaming",
+    "exclude_input_in_output": "exclude_input_in_output",
+}
 
 
 def _param(params: dict, key: str, default: str) -> str:
@@ -63,23 +78,33 @@ class TritonPythonModel:
                 sender.send(response)
             sender.send(flags=FINAL)  # also when cancelled: it releases the request
         except Exception as exc:  # whatever failed must reach the client and close the request
-            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))),
-                        flags=FINAL)
+            sender.send(
+                pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))), flags=FINAL
+            )
 
     def _texts(self, request, streaming_allowed: bool, sender=None):
         """The text_output responses for one request (a list, or a generator when streaming)."""
-        inputs = {name: tensor for name in (*PREPROCESSING_INPUTS, *SAMPLING_INPUTS)
-                  if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None}
+        inputs = {
+            name: tensor
+            for name in (*PREPROCESSING_INPUTS, *SAMPLING_INPUTS)
+            if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None
+        }
         stream = "stream" in inputs and bool(inputs["stream"].as_numpy().reshape(-1)[0])
         if stream and not streaming_allowed:
             raise pb_utils.TritonModelException(
-                "stream=true needs the decoupled deployment (deploy.decoupled_mode=true)")
+                "stream=true needs the decoupled deployment (deploy.decoupled_mode=true)"
+            )
         llm_inputs = self._preprocess(inputs)
-        llm_inputs += [pb_utils.Tensor(SAMPLING_INPUTS[name], inputs[name].as_numpy())
-                       for name in SAMPLING_INPUTS if name in inputs]
+        llm_inputs += [
+            pb_utils.Tensor(SAMPLING_INPUTS[name], inputs[name].as_numpy())
+            for name in SAMPLING_INPUTS
+            if name in inputs
+        ]
         llm_request = pb_utils.InferenceRequest(
-            model_name=self.llm_name, inputs=llm_inputs,
-            requested_output_names=["output_ids", "sequence_length"])
+            model_name=self.llm_name,
+            inputs=llm_inputs,
+            requested_output_names=["output_ids", "sequence_length"],
+        )
         if not self.decoupled:
             return [self._text_response(self._tokens(_check(llm_request.exec())))]
         responses = llm_request.exec(decoupled=True)
@@ -103,19 +128,26 @@ class TritonPythonModel:
             text = self._decode(np.array(tokens, dtype=np.int32))
             if text.endswith("\ufffd"):
                 continue  # a multi-byte character is still incomplete
-            yield self._string_response(text[len(sent_text):])
+            yield self._string_response(text[len(sent_text) :])
             sent_text = text
 
     def _preprocess(self, inputs) -> list:
         request = pb_utils.InferenceRequest(
             model_name="preprocessing",
-            inputs=[pb_utils.Tensor(PREPROCESSING_INPUTS[name], inputs[name].as_numpy())
-                    for name in PREPROCESSING_INPUTS if name in inputs],
-            requested_output_names=list(PREPROCESSED))
+            inputs=[
+                pb_utils.Tensor(PREPROCESSING_INPUTS[name], inputs[name].as_numpy())
+                for name in PREPROCESSING_INPUTS
+                if name in inputs
+            ],
+            requested_output_names=list(PREPROCESSED),
+        )
         response = _check(request.exec())
-        return [pb_utils.Tensor(PREPROCESSED[name],
-                                pb_utils.get_output_tensor_by_name(response, name).as_numpy())
-                for name in PREPROCESSED]
+        return [
+            pb_utils.Tensor(
+                PREPROCESSED[name], pb_utils.get_output_tensor_by_name(response, name).as_numpy()
+            )
+            for name in PREPROCESSED
+        ]
 
     @staticmethod
     def _tokens(response):
@@ -124,13 +156,19 @@ class TritonPythonModel:
         if ids is None:
             return None
         lengths = pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy()
-        return ids.as_numpy().reshape(-1, ids.as_numpy().shape[-1])[0, :int(lengths.reshape(-1)[0])]
+        return ids.as_numpy().reshape(-1, ids.as_numpy().shape[-1])[
+            0, : int(lengths.reshape(-1)[0])
+        ]
 
     def _decode(self, tokens: np.ndarray) -> str:
         request = pb_utils.InferenceRequest(
-            model_name="postprocessing", requested_output_names=["OUTPUT"],
-            inputs=[pb_utils.Tensor("TOKENS_BATCH", tokens.astype(np.int32).reshape(1, 1, -1)),
-                    pb_utils.Tensor("SEQUENCE_LENGTH", np.array([[len(tokens)]], np.int32))])
+            model_name="postprocessing",
+            requested_output_names=["OUTPUT"],
+            inputs=[
+                pb_utils.Tensor("TOKENS_BATCH", tokens.astype(np.int32).reshape(1, 1, -1)),
+                pb_utils.Tensor("SEQUENCE_LENGTH", np.array([[len(tokens)]], np.int32)),
+            ],
+        )
         text = pb_utils.get_output_tensor_by_name(_check(request.exec()), "OUTPUT").as_numpy()
         return text.reshape(-1)[0].decode()
 
@@ -139,5 +177,8 @@ class TritonPythonModel:
 
     @staticmethod
     def _string_response(text: str):
-        return pb_utils.InferenceResponse(output_tensors=[
-            pb_utils.Tensor("text_output", np.array([[text.encode()]], dtype=np.object_))])
+        return pb_utils.InferenceResponse(
+            output_tensors=[
+                pb_utils.Tensor("text_output", np.array([[text.encode()]], dtype=np.object_))
+            ]
+        )

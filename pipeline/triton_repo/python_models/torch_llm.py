@@ -14,17 +14,33 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-INPUT_NAMES = ("input_ids", "input_lengths", "request_output_len", "end_id", "pad_id",
-               "stop_words_list", "bad_words_list", "runtime_top_k", "runtime_top_p",
-               "temperature", "seed", "streaming", "exclude_input_in_output")
+INPUT_NAMES = (
+    "input_ids",
+    "input_lengths",
+    "request_output_len",
+    "end_id",
+    "pad_id",
+    "stop_words_list",
+    "bad_words_list",
+    "runtime_top_k",
+    "runtime_top_p",
+    "temperature",
+    "seed",
+    "streaming",
+    "exclude_input_in_output",
+)
 METRICS = {  # engine stats key -> (metric family, description)
-    "max_running": ("pipeline_engine_batch_size",
-                    "most sequences the engine ran in one batch since start (polled)"),
+    "max_running": (
+        "pipeline_engine_batch_size",
+        "most sequences the engine ran in one batch since start (polled)",
+    ),
     "num_running": ("pipeline_engine_running_requests", "sequences in the running batch now"),
     "num_waiting": ("pipeline_engine_waiting_requests", "requests queued in the engine now"),
     "num_steps": ("pipeline_engine_steps", "engine steps since start"),
-    "num_generated_tokens": ("pipeline_engine_generated_tokens",
-                             "tokens generated since start (> steps only when batched)"),
+    "num_generated_tokens": (
+        "pipeline_engine_generated_tokens",
+        "tokens generated since start (> steps only when batched)",
+    ),
     "num_preemptions": ("pipeline_engine_preemptions", "sequences preempted since start"),
     "num_free_blocks": ("pipeline_engine_free_kv_blocks", "free paged-KV blocks now"),
 }
@@ -33,8 +49,9 @@ METRICS_PERIOD_S = 0.05
 
 class TritonPythonModel:
     def initialize(self, args):
-        params = {k: v["string_value"]
-                  for k, v in json.loads(args["model_config"])["parameters"].items()}
+        params = {
+            k: v["string_value"] for k, v in json.loads(args["model_config"])["parameters"].items()
+        }
         if params["python_path"] not in sys.path:
             sys.path.insert(0, params["python_path"])
         if int(params["num_threads"]):
@@ -44,16 +61,21 @@ class TritonPythonModel:
         from pipeline.triton_repo.llm_service import LLMService
 
         self.service = LLMService(
-            params["engine_dir"], device=params["device"],
+            params["engine_dir"],
+            device=params["device"],
             scheduler_policy=params["batch_scheduler_policy"],
             num_kv_blocks=int(params["num_kv_blocks"]),
             enable_chunked_prefill=params["enable_chunked_prefill"] == "true",
-            exclude_input_in_output=params["exclude_input_in_output"] == "true")
+            exclude_input_in_output=params["exclude_input_in_output"] == "true",
+        )
         labels = {"model": args["model_name"], "version": args["model_version"]}
         # a Metric needs its MetricFamily alive: keep both
-        self.families = {key: pb_utils.MetricFamily(name=name, description=text,
-                                                    kind=pb_utils.MetricFamily.GAUGE)
-                         for key, (name, text) in METRICS.items()}
+        self.families = {
+            key: pb_utils.MetricFamily(
+                name=name, description=text, kind=pb_utils.MetricFamily.GAUGE
+            )
+            for key, (name, text) in METRICS.items()
+        }
         self.gauges = {key: family.Metric(labels) for key, family in self.families.items()}
         self.stopped = threading.Event()
         self.metrics_thread = threading.Thread(target=self._export_metrics, daemon=True)
@@ -62,13 +84,18 @@ class TritonPythonModel:
     def execute(self, requests):
         for request in requests:
             sender = request.get_response_sender()
-            arrays = {name: tensor.as_numpy() for name in INPUT_NAMES
-                      if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None}
+            arrays = {
+                name: tensor.as_numpy()
+                for name in INPUT_NAMES
+                if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None
+            }
             try:
                 stream = self.service.generate(arrays)
             except (ValueError, RuntimeError) as exc:  # bad input, or the engine is gone
-                sender.send(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(f"tensorrt_llm: {exc}")), flags=FINAL)
+                sender.send(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm: {exc}")),
+                    flags=FINAL,
+                )
                 continue
             threading.Thread(target=self._respond, args=(stream, sender), daemon=True).start()
         return None
@@ -82,14 +109,23 @@ class TritonPythonModel:
                     stream.cancel()
                     break
                 ids = chunk.token_ids.reshape(1, 1, -1)  # [batch, beam, tokens]
-                sender.send(pb_utils.InferenceResponse(output_tensors=[
-                    pb_utils.Tensor("output_ids", ids),
-                    pb_utils.Tensor("sequence_length", np.array([[ids.shape[-1]]], np.int32))]),
-                    flags=FINAL if chunk.is_final else 0)
+                sender.send(
+                    pb_utils.InferenceResponse(
+                        output_tensors=[
+                            pb_utils.Tensor("output_ids", ids),
+                            pb_utils.Tensor(
+                                "sequence_length", np.array([[ids.shape[-1]]], np.int32)
+                            ),
+                        ]
+                    ),
+                    flags=FINAL if chunk.is_final else 0,
+                )
                 is_closed = chunk.is_final
         except Exception as exc:  # an engine failure must reach the client and close the request
-            sender.send(pb_utils.InferenceResponse(
-                error=pb_utils.TritonError(f"tensorrt_llm: {exc!r}")), flags=FINAL)
+            sender.send(
+                pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm: {exc!r}")),
+                flags=FINAL,
+            )
             is_closed = True
         if not is_closed:
             sender.send(flags=FINAL)

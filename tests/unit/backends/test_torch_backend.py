@@ -11,10 +11,20 @@ from pipeline.errors import ArtifactError, ConfigError
 from tests.conftest import make_spec
 
 CHECKPOINT = {
-    "architecture": "LlamaForCausalLM", "dtype": "float32", "vocab_size": 16, "hidden_size": 8,
-    "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_size": 4,
-    "intermediate_size": 8, "hidden_act": "silu", "position_embedding_type": "rope_gpt_neox",
-    "max_position_embeddings": 64, "rotary_base": 10000.0, "rotary_scaling": None,
+    "architecture": "LlamaForCausalLM",
+    "dtype": "float32",
+    "vocab_size": 16,
+    "hidden_size": 8,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_size": 4,
+    "intermediate_size": 8,
+    "hidden_act": "silu",
+    "position_embedding_type": "rope_gpt_neox",
+    "max_position_embeddings": 64,
+    "rotary_base": 10000.0,
+    "rotary_scaling": None,
     "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1},
     "quantization": {"quant_algo": None, "kv_cache_quant_algo": None},
 }
@@ -41,24 +51,33 @@ def tokenizer(tmp_path):
     return tok
 
 
-@pytest.mark.parametrize(("override", "match"), [
-    ("build.max_beam_width=2", "max_beam_width=1"),
-    ("build.kv_cache_type=continuous", "kv_cache_type=paged"),
-    ("build.max_input_len=4096", "max_input_len=4096 exceeds"),
-])
+@pytest.mark.parametrize(
+    ("override", "match"),
+    [
+        ("build.max_beam_width=2", "max_beam_width=1"),
+        ("build.kv_cache_type=continuous", "kv_cache_type=paged"),
+        ("build.max_input_len=4096", "max_input_len=4096 exceeds"),
+    ],
+)
 def test_build_limits_are_checked_before_work(tmp_path, override, match):
     with pytest.raises(ConfigError, match=match):
         backend(tmp_path, override).check_available()
 
 
-@pytest.mark.parametrize(("changes", "match"), [
-    ({"mapping": {"world_size": 2, "tp_size": 2, "pp_size": 1}}, "parallel.tp_size=1"),
-    ({"architecture": "GPTJForCausalLM"}, "GPTJForCausalLM"),
-    ({"rotary_scaling": {"type": "yarn", "factor": 4.0}}, "yarn"),
-    ({"hidden_act": "gelu"}, "hidden_act"),
-    ({"quantization": {"quant_algo": "NVFP4"}}, "NVFP4"),
-    ({"quantization": {"quant_algo": None, "kv_cache_quant_algo": "FP8"}}, "quant.kv_cache=none"),
-])
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"mapping": {"world_size": 2, "tp_size": 2, "pp_size": 1}}, "parallel.tp_size=1"),
+        ({"architecture": "GPTJForCausalLM"}, "GPTJForCausalLM"),
+        ({"rotary_scaling": {"type": "yarn", "factor": 4.0}}, "yarn"),
+        ({"hidden_act": "gelu"}, "hidden_act"),
+        ({"quantization": {"quant_algo": "NVFP4"}}, "NVFP4"),
+        (
+            {"quantization": {"quant_algo": None, "kv_cache_quant_algo": "FP8"}},
+            "quant.kv_cache=none",
+        ),
+    ],
+)
 def test_unrunnable_checkpoints_are_refused(tmp_path, changes, match):
     out = tmp_path / "engine"
     out.mkdir()
@@ -80,7 +99,8 @@ def test_engine_dir_is_self_contained(tmp_path):
     out = tmp_path / "engine"
     out.mkdir()
     extra = backend(tmp_path, "build.tokens_per_block=16").build(
-        checkpoint(tmp_path), tokenizer(tmp_path), out)
+        checkpoint(tmp_path), tokenizer(tmp_path), out
+    )
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["backend"] == "torch" and cfg["pretrained_config"] == CHECKPOINT
     build = cfg["build_config"]

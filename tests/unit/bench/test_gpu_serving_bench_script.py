@@ -5,15 +5,17 @@ import json
 
 from tests.conftest import REPO
 
-spec = importlib.util.spec_from_file_location("gpu_serving_bench",
-                                              REPO / "scripts" / "gpu_serving_bench.py")
+spec = importlib.util.spec_from_file_location(
+    "gpu_serving_bench", REPO / "scripts" / "gpu_serving_bench.py"
+)
 script = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(script)
 
 
 def test_missing_names_the_pip_package():
     assert script.missing({"json": "json", "no_such_module_xyz": "no-such-pkg"}) == {
-        "no_such_module_xyz": "no-such-pkg"}
+        "no_such_module_xyz": "no-such-pkg"
+    }
     assert script.missing({"no_such_parent.child": "x"}) == {"no_such_parent.child": "x"}
 
 
@@ -27,14 +29,20 @@ def test_without_server_packages_only_direct_steps_run():
 
 def test_key_numbers_reads_the_written_results(tmp_path):
     (tmp_path / "saturation").mkdir()
-    (tmp_path / "saturation" / "bench.json").write_text(json.dumps({
-        "settings": {"input_len": 128},
-        "targets": {"server": {"summary": {"ttft_ms_p50": 12.0, "output_tok_s": 900.0}}},
-        "triton_vs_direct": {"output_tok_s_ratio": 0.93},
-        "profile": {"summary": {"gpu0": {"mem_used_bytes_max": 7e10}, "bench": {}}}}))
+    (tmp_path / "saturation" / "bench.json").write_text(
+        json.dumps(
+            {
+                "settings": {"input_len": 128},
+                "targets": {"server": {"summary": {"ttft_ms_p50": 12.0, "output_tok_s": 900.0}}},
+                "triton_vs_direct": {"output_tok_s_ratio": 0.93},
+                "profile": {"summary": {"gpu0": {"mem_used_bytes_max": 7e10}, "bench": {}}},
+            }
+        )
+    )
     (tmp_path / "sweep_small_kv").mkdir()
-    (tmp_path / "sweep_small_kv" / "sweep.json").write_text(json.dumps({
-        "max_ok_size": 8, "threshold_size": 16, "threshold_failure": "kv_capacity"}))
+    (tmp_path / "sweep_small_kv" / "sweep.json").write_text(
+        json.dumps({"max_ok_size": 8, "threshold_size": 16, "threshold_failure": "kv_capacity"})
+    )
     keys = script.key_numbers(tmp_path, {"saturation": {"status": "ok"}})
     assert keys["saturation.server"]["ttft_ms_p50"] == 12.0
     assert keys["saturation.triton_vs_direct"]["output_tok_s_ratio"] == 0.93

@@ -36,15 +36,23 @@ class CountingTarget:
 
 
 def requests(n, suffix=""):
-    return [BenchRequest(f"r{i}{suffix if i == 1 else ''}", "p", (1, 2, 3), 4, True)
-            for i in range(n)]
+    return [
+        BenchRequest(f"r{i}{suffix if i == 1 else ''}", "p", (1, 2, 3), 4, True) for i in range(n)
+    ]
 
 
 @pytest.mark.parametrize("mode", ["concurrency", "rate"])
 def test_all_requests_complete_within_the_concurrency_cap(mode):
     target = CountingTarget()
-    gen = LoadGenerator(target, mode, concurrency=3, request_rate=500.0, temperature=0.0,
-                        seed=0, origin_s=time.perf_counter())
+    gen = LoadGenerator(
+        target,
+        mode,
+        concurrency=3,
+        request_rate=500.0,
+        temperature=0.0,
+        seed=0,
+        origin_s=time.perf_counter(),
+    )
     records = gen.run(requests(12), "measure")
     assert [r.request_id for r in records] == [f"r{i}" for i in range(12)]
     assert target.max_in_flight <= 3

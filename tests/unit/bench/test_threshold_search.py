@@ -41,6 +41,7 @@ def test_no_failure_means_no_threshold():
 
 
 def test_classify_failure():
-    assert classify_failure(ValueError("request needs 9 KV blocks, the cache has 4")) == \
-        "kv_capacity"
+    assert (
+        classify_failure(ValueError("request needs 9 KV blocks, the cache has 4")) == "kv_capacity"
+    )
     assert classify_failure(RuntimeError("boom")) == "error"

@@ -20,8 +20,9 @@ def test_synthetic_prompts_are_token_exact_and_seeded(maker, input_len):
         assert list(request.prompt_token_ids) == maker.tokenizer(request.prompt)["input_ids"]
         assert request.max_tokens == 7 and request.ignore_eos
     assert len({r.prompt for r in requests}) == 5
-    assert [r.prompt for r in maker.synthetic(5, input_len, 7, seed=1)] == \
-        [r.prompt for r in requests]
+    assert [r.prompt for r in maker.synthetic(5, input_len, 7, seed=1)] == [
+        r.prompt for r in requests
+    ]
 
 
 def test_corpus_prompts_are_real_text_cut_near_input_len(maker):

@@ -24,18 +24,31 @@ def _save(model, path):
 @pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory):
     torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                      num_attention_heads=4, num_key_value_heads=2, vocab_size=101,
-                      tie_word_embeddings=False, rope_theta=50000.0)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=101,
+        tie_word_embeddings=False,
+        rope_theta=50000.0,
+    )
     return _save(LlamaForCausalLM(cfg), tmp_path_factory.mktemp("llama"))
 
 
 @pytest.fixture(scope="module")
 def qwen_dir(tmp_path_factory):
     torch.manual_seed(1)
-    cfg = Qwen2Config(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=1, vocab_size=100,
-                      tie_word_embeddings=True)
+    cfg = Qwen2Config(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        vocab_size=100,
+        tie_word_embeddings=True,
+    )
     return _save(Qwen2ForCausalLM(cfg), tmp_path_factory.mktemp("qwen"))
 
 
@@ -51,8 +64,9 @@ def _layer_ranges(num_layers, pp):
 
 def _reassemble(ckpt_dir, hf_cfg, tp, pp):
     """HF-named full tensors rebuilt from rank files."""
-    ranks = {(r // tp, r % tp): load_file(ckpt_dir / f"rank{r}.safetensors")
-             for r in range(tp * pp)}
+    ranks = {
+        (r // tp, r % tp): load_file(ckpt_dir / f"rank{r}.safetensors") for r in range(tp * pp)
+    }
     heads, kv = hf_cfg.num_attention_heads, hf_cfg.num_key_value_heads
     hd = hf_cfg.hidden_size // heads
     kv_per_rank = max(kv // tp, 1)
@@ -72,8 +86,8 @@ def _reassemble(ckpt_dir, hf_cfg, tp, pp):
                 nq = heads // tp * hd
                 nk = kv_per_rank * hd
                 out[src + f"self_attn.q_proj.{suffix}"] = torch.cat([x[:nq] for x in qkv])
-                ks = [x[nq:nq + nk] for x in qkv]
-                vs = [x[nq + nk:] for x in qkv]
+                ks = [x[nq : nq + nk] for x in qkv]
+                vs = [x[nq + nk :] for x in qkv]
                 if kv >= tp:
                     out[src + f"self_attn.k_proj.{suffix}"] = torch.cat(ks)
                     out[src + f"self_attn.v_proj.{suffix}"] = torch.cat(vs)
@@ -81,12 +95,15 @@ def _reassemble(ckpt_dir, hf_cfg, tp, pp):
                     out[src + f"self_attn.k_proj.{suffix}"] = torch.cat(ks[:: tp // kv])
                     out[src + f"self_attn.v_proj.{suffix}"] = torch.cat(vs[:: tp // kv])
             out[src + "self_attn.o_proj.weight"] = torch.cat(
-                [s[pre + "attention.dense.weight"] for s in shards], dim=1)
+                [s[pre + "attention.dense.weight"] for s in shards], dim=1
+            )
             for hf_name, trt_name in (("gate_proj", "fc"), ("up_proj", "gate")):
                 out[src + f"mlp.{hf_name}.weight"] = torch.cat(
-                    [s[pre + f"mlp.{trt_name}.weight"] for s in shards])
+                    [s[pre + f"mlp.{trt_name}.weight"] for s in shards]
+                )
             out[src + "mlp.down_proj.weight"] = torch.cat(
-                [s[pre + "mlp.proj.weight"] for s in shards], dim=1)
+                [s[pre + "mlp.proj.weight"] for s in shards], dim=1
+            )
             out[src + "input_layernorm.weight"] = shards[0][pre + "input_layernorm.weight"]
             out[src + "post_attention_layernorm.weight"] = shards[0][pre + "post_layernorm.weight"]
     return out
@@ -99,8 +116,9 @@ def test_shards_reassemble_to_hf_tensors_exactly(which, tp, pp, llama_dir, qwen_
     model_cls = LlamaForCausalLM if which == "llama" else Qwen2ForCausalLM
     hf = model_cls.from_pretrained(hf_dir)
     convert(hf_dir, tmp_path, "float32", tp, pp)
-    assert sorted(p.name for p in tmp_path.glob("rank*.safetensors")) == \
-        [f"rank{r}.safetensors" for r in range(tp * pp)]
+    assert sorted(p.name for p in tmp_path.glob("rank*.safetensors")) == [
+        f"rank{r}.safetensors" for r in range(tp * pp)
+    ]
     rebuilt = _reassemble(tmp_path, hf.config, tp, pp)
     expected = hf.state_dict()
     if hf.config.tie_word_embeddings:
@@ -141,11 +159,23 @@ def test_config_fields_match_reference(llama_dir, qwen_dir, tmp_path):
 
 def test_llama3_rope_scaling_is_carried(tmp_path):
     torch.manual_seed(0)
-    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
-    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=2, vocab_size=50,
-                      rope_theta=500000.0, rope_scaling=scaling)
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
+    cfg = LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=50,
+        rope_theta=500000.0,
+        rope_scaling=scaling,
+    )
     hf_dir = _save(LlamaForCausalLM(cfg), tmp_path / "hf")
     (tmp_path / "out").mkdir()
     written = convert(hf_dir, tmp_path / "out", "float32", 1, 1)

@@ -8,8 +8,12 @@ EOS = 2
 
 
 def make_seq(request_id: str, num_prompt_tokens: int, max_tokens: int = 4) -> Sequence:
-    return Sequence(request_id, [7] * num_prompt_tokens, SamplingParams(max_tokens=max_tokens),
-                    eos_token_ids=(EOS,))
+    return Sequence(
+        request_id,
+        [7] * num_prompt_tokens,
+        SamplingParams(max_tokens=max_tokens),
+        eos_token_ids=(EOS,),
+    )
 
 
 def step(scheduler: Scheduler, token_id: int = 5) -> list[ScheduledSequence]:

@@ -7,12 +7,16 @@ from pipeline.errors import ArtifactError
 
 def test_fused_dense_matches_separate_linears_with_partial_bias():
     torch.manual_seed(0)
-    weights = {"a.weight": torch.randn(4, 3), "b.weight": torch.randn(2, 3),
-               "b.bias": torch.randn(2)}
+    weights = {
+        "a.weight": torch.randn(4, 3),
+        "b.weight": torch.randn(2, 3),
+        "b.bias": torch.randn(2),
+    }
     linear = build_linear(weights, ["a", "b"], {"quant_algo": None}, torch.float32, "cpu")
     x = torch.randn(5, 3)  # [T, in]
-    expected = torch.cat([x @ weights["a.weight"].T,
-                          x @ weights["b.weight"].T + weights["b.bias"]], dim=-1)
+    expected = torch.cat(
+        [x @ weights["a.weight"].T, x @ weights["b.weight"].T + weights["b.bias"]], dim=-1
+    )
     assert linear.output_sizes == [4, 2]
     torch.testing.assert_close(linear(x), expected)
 

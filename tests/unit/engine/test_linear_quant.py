@@ -28,8 +28,13 @@ def test_fused_quantized_linear_matches_dequantized_reference(algo, dtype):
     linear = build_linear(tensors, prefixes, QUANT[algo], dtype, "cpu")
     assert linear.output_sizes == sizes and not linear.kernel.startswith("dense")
     x = torch.randn(5, 256)
-    expected = torch.cat([reference(algo, tensors, "l.q", x),
-                          reference(algo, tensors, "l.kv", x) + tensors["l.kv.bias"]], dim=-1)
+    expected = torch.cat(
+        [
+            reference(algo, tensors, "l.q", x),
+            reference(algo, tensors, "l.kv", x) + tensors["l.kv.bias"],
+        ],
+        dim=-1,
+    )
     y = linear(x.to(dtype)).float()
     # float32: only accumulation order differs; bf16: activations/outputs rounded to 8 bits
     # (and one bf16-rounded input can move an int8/fp8 activation code by one step)
@@ -60,14 +65,17 @@ def test_int4_group_tinygemm_cannot_take_falls_back_to_dequant():
 
 
 def test_excluded_member_stays_dense_next_to_quantized_one():
-    tensors = make_layer("W8A16", ["a"], [64], in_features=128) | {"lm_head.weight":
-                                                                    torch.randn(32, 128)}
+    tensors = make_layer("W8A16", ["a"], [64], in_features=128) | {
+        "lm_head.weight": torch.randn(32, 128)
+    }
     quant = {"quant_algo": "W8A16", "exclude_modules": ["lm_head"]}
     head = build_linear(tensors, ["lm_head"], quant, torch.float32, "cpu")
     both = build_linear(tensors, ["a", "lm_head"], quant, torch.float32, "cpu")
     assert head.kernel == "dense" and isinstance(both, ConcatLinear)
     assert kernel_counts(torch.nn.ModuleList([head, both])) == {
-        "dense": 1, "dense+torch._weight_int8pack_mm": 1}
+        "dense": 1,
+        "dense+torch._weight_int8pack_mm": 1,
+    }
 
 
 def test_unsupported_quant_algo_is_a_config_error():

@@ -6,10 +6,17 @@ from pipeline.engine.sequence import SequenceStatus
 from tests.unit.engine.fake_sequences import make_seq, run_to_completion, step
 
 
-def scheduler(num_blocks=64, block_size=4, max_batch_size=8, max_num_tokens=64,
-              policy="guaranteed_no_evict", chunked=True) -> Scheduler:
-    return Scheduler(BlockManager(num_blocks, block_size), max_batch_size, max_num_tokens, policy,
-                     chunked)
+def scheduler(
+    num_blocks=64,
+    block_size=4,
+    max_batch_size=8,
+    max_num_tokens=64,
+    policy="guaranteed_no_evict",
+    chunked=True,
+) -> Scheduler:
+    return Scheduler(
+        BlockManager(num_blocks, block_size), max_batch_size, max_num_tokens, policy, chunked
+    )
 
 
 def test_long_prompt_is_chunked_by_the_token_budget():

@@ -53,7 +53,12 @@ def test_banned_tokens_follow_bad_sequence_prefixes():
 def test_sampling_params_validate_and_normalise():
     params = SamplingParams(stop_sequences=[[1, 2]], stop_token_ids=[3])
     assert params.stop_sequences == ((1, 2),) and params.stop_token_ids == (3,)
-    for bad in ({"max_tokens": 0}, {"temperature": -1}, {"top_k": -1}, {"top_p": 0.0},
-                {"stop_sequences": [[]]}):
+    for bad in (
+        {"max_tokens": 0},
+        {"temperature": -1},
+        {"top_k": -1},
+        {"top_p": 0.0},
+        {"stop_sequences": [[]]},
+    ):
         with pytest.raises(ValueError, match="SamplingParams"):
             SamplingParams(**bad)

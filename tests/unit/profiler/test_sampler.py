@@ -62,8 +62,9 @@ def test_sampler_records_phases_and_plots(tmp_path):
 
 def test_summary_over_a_window():
     samples = [{"t_s": t, "gpu0": {"util_pct": u}} for t, u in ((0, 10.0), (1, 50.0), (2, 90.0))]
-    assert summarize_samples(samples, 0.5, 2.5) == {"gpu0": {"util_pct_max": 90.0,
-                                                             "util_pct_mean": 70.0}}
+    assert summarize_samples(samples, 0.5, 2.5) == {
+        "gpu0": {"util_pct_max": 90.0, "util_pct_mean": 70.0}
+    }
 
 
 def test_sampler_without_sources_of_a_kind_still_runs():
@@ -74,17 +75,20 @@ def test_sampler_without_sources_of_a_kind_still_runs():
 
 
 def test_a_process_in_two_trees_counts_once_for_the_later_root():
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # the child holds 200 MB so its share dwarfs this process's own RSS drift between samples
+    child = subprocess.Popen(
+        [sys.executable, "-c", 'import time; b = b"x" * 200_000_000; time.sleep(30)']
+    )
     try:
         source = ProcessSource({"bench": os.getpid()})
+        time.sleep(0.5)  # let the child allocate
         alone = source.sample()["bench"]["rss_bytes"]
         source.add_root("server", child.pid)
         both = source.sample()
         server_rss = both["server"]["rss_bytes"]
         assert server_rss > 0
         # "bench" alone held the child (a child of this process); now "server" holds it
-        assert both["bench"]["rss_bytes"] == pytest.approx(alone - server_rss,
-                                                          abs=server_rss / 2)
+        assert both["bench"]["rss_bytes"] == pytest.approx(alone - server_rss, abs=server_rss / 2)
     finally:
         child.kill()
         child.wait()

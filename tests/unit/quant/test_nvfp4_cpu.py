@@ -22,9 +22,13 @@ def reference_nvfp4(x: torch.Tensor, amax: float) -> torch.Tensor:
 
 def test_backend_matches_reference():
     ensure_registered()
-    quantizer = TensorQuantizer(QuantizerAttributeConfig(
-        num_bits=(2, 1), block_sizes={-1: 16, "type": "dynamic", "scale_bits": (4, 3)},
-        backend=BACKEND_NAME))
+    quantizer = TensorQuantizer(
+        QuantizerAttributeConfig(
+            num_bits=(2, 1),
+            block_sizes={-1: 16, "type": "dynamic", "scale_bits": (4, 3)},
+            backend=BACKEND_NAME,
+        )
+    )
     x = torch.randn(8, 64, generator=torch.Generator().manual_seed(0))
     amax = float(x.abs().max())
     quantizer.amax = torch.tensor(amax)

@@ -39,8 +39,11 @@ def test_windows_are_deterministic_per_seed():
 
 
 def test_too_little_text_names_the_numbers_and_the_keys():
-    with pytest.raises(ConfigError, match="1000 tokens = 100 windows of quant.seq_len=10; "
-                                          "quant.calib_size=96 \\+ quant.eval_size=5"):
+    with pytest.raises(
+        ConfigError,
+        match="1000 tokens = 100 windows of quant.seq_len=10; "
+        "quant.calib_size=96 \\+ quant.eval_size=5",
+    ):
         windows(calib_size=96)
 
 
@@ -71,8 +74,9 @@ def test_text_and_jsonl_files(tmp_path):
     assert load_text(str(jsonl))[0] == "one\n\ntwo"
 
 
-@pytest.mark.parametrize("line,expected", [("{not json", "invalid JSON"),
-                                           ('{"body": "x"}', 'no string "text" field')])
+@pytest.mark.parametrize(
+    "line,expected", [("{not json", "invalid JSON"), ('{"body": "x"}', 'no string "text" field')]
+)
 def test_bad_jsonl_names_file_and_line(tmp_path, line, expected):
     path = tmp_path / "b.jsonl"
     path.write_text(json.dumps({"text": "ok"}) + "\n" + line + "\n")

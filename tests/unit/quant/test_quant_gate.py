@@ -11,10 +11,21 @@ from pipeline.quant.gate import REPORT_JSON, REPORT_MD, QualityReport, enforce, 
 
 def report(ppl_quantized=11.0, limit=None, ppl_reference=10.0):
     return QualityReport(
-        recipe="int4_awq", kv_cache="none", quant_algo="W4A16_AWQ", kv_cache_quant_algo=None,
-        export_dtype="float16", runtime="modelopt fake-quant (HF model)", num_eval_windows=16,
-        num_eval_tokens=8176, ppl_reference=ppl_reference, ppl_quantized=ppl_quantized,
-        quantize_s=12.5, export_s=1.0, eval_s=20.0, max_ppl_increase_pct=limit)
+        recipe="int4_awq",
+        kv_cache="none",
+        quant_algo="W4A16_AWQ",
+        kv_cache_quant_algo=None,
+        export_dtype="float16",
+        runtime="modelopt fake-quant (HF model)",
+        num_eval_windows=16,
+        num_eval_tokens=8176,
+        ppl_reference=ppl_reference,
+        ppl_quantized=ppl_quantized,
+        quantize_s=12.5,
+        export_s=1.0,
+        eval_s=20.0,
+        max_ppl_increase_pct=limit,
+    )
 
 
 def test_increase_and_verdict():

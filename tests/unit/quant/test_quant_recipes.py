@@ -37,50 +37,67 @@ def test_unknown_recipe_name_lists_the_recipes():
 
 
 def test_every_problem_with_recipe_keys_is_reported_at_once():
-    quant = QuantSpec(name="fp8", kv_cache="fp4", block_size=64, smoothquant_alpha=0.5,
-                      export_dtype="float32")
+    quant = QuantSpec(
+        name="fp8", kv_cache="fp4", block_size=64, smoothquant_alpha=0.5, export_dtype="float32"
+    )
     with pytest.raises(ConfigError) as err:
         recipe_for(quant)
     message = str(err.value)
-    for part in ("quant.kv_cache='fp4'", "quant.block_size=64 does not apply to fp8",
-                 "quant.smoothquant_alpha=0.5 applies to int8_sq only",
-                 "quant.export_dtype='float32'"):
+    for part in (
+        "quant.kv_cache='fp4'",
+        "quant.block_size=64 does not apply to fp8",
+        "quant.smoothquant_alpha=0.5 applies to int8_sq only",
+        "quant.export_dtype='float32'",
+    ):
         assert part in message
 
 
-@pytest.mark.parametrize("quant,expected", [
-    (QuantSpec(name="int4_awq"), "int4_awq needs quant.block_size >= 1"),
-    (QuantSpec(name="int4_wo", block_size=0), "int4_wo needs quant.block_size >= 1"),
-    (QuantSpec(name="int8_sq", smoothquant_alpha=1.5), "smoothquant_alpha in [0, 1]"),
-])
+@pytest.mark.parametrize(
+    "quant,expected",
+    [
+        (QuantSpec(name="int4_awq"), "int4_awq needs quant.block_size >= 1"),
+        (QuantSpec(name="int4_wo", block_size=0), "int4_wo needs quant.block_size >= 1"),
+        (QuantSpec(name="int8_sq", smoothquant_alpha=1.5), "smoothquant_alpha in [0, 1]"),
+    ],
+)
 def test_recipe_specific_keys_are_required(quant, expected):
     with pytest.raises(ConfigError, match=expected.replace("[", r"\[").replace("]", r"\]")):
         recipe_for(quant)
 
 
-@pytest.mark.parametrize("recipe,kv,hardware,expected", [
-    ("fp8", "none", "a100", "fp8 (FP8) needs SM >= 89"),
-    ("w4a8_awq", "none", "a10", "needs SM >= 89"),
-    ("nvfp4", "none", "h100", "nvfp4 (NVFP4) needs SM >= 100"),
-    ("int8_sq", "none", "b200", "not supported by TensorRT-LLM on SM 100-119"),
-    ("int4_awq", "none", "b300", "not supported by TensorRT-LLM on SM 100-119"),
-    ("int8_wo", "none", "b200", "not supported by TensorRT-LLM on SM 100-119"),
-    ("int4_wo", "none", "gb200", "not supported by TensorRT-LLM on SM 100-119"),
-    ("int8_wo", "fp8", "a100", "quant.kv_cache=fp8 needs SM >= 89"),
-    ("fp8", "int8", "b200", "quant.kv_cache=int8 is not supported"),
-])
+@pytest.mark.parametrize(
+    "recipe,kv,hardware,expected",
+    [
+        ("fp8", "none", "a100", "fp8 (FP8) needs SM >= 89"),
+        ("w4a8_awq", "none", "a10", "needs SM >= 89"),
+        ("nvfp4", "none", "h100", "nvfp4 (NVFP4) needs SM >= 100"),
+        ("int8_sq", "none", "b200", "not supported by TensorRT-LLM on SM 100-119"),
+        ("int4_awq", "none", "b300", "not supported by TensorRT-LLM on SM 100-119"),
+        ("int8_wo", "none", "b200", "not supported by TensorRT-LLM on SM 100-119"),
+        ("int4_wo", "none", "gb200", "not supported by TensorRT-LLM on SM 100-119"),
+        ("int8_wo", "fp8", "a100", "quant.kv_cache=fp8 needs SM >= 89"),
+        ("fp8", "int8", "b200", "quant.kv_cache=int8 is not supported"),
+    ],
+)
 def test_target_refuses_what_the_gpu_cannot_run(recipe, kv, hardware, expected):
     with pytest.raises(ConfigError, match="recipes this GPU runs") as err:
         check_target(RECIPES[recipe], kv, target_sm(hardware), hardware)
     assert expected in str(err.value)
 
 
-@pytest.mark.parametrize("recipe,kv,hardware", [
-    ("fp8", "fp8", "h100"), ("w4a8_awq", "fp8", "l40s"), ("nvfp4", "fp8", "b200"),
-    ("nvfp4", "none", "rtx5090"), ("int8_sq", "int8", "a100"), ("int4_awq", "none", "a10"),
-    ("int4_awq", "int8", "rtx5090"),  # SM 120 is outside 100-119
-    ("fp8", "none", "b300"),
-])
+@pytest.mark.parametrize(
+    "recipe,kv,hardware",
+    [
+        ("fp8", "fp8", "h100"),
+        ("w4a8_awq", "fp8", "l40s"),
+        ("nvfp4", "fp8", "b200"),
+        ("nvfp4", "none", "rtx5090"),
+        ("int8_sq", "int8", "a100"),
+        ("int4_awq", "none", "a10"),
+        ("int4_awq", "int8", "rtx5090"),  # SM 120 is outside 100-119
+        ("fp8", "none", "b300"),
+    ],
+)
 def test_target_accepts_what_the_gpu_runs(recipe, kv, hardware):
     check_target(RECIPES[recipe], kv, target_sm(hardware), hardware)
 
@@ -93,5 +110,6 @@ def test_blackwell_lists_what_it_can_run():
 def test_export_labels_must_match_the_table():
     check_export_labels(RECIPES["fp8"], "fp8", {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"})
     with pytest.raises(StageError, match="expected \\('W4A16_AWQ', None\\)"):
-        check_export_labels(RECIPES["int4_wo"], "none",
-                            {"quant_algo": "W4A16", "kv_cache_quant_algo": None})
+        check_export_labels(
+            RECIPES["int4_wo"], "none", {"quant_algo": "W4A16", "kv_cache_quant_algo": None}
+        )

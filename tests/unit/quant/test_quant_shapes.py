@@ -40,28 +40,37 @@ def test_tp_splits_row_parallel_in_features():
     # tp=3: o_proj gets 192 per rank, down_proj 512; 64 still works; 1728 / 3 = 576 does not
     # hold whole 128-blocks
     check_block_size(SMOLLM_LAYER, 64, 3, "int4_awq", is_fixed=False)
-    with pytest.raises(ConfigError, match="down_proj has in_features 576 per TP rank "
-                                          "\\(tp_size=3\\).*set quant.block_size=64 .*or change "
-                                          "parallel.tp_size"):
-        check_block_size({"model.layers.0.mlp.down_proj.weight": (576, 1728)}, 128, 3, "int4_wo",
-                         is_fixed=False)
+    with pytest.raises(
+        ConfigError,
+        match="down_proj has in_features 576 per TP rank "
+        "\\(tp_size=3\\).*set quant.block_size=64 .*or change "
+        "parallel.tp_size",
+    ):
+        check_block_size(
+            {"model.layers.0.mlp.down_proj.weight": (576, 1728)}, 128, 3, "int4_wo", is_fixed=False
+        )
 
 
 def test_no_useful_block_size_says_so():
     # tp=9: down_proj's 1536 inputs split into 170.67 -> 170 per rank; only tiny groups divide it
     with pytest.raises(ConfigError, match="no block size >= 16 divides every layer per TP rank"):
-        check_block_size({"model.layers.0.mlp.down_proj.weight": (576, 1530)}, 128, 9, "int4_wo",
-                         is_fixed=False)
+        check_block_size(
+            {"model.layers.0.mlp.down_proj.weight": (576, 1530)}, 128, 9, "int4_wo", is_fixed=False
+        )
 
 
 def test_fixed_block_formats_say_the_model_cannot_use_them():
     with pytest.raises(ConfigError, match="fixed by the nvfp4 format, so this model cannot use it"):
-        check_block_size({"model.layers.0.mlp.down_proj.weight": (8, 40)}, 16, 1, "nvfp4",
-                         is_fixed=True)
+        check_block_size(
+            {"model.layers.0.mlp.down_proj.weight": (8, 40)}, 16, 1, "nvfp4", is_fixed=True
+        )
 
 
 def test_pipeline_split_must_be_even():
     check_pipeline_split(30, 3)
-    with pytest.raises(ConfigError, match="num_hidden_layers=30 is not divisible by "
-                                          "parallel.pp_size=4; use one of \\[1, 2, 3, 5, 6"):
+    with pytest.raises(
+        ConfigError,
+        match="num_hidden_layers=30 is not divisible by "
+        "parallel.pp_size=4; use one of \\[1, 2, 3, 5, 6",
+    ):
         check_pipeline_split(30, 4)

@@ -27,9 +27,14 @@ print("MODULES=" + json.dumps(sorted({name.split(".")[0] for name in sys.modules
 
 @pytest.mark.slow
 def test_bench_engine_tiny_runs_and_needs_no_pipeline_only_packages(tmp_path):
-    done = subprocess.run([sys.executable, "-c", RUNNER, str(tmp_path)], cwd=REPO, text=True,
-                          capture_output=True, timeout=600, env={"PYTHONPATH": str(REPO),
-                                                                 "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(tmp_path)],
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        timeout=600,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     modules = json.loads(done.stdout.split("MODULES=")[-1])
     assert not set(ABSENT_ON_GPU_MACHINE) & set(modules)

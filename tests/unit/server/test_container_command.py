@@ -13,10 +13,20 @@ ENDS = Endpoints("127.0.0.1", 8000, 8001, 8002)
 def test_single_rank(tmp_path):
     argv = container_argv(IMAGE, tmp_path / "repo", 1, ENDS, "2g", [tmp_path / "engine"])
     repo = str((tmp_path / "repo").resolve())
-    assert argv[:10] == ["docker", "run", "--rm", "--gpus", "all", "--net", "host",
-                         "--shm-size=2g", "--ulimit", "memlock=-1"]
+    assert argv[:10] == [
+        "docker",
+        "run",
+        "--rm",
+        "--gpus",
+        "all",
+        "--net",
+        "host",
+        "--shm-size=2g",
+        "--ulimit",
+        "memlock=-1",
+    ]
     assert f"{repo}:{repo}" in argv and f"{tmp_path / 'engine'}:{tmp_path / 'engine'}" in argv
-    tail = argv[argv.index(IMAGE):]
+    tail = argv[argv.index(IMAGE) :]
     assert tail[:6] == [IMAGE, "mpirun", "--allow-run-as-root", "-n", "1", "tritonserver"]
     assert f"--model-repository={repo}" in tail and "--disable-auto-complete-config" in tail
     assert "--backend-config=python,shm-region-prefix-name=prefix0_" in tail
@@ -26,7 +36,7 @@ def test_single_rank(tmp_path):
 
 def test_world_size_four_has_one_server_per_rank(tmp_path):
     argv = container_argv(IMAGE, tmp_path, 4, ENDS, "2g", [])
-    ranks = " ".join(argv[argv.index("--allow-run-as-root") + 1:]).split(" : ")
+    ranks = " ".join(argv[argv.index("--allow-run-as-root") + 1 :]).split(" : ")
     assert len(ranks) == 4
     for rank, text in enumerate(ranks):
         assert text.startswith("-n 1 tritonserver")

@@ -24,8 +24,10 @@ def test_prepared_home_has_the_server_and_this_pythons_stub(tmp_path):
 def test_stub_without_its_libpython_is_refused(tmp_path):
     def loads(version: str) -> bool:
         stub = STUBS / version / "triton_python_backend_stub"
-        return "not found" not in subprocess.run(["ldd", str(stub)], capture_output=True,
-                                                 text=True).stdout
+        return (
+            "not found"
+            not in subprocess.run(["ldd", str(stub)], capture_output=True, text=True).stdout
+        )
 
     missing = next((v for v in ("3.8", "3.9", "3.10", "3.12") if not loads(v)), None)
     if missing is None:
@@ -33,7 +35,9 @@ def test_stub_without_its_libpython_is_refused(tmp_path):
     real = prepare_home(tmp_path / "real")
     home = ServerHome(root=tmp_path / "home", libs_dir=real.libs_dir)
     (home.backends_dir / "python").mkdir(parents=True)
-    shutil.copy2(STUBS / missing / "triton_python_backend_stub",
-                 home.backends_dir / "python" / "triton_python_backend_stub")
+    shutil.copy2(
+        STUBS / missing / "triton_python_backend_stub",
+        home.backends_dir / "python" / "triton_python_backend_stub",
+    )
     with pytest.raises(StageError, match=f"cannot load \\['libpython{missing}.so.1.0'\\]"):
         check_stub_libraries(home)

@@ -16,13 +16,25 @@ def engine_dir(root: Path, max_batch_size: int = ENGINE_MAX_BATCH_SIZE) -> Path:
     """An engine config.json as the build stage writes it (weights are not read by deploy)."""
     path = root / "engine"
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps({
-        "version": "0.1.0", "backend": "torch",
-        "pretrained_config": {"architecture": "LlamaForCausalLM",
-                              "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1}},
-        "build_config": {"max_batch_size": max_batch_size, "max_input_len": 192,
-                         "max_seq_len": 256, "max_num_tokens": 256, "max_beam_width": 1},
-    }))
+    (path / "config.json").write_text(
+        json.dumps(
+            {
+                "version": "0.1.0",
+                "backend": "torch",
+                "pretrained_config": {
+                    "architecture": "LlamaForCausalLM",
+                    "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1},
+                },
+                "build_config": {
+                    "max_batch_size": max_batch_size,
+                    "max_input_len": 192,
+                    "max_seq_len": 256,
+                    "max_num_tokens": 256,
+                    "max_beam_width": 1,
+                },
+            }
+        )
+    )
     return path
 
 

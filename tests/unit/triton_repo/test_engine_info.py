@@ -10,8 +10,12 @@ from tests.unit.triton_repo.repo_helpers import engine_dir
 
 def test_reads_the_build_limits(tmp_path):
     info = EngineInfo.read(engine_dir(tmp_path, max_batch_size=6))
-    assert (info.max_batch_size, info.max_input_len, info.max_seq_len, info.world_size) == \
-        (6, 192, 256, 1)
+    assert (info.max_batch_size, info.max_input_len, info.max_seq_len, info.world_size) == (
+        6,
+        192,
+        256,
+        1,
+    )
 
 
 def test_unreadable_engine_config(tmp_path):

@@ -8,9 +8,11 @@ from pipeline.triton_repo.llm_request import from_arrays, word_sequences
 
 def request_arrays(**extra) -> dict[str, np.ndarray]:
     """What the ensemble sends for one prompt: batch dim first, scalars as [1, 1]."""
-    arrays = {"input_ids": np.array([[5, 6, 7, 0]], np.int32),
-              "input_lengths": np.array([[3]], np.int32),
-              "request_output_len": np.array([[4]], np.int32)}
+    arrays = {
+        "input_ids": np.array([[5, 6, 7, 0]], np.int32),
+        "input_lengths": np.array([[3]], np.int32),
+        "request_output_len": np.array([[4]], np.int32),
+    }
     arrays.update({k: np.asarray(v) for k, v in extra.items()})
     return arrays
 
@@ -22,23 +24,38 @@ def test_prompt_is_cut_to_input_lengths():
     assert not request.is_streaming and request.is_input_excluded
 
 
-@pytest.mark.parametrize("extra", [
-    {},  # nothing sent: top_k = top_p = 0 means greedy in TensorRT-LLM
-    {"runtime_top_k": [[1]], "temperature": [[0.7]]},
-    {"temperature": [[0.0]], "runtime_top_p": [[0.9]]},
-    {"runtime_top_k": [[0]], "runtime_top_p": [[0.0]], "temperature": [[1.3]]},
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},  # nothing sent: top_k = top_p = 0 means greedy in TensorRT-LLM
+        {"runtime_top_k": [[1]], "temperature": [[0.7]]},
+        {"temperature": [[0.0]], "runtime_top_p": [[0.9]]},
+        {"runtime_top_k": [[0]], "runtime_top_p": [[0.0]], "temperature": [[1.3]]},
+    ],
+)
 def test_greedy_cases(extra):
     assert from_arrays(request_arrays(**extra), True).params.is_greedy
 
 
 def test_sampling_knobs_map_to_the_engine():
-    params = from_arrays(request_arrays(
-        runtime_top_k=np.array([[40]], np.int32), runtime_top_p=np.array([[0.0]], np.float32),
-        temperature=np.array([[0.7]], np.float32), seed=np.array([[123]], np.uint64),
-        end_id=np.array([[2]], np.int32), pad_id=np.array([[9]], np.int32)), True).params
-    assert (params.top_k, params.top_p, params.seed, params.end_id, params.pad_id) == \
-        (40, 1.0, 123, 2, 9)
+    params = from_arrays(
+        request_arrays(
+            runtime_top_k=np.array([[40]], np.int32),
+            runtime_top_p=np.array([[0.0]], np.float32),
+            temperature=np.array([[0.7]], np.float32),
+            seed=np.array([[123]], np.uint64),
+            end_id=np.array([[2]], np.int32),
+            pad_id=np.array([[9]], np.int32),
+        ),
+        True,
+    ).params
+    assert (params.top_k, params.top_p, params.seed, params.end_id, params.pad_id) == (
+        40,
+        1.0,
+        123,
+        2,
+        9,
+    )
     assert params.temperature == pytest.approx(0.7)
 
 
@@ -50,25 +67,36 @@ def test_word_list_format():
 
 
 def test_stop_and_bad_words_reach_the_params():
-    params = from_arrays(request_arrays(
-        stop_words_list=np.array([[[11, 12], [2, -1]]], np.int32),
-        bad_words_list=np.zeros((1, 2, 0), np.int32)), True).params
+    params = from_arrays(
+        request_arrays(
+            stop_words_list=np.array([[[11, 12], [2, -1]]], np.int32),
+            bad_words_list=np.zeros((1, 2, 0), np.int32),
+        ),
+        True,
+    ).params
     assert params.stop_sequences == ((11, 12),) and params.bad_sequences == ()
 
 
 def test_streaming_and_prompt_echo_flags():
-    request = from_arrays(request_arrays(streaming=np.array([[True]]),
-                                         exclude_input_in_output=np.array([[False]])), True)
+    request = from_arrays(
+        request_arrays(streaming=np.array([[True]]), exclude_input_in_output=np.array([[False]])),
+        True,
+    )
     assert request.is_streaming and not request.is_input_excluded
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"input_ids": np.array([[1, 2], [3, 4]], np.int32)}, "send one prompt per request"),
-    ({"input_lengths": np.array([[9]], np.int32)}, "input_lengths=9 but input_ids holds 4"),
-    ({"request_output_len": np.array([[0]], np.int32)}, "max_tokens=0 must be >= 1"),
-    ({"temperature": np.array([[0.5, 0.5]], np.float32), "runtime_top_k": [[5]]},
-     "temperature: expected one value per request"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"input_ids": np.array([[1, 2], [3, 4]], np.int32)}, "send one prompt per request"),
+        ({"input_lengths": np.array([[9]], np.int32)}, "input_lengths=9 but input_ids holds 4"),
+        ({"request_output_len": np.array([[0]], np.int32)}, "max_tokens=0 must be >= 1"),
+        (
+            {"temperature": np.array([[0.5, 0.5]], np.float32), "runtime_top_k": [[5]]},
+            "temperature: expected one value per request",
+        ),
+    ],
+)
 def test_refusals(extra, message):
     with pytest.raises(ValueError, match=message):
         from_arrays(request_arrays(**extra), True)

@@ -16,14 +16,19 @@ GOLDEN = Path(__file__).parent / "golden"
 
 def _normalized(text: str, root: Path) -> str:
     """Machine-specific absolute paths -> stable names."""
-    return (text.replace(str(root.resolve()), "<ROOT>")
-            .replace(str(Path(pipeline.__file__).resolve().parent.parent), "<PYTHON_PATH>"))
+    return text.replace(str(root.resolve()), "<ROOT>").replace(
+        str(Path(pipeline.__file__).resolve().parent.parent), "<PYTHON_PATH>"
+    )
 
 
 @pytest.mark.parametrize("model", MODEL_NAMES)
 def test_config_pbtxt_matches_golden(tmp_path, model):
-    repo = write_repo(tmp_path, "deploy.preprocessing_instance_count=2",
-                      "deploy.max_queue_delay_microseconds=100", "deploy.torch.num_threads=1")
+    repo = write_repo(
+        tmp_path,
+        "deploy.preprocessing_instance_count=2",
+        "deploy.max_queue_delay_microseconds=100",
+        "deploy.torch.num_threads=1",
+    )
     text = _normalized((repo / model / "config.pbtxt").read_text(), tmp_path)
     golden = GOLDEN / f"{model}.pbtxt"
     if os.environ.get("UPDATE_GOLDEN"):
@@ -34,10 +39,12 @@ def test_config_pbtxt_matches_golden(tmp_path, model):
 def test_python_models_are_copied_from_the_package(tmp_path):
     repo = write_repo(tmp_path)
     sources = Path(pipeline.__file__).parent / "triton_repo" / "python_models"
-    for model, source in (("preprocessing", "preprocessing.py"),
-                          ("postprocessing", "postprocessing.py"),
-                          ("tensorrt_llm_bls", "tensorrt_llm_bls.py"),
-                          ("tensorrt_llm", "torch_llm.py")):
+    for model, source in (
+        ("preprocessing", "preprocessing.py"),
+        ("postprocessing", "postprocessing.py"),
+        ("tensorrt_llm_bls", "tensorrt_llm_bls.py"),
+        ("tensorrt_llm", "torch_llm.py"),
+    ):
         assert (repo / model / "1" / "model.py").read_bytes() == (sources / source).read_bytes()
     assert (repo / "ensemble" / "1").is_dir()
 
@@ -48,8 +55,7 @@ def test_publish_swaps_the_repository_and_keeps_the_readme(tmp_path):
     target.mkdir()
     (target / "README.md").write_text("generated, do not edit\n")
     publish(repo, target, {"artifact": "a"})
-    assert sorted(p.name for p in target.iterdir()) == sorted(
-        [*MODEL_NAMES, "README.md", MARKER])
+    assert sorted(p.name for p in target.iterdir()) == sorted([*MODEL_NAMES, "README.md", MARKER])
     assert (target / "README.md").read_text() == "generated, do not edit\n"
     assert published_marker(target) == {"artifact": "a"}
     (target / "ensemble" / "stale").write_text("from the previous deploy")

@@ -15,8 +15,9 @@ def test_trtllm_repository_validates_with_the_shared_ensemble(tmp_path: Path):
     spec = make_spec("deploy", "backend=trtllm", "hardware=h100", workdir=tmp_path)
     tokenizer = tmp_path / "tokenizer"
     tokenizer.mkdir()
-    facts = write_repository(load_backend(spec), ENGINE, tokenizer, tmp_path / "repo",
-                             spec.deploy)  # raises ConfigError if any rule fails
+    facts = write_repository(
+        load_backend(spec), ENGINE, tokenizer, tmp_path / "repo", spec.deploy
+    )  # raises ConfigError if any rule fails
     assert facts["triton_max_batch_size"] == 8
     llm = read_config(tmp_path / "repo", "tensorrt_llm")
     assert llm.backend == "tensorrtllm" and llm.model_transaction_policy.decoupled

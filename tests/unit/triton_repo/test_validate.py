@@ -51,9 +51,13 @@ def test_placeholder_in_a_typed_field_is_named_with_its_line(repo):
 
 
 def test_placeholder_in_a_string_parameter(repo):
-    edit(repo, "postprocessing",
-         lambda c: c.parameters["skip_special_tokens"].__setattr__("string_value",
-                                                                  "${skip_special_tokens}"))
+    edit(
+        repo,
+        "postprocessing",
+        lambda c: c.parameters["skip_special_tokens"].__setattr__(
+            "string_value", "${skip_special_tokens}"
+        ),
+    )
     assert "unfilled placeholder '${skip_special_tokens}'" in problems(repo)
 
 
@@ -79,8 +83,11 @@ def test_name_differs_from_directory(repo):
 
 
 def test_duplicate_tensor_names(repo):
-    edit(repo, "ensemble", lambda c: c.output.add(name="text_output", data_type=mc.TYPE_STRING,
-                                                  dims=[-1]))
+    edit(
+        repo,
+        "ensemble",
+        lambda c: c.output.add(name="text_output", data_type=mc.TYPE_STRING, dims=[-1]),
+    )
     assert "ensemble: output 'text_output' declared 2 times" in problems(repo)
 
 
@@ -95,8 +102,11 @@ def test_instance_count_below_one(repo):
 
 
 def test_ensemble_step_names_a_missing_model(repo):
-    edit(repo, "ensemble",
-         lambda c: setattr(c.ensemble_scheduling.step[2], "model_name", "detokenizer"))
+    edit(
+        repo,
+        "ensemble",
+        lambda c: setattr(c.ensemble_scheduling.step[2], "model_name", "detokenizer"),
+    )
     assert "step names model 'detokenizer', which is not in the repository" in problems(repo)
 
 
@@ -106,35 +116,47 @@ def test_required_input_left_unmapped(repo):
 
 
 def test_mapped_input_that_nothing_produces(repo):
-    edit(repo, "ensemble", lambda c: c.ensemble_scheduling.step[1].input_map.update(
-        {"temperature": "temp"}))
+    edit(
+        repo,
+        "ensemble",
+        lambda c: c.ensemble_scheduling.step[1].input_map.update({"temperature": "temp"}),
+    )
     assert "input 'temperature' <- 'temp': no ensemble input or earlier step" in problems(repo)
 
 
 def test_dtype_disagreement(repo):
     assert read_config(repo, "ensemble").input[6].name == "temperature"
     edit(repo, "ensemble", lambda c: setattr(c.input[6], "data_type", mc.TYPE_FP64))
-    assert ("input 'temperature' <- 'temperature': dtype TYPE_FP64 but tensorrt_llm wants "
-            "TYPE_FP32") in problems(repo)
+    assert (
+        "input 'temperature' <- 'temperature': dtype TYPE_FP64 but tensorrt_llm wants TYPE_FP32"
+    ) in problems(repo)
 
 
 def test_dims_disagreement(repo):
     def one_dim(cfg):
         del cfg.input[0].dims[1:]
+
     edit(repo, "postprocessing", one_dim)
-    assert ("input 'TOKENS_BATCH' <- '_TOKENS_BATCH': dims [-1, -1] but postprocessing wants "
-            "[-1]") in problems(repo)
+    assert (
+        "input 'TOKENS_BATCH' <- '_TOKENS_BATCH': dims [-1, -1] but postprocessing wants [-1]"
+    ) in problems(repo)
 
 
 def test_output_map_of_an_undeclared_output(repo):
-    edit(repo, "ensemble", lambda c: c.ensemble_scheduling.step[2].output_map.update(
-        {"LOGITS": "logits"}))
+    edit(
+        repo,
+        "ensemble",
+        lambda c: c.ensemble_scheduling.step[2].output_map.update({"LOGITS": "logits"}),
+    )
     assert "maps output 'LOGITS', which postprocessing does not declare" in problems(repo)
 
 
 def test_tensor_produced_twice(repo):
-    edit(repo, "ensemble", lambda c: c.ensemble_scheduling.step[0].output_map.update(
-        {"OUT_END_ID": "text_output"}))
+    edit(
+        repo,
+        "ensemble",
+        lambda c: c.ensemble_scheduling.step[0].output_map.update({"OUT_END_ID": "text_output"}),
+    )
     assert "tensor 'text_output' is produced more than once" in problems(repo)
 
 
@@ -153,8 +175,7 @@ def test_triton_batch_size_above_the_engine(tmp_path):
 
 def test_ensemble_batch_size_above_a_composing_model(repo):
     edit(repo, "postprocessing", lambda c: setattr(c, "max_batch_size", 4))
-    edit(repo, "postprocessing",
-         lambda c: c.dynamic_batching.ClearField("preferred_batch_size"))
+    edit(repo, "postprocessing", lambda c: c.dynamic_batching.ClearField("preferred_batch_size"))
     assert "ensemble: max_batch_size 8 > postprocessing's 4; Triton refuses" in problems(repo)
 
 
@@ -175,10 +196,12 @@ def test_torch_backend_needs_decoupled(tmp_path):
 
 
 def test_decoupled_llm_and_bls_disagree(repo):
-    edit(repo, "tensorrt_llm_bls", lambda c: setattr(c.model_transaction_policy, "decoupled",
-                                                     False))
-    assert "tensorrt_llm is decoupled=True but tensorrt_llm_bls is decoupled=False" in \
-        problems(repo)
+    edit(
+        repo, "tensorrt_llm_bls", lambda c: setattr(c.model_transaction_policy, "decoupled", False)
+    )
+    assert "tensorrt_llm is decoupled=True but tensorrt_llm_bls is decoupled=False" in problems(
+        repo
+    )
 
 
 def test_pre_or_postprocessing_decoupled(repo):
@@ -187,14 +210,20 @@ def test_pre_or_postprocessing_decoupled(repo):
 
 
 def test_relative_tokenizer_dir(repo):
-    edit(repo, "preprocessing",
-         lambda c: c.parameters["tokenizer_dir"].__setattr__("string_value", "artifacts/tok"))
+    edit(
+        repo,
+        "preprocessing",
+        lambda c: c.parameters["tokenizer_dir"].__setattr__("string_value", "artifacts/tok"),
+    )
     assert "tokenizer_dir='artifacts/tok' must be an absolute path" in problems(repo)
 
 
 def test_missing_engine_dir(repo, tmp_path):
-    edit(repo, "tensorrt_llm", lambda c: c.parameters["engine_dir"].__setattr__(
-        "string_value", str(tmp_path / "gone")))
+    edit(
+        repo,
+        "tensorrt_llm",
+        lambda c: c.parameters["engine_dir"].__setattr__("string_value", str(tmp_path / "gone")),
+    )
     assert "engine_dir=" in problems(repo) and "is not a directory" in problems(repo)
 
 
@@ -208,6 +237,7 @@ def tensorrtllm_params(repo, **params) -> None:
         cfg.backend = "tensorrtllm"
         for key, value in params.items():
             cfg.parameters[key].string_value = value
+
     edit(repo, "tensorrt_llm", change)
 
 
@@ -217,14 +247,14 @@ def test_tensorrtllm_batching_strategy(repo):
 
 
 def test_tensorrtllm_bool_parameter(repo):
-    tensorrtllm_params(repo, gpt_model_type="inflight_fused_batching",
-                       enable_kv_cache_reuse="yes")
+    tensorrtllm_params(repo, gpt_model_type="inflight_fused_batching", enable_kv_cache_reuse="yes")
     assert "enable_kv_cache_reuse='yes' is not a bool" in problems(repo, "trtllm")
 
 
 def test_tensorrtllm_kv_cache_fraction(repo):
-    tensorrtllm_params(repo, gpt_model_type="inflight_fused_batching",
-                       kv_cache_free_gpu_mem_fraction="1.5")
+    tensorrtllm_params(
+        repo, gpt_model_type="inflight_fused_batching", kv_cache_free_gpu_mem_fraction="1.5"
+    )
     assert "kv_cache_free_gpu_mem_fraction='1.5' must be in (0, 1]" in problems(repo, "trtllm")
 
 

@@ -21,8 +21,12 @@ from tests.unit.trtllm.trtllm_helpers import (
     write_checkpoint,
 )
 
-H100 = Toolchain(trtllm_version="1.2.1", tensorrt_version="10.14.1.48",
-                 gpu_name="NVIDIA H100 80GB HBM3", gpu_sm=90)
+H100 = Toolchain(
+    trtllm_version="1.2.1",
+    tensorrt_version="10.14.1.48",
+    gpu_name="NVIDIA H100 80GB HBM3",
+    gpu_sm=90,
+)
 HAS_TRTLLM = importlib.util.find_spec("tensorrt_llm") is not None
 
 
@@ -64,8 +68,11 @@ def test_check_available_reports_config_problems_first(tmp_path):
 
 def test_check_available_with_toolchain(tmp_path):
     TrtllmBackend(trtllm_spec(tmp_path, "hardware=auto"), toolchain=H100).check_available()
-    with pytest.raises(ConfigError, match="hardware=a100: targets SM 80, but this machine builds "
-                                          "on NVIDIA H100 80GB HBM3 \\(SM 90\\)"):
+    with pytest.raises(
+        ConfigError,
+        match="hardware=a100: targets SM 80, but this machine builds "
+        "on NVIDIA H100 80GB HBM3 \\(SM 90\\)",
+    ):
         TrtllmBackend(trtllm_spec(tmp_path, "hardware=a100"), toolchain=H100).check_available()
 
 
@@ -86,8 +93,9 @@ def test_build_runs_trtllm_build_and_records_versions(tmp_path, fake_build):
 
 def test_timing_cache_is_reused_by_the_next_build(tmp_path, fake_build):
     _, _, first = build(tmp_path, "engine1")
-    cache_dir = (tmp_path / "work" / "trtllm-timing-cache" /
-                 "nvidia-h100-80gb-hbm3-sm90-trt10.14.1.48")
+    cache_dir = (
+        tmp_path / "work" / "trtllm-timing-cache" / "nvidia-h100-80gb-hbm3-sm90-trt10.14.1.48"
+    )
     assert first["timing_cache"]["hit"] is False and first["timing_cache"]["written"] is True
     assert (cache_dir / "model.cache").read_bytes() == b"tactics\n"
     _, _, second = build(tmp_path, "engine2")
@@ -131,8 +139,9 @@ def test_failed_build_reports_command_exit_code_and_log(tmp_path, fake_build, mo
 
 def test_engine_from_another_version_fails_the_build(tmp_path, fake_build, monkeypatch):
     monkeypatch.setenv("FAKE_TRTLLM_VERSION", "1.1.0")
-    with pytest.raises(StageError, match="config.json says TensorRT-LLM 1.1.0, but 1.2.1 is "
-                                         "installed"):
+    with pytest.raises(
+        StageError, match="config.json says TensorRT-LLM 1.1.0, but 1.2.1 is installed"
+    ):
         build(tmp_path, "engine")
 
 

@@ -17,8 +17,20 @@ HAS_TRTLLM = importlib.util.find_spec("tensorrt_llm") is not None
 def test_make_build_trtllm_fails_before_any_work(tmp_path):
     # -o: never (re)run `make setup` from a test, whatever its stamp says
     proc = subprocess.run(
-        ["make", "-s", "-o", ".venv/.setup-done", "build", "BACKEND=trtllm",
-         f"ARGS=workdir={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=120)
+        [
+            "make",
+            "-s",
+            "-o",
+            ".venv/.setup-done",
+            "build",
+            "BACKEND=trtllm",
+            f"ARGS=workdir={tmp_path}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "TensorRT-LLM 1.2.1 (trtllm-build + tensorrt_llm), which is not installed" in output
@@ -44,8 +56,9 @@ def test_docker_command_mounts_repo_and_runs_the_stage(tmp_path, monkeypatch):
     assert "secret" not in " ".join(argv)
     script = argv[-1]
     assert argv[-3:-1] == ["bash", "-c"]
-    assert script.endswith(f"exec python3 -m pipeline build backend=trtllm "
-                           f"workdir={tmp_path / 'work'}")
+    assert script.endswith(
+        f"exec python3 -m pipeline build backend=trtllm workdir={tmp_path / 'work'}"
+    )
     assert "hydra-core" in script and "requirements/models.txt" in script
 
 
@@ -56,6 +69,5 @@ def test_image_is_a_config_value(tmp_path):
 
 
 def test_paths_inside_the_repo_are_not_mounted_twice():
-    config = {"workdir": "artifacts",
-              "build": {"trtllm": {"timing_cache_dir": "/cache/trt"}}}
+    config = {"workdir": "artifacts", "build": {"trtllm": {"timing_cache_dir": "/cache/trt"}}}
     assert mounts(config, Path("/repo")) == [Path("/repo"), Path("/cache/trt")]

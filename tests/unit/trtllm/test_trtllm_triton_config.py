@@ -47,13 +47,17 @@ def test_fixture_engine_gives_tensorrtllm_model(tmp_path):
     assert list(config.dynamic_batching.preferred_batch_size) == [8]
     assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
     assert params(config) == {
-        "max_beam_width": "1", "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
+        "max_beam_width": "1",
+        "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
         "gpt_model_type": "inflight_fused_batching",
         "gpt_model_path": str(FIXTURE_ENGINE.resolve()),
         "batch_scheduler_policy": "guaranteed_no_evict",
-        "kv_cache_free_gpu_mem_fraction": "0.9", "enable_kv_cache_reuse": "false",
-        "enable_chunked_context": "false", "exclude_input_in_output": "true",
-        "executor_worker_path": "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"}
+        "kv_cache_free_gpu_mem_fraction": "0.9",
+        "enable_kv_cache_reuse": "false",
+        "enable_chunked_context": "false",
+        "exclude_input_in_output": "true",
+        "executor_worker_path": "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker",
+    }
     assert "${" not in text_format.MessageToString(config)
 
 
@@ -75,13 +79,19 @@ def test_inputs_and_outputs_follow_the_template(tmp_path):
 
 
 def test_deploy_values_flow_into_the_config(tmp_path):
-    config = generate(tmp_path, FIXTURE_ENGINE, "deploy.triton_max_batch_size=4",
-                      "deploy.decoupled_mode=false", "deploy.max_queue_delay_microseconds=100",
-                      "deploy.max_queue_size=16", "deploy.batch_scheduler_policy=max_utilization",
-                      "deploy.trtllm.kv_cache_free_gpu_mem_fraction=0.5",
-                      "deploy.trtllm.enable_kv_cache_reuse=true",
-                      "deploy.trtllm.max_tokens_in_paged_kv_cache=2560",
-                      "deploy.exclude_input_in_output=false")
+    config = generate(
+        tmp_path,
+        FIXTURE_ENGINE,
+        "deploy.triton_max_batch_size=4",
+        "deploy.decoupled_mode=false",
+        "deploy.max_queue_delay_microseconds=100",
+        "deploy.max_queue_size=16",
+        "deploy.batch_scheduler_policy=max_utilization",
+        "deploy.trtllm.kv_cache_free_gpu_mem_fraction=0.5",
+        "deploy.trtllm.enable_kv_cache_reuse=true",
+        "deploy.trtllm.max_tokens_in_paged_kv_cache=2560",
+        "deploy.exclude_input_in_output=false",
+    )
     assert config.max_batch_size == 4 and not config.model_transaction_policy.decoupled
     assert config.dynamic_batching.max_queue_delay_microseconds == 100
     assert config.dynamic_batching.default_queue_policy.max_queue_size == 16
@@ -94,8 +104,11 @@ def test_deploy_values_flow_into_the_config(tmp_path):
 
 def test_version_mismatch_is_refused(tmp_path):
     engine = engine_copy(tmp_path, lambda c: c.update(version="1.1.0"))
-    with pytest.raises(ConfigError, match=r"built by TensorRT-LLM 1\.1\.0, but the serving "
-                                          r"container .* runs 1\.2\.1"):
+    with pytest.raises(
+        ConfigError,
+        match=r"built by TensorRT-LLM 1\.1\.0, but the serving "
+        r"container .* runs 1\.2\.1",
+    ):
         generate(tmp_path, engine)
     assert not (tmp_path / "repo").exists()
 
@@ -107,10 +120,12 @@ def test_serving_version_is_a_config_key(tmp_path):
 
 
 def test_reuse_without_paged_context_fmha_is_refused(tmp_path):
-    engine = engine_copy(tmp_path, lambda c: c["build_config"]["plugin_config"].update(
-        use_paged_context_fmha=False))
-    with pytest.raises(ConfigError, match="enable_kv_cache_reuse=true: engine .* without paged "
-                                          "context FMHA"):
+    engine = engine_copy(
+        tmp_path, lambda c: c["build_config"]["plugin_config"].update(use_paged_context_fmha=False)
+    )
+    with pytest.raises(
+        ConfigError, match="enable_kv_cache_reuse=true: engine .* without paged context FMHA"
+    ):
         generate(tmp_path, engine, "deploy.trtllm.enable_kv_cache_reuse=true")
 
 
@@ -121,25 +136,43 @@ def test_engine_without_inflight_batching_support_is_refused(tmp_path):
 
 
 def test_triton_batch_above_engine_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="deploy.triton_max_batch_size=16: above the engine's "
-                                          "max_batch_size=8"):
+    with pytest.raises(
+        ConfigError, match="deploy.triton_max_batch_size=16: above the engine's max_batch_size=8"
+    ):
         generate(tmp_path, FIXTURE_ENGINE, "deploy.triton_max_batch_size=16")
 
 
 def test_engine_built_for_another_gpu_is_refused(tmp_path):
     engine = engine_copy(tmp_path)
-    (engine / "manifest.json").write_text(json.dumps({
-        "stage": "build-trtllm", "model": "m", "status": "ok", "config": {}, "inputs": {},
-        "fingerprint": "", "outputs": {}, "versions": {}, "wall_time_s": 0, "host": "h",
-        "created_at": "", "extra": {"gpu": {"name": "NVIDIA A100", "sm": 80}}}))
-    with pytest.raises(ConfigError, match="built on SM 80, TensorRT plans only run on that "
-                                          "architecture \\(target SM 90\\)"):
+    (engine / "manifest.json").write_text(
+        json.dumps(
+            {
+                "stage": "build-trtllm",
+                "model": "m",
+                "status": "ok",
+                "config": {},
+                "inputs": {},
+                "fingerprint": "",
+                "outputs": {},
+                "versions": {},
+                "wall_time_s": 0,
+                "host": "h",
+                "created_at": "",
+                "extra": {"gpu": {"name": "NVIDIA A100", "sm": 80}},
+            }
+        )
+    )
+    with pytest.raises(
+        ConfigError,
+        match="built on SM 80, TensorRT plans only run on that architecture \\(target SM 90\\)",
+    ):
         generate(tmp_path, engine, "hardware=h100")
 
 
 def test_engine_config_problems_are_reported(tmp_path):
-    engine = engine_copy(tmp_path, lambda c: (c.pop("version"), c["build_config"].pop(
-        "max_num_tokens")))
+    engine = engine_copy(
+        tmp_path, lambda c: (c.pop("version"), c["build_config"].pop("max_num_tokens"))
+    )
     with pytest.raises(ArtifactError, match="no 'version'.*build_config.max_num_tokens missing"):
         read_engine_config(engine)
     intact = engine_copy(tmp_path / "b")
@@ -150,6 +183,7 @@ def test_engine_config_problems_are_reported(tmp_path):
 
 def test_torch_engine_is_refused(tmp_path):
     engine = engine_copy(tmp_path, lambda c: c.update(backend="torch"))
-    with pytest.raises(ArtifactError, match="backend='torch': this engine was built by another "
-                                            "backend"):
+    with pytest.raises(
+        ArtifactError, match="backend='torch': this engine was built by another backend"
+    ):
         read_engine_config(engine)

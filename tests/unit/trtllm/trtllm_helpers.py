@@ -24,12 +24,22 @@ def trtllm_spec(workdir: Path, *overrides: str):
 def checkpoint_config(**overrides) -> dict:
     """A TensorRT-LLM checkpoint config.json (reference 1.2), SmolLM2-135M shaped, bfloat16."""
     config = {
-        "architecture": "LlamaForCausalLM", "dtype": "bfloat16", "logits_dtype": "float32",
-        "vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 30,
-        "num_attention_heads": 9, "num_key_value_heads": 3, "head_size": 64,
-        "intermediate_size": 1536, "hidden_act": "silu", "norm_epsilon": 1e-5,
-        "position_embedding_type": "rope_gpt_neox", "max_position_embeddings": 8192,
-        "rotary_base": 100000.0, "rotary_scaling": None,
+        "architecture": "LlamaForCausalLM",
+        "dtype": "bfloat16",
+        "logits_dtype": "float32",
+        "vocab_size": 49152,
+        "hidden_size": 576,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "head_size": 64,
+        "intermediate_size": 1536,
+        "hidden_act": "silu",
+        "norm_epsilon": 1e-5,
+        "position_embedding_type": "rope_gpt_neox",
+        "max_position_embeddings": 8192,
+        "rotary_base": 100000.0,
+        "rotary_scaling": None,
         "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1},
         "quantization": {"quant_algo": None, "kv_cache_quant_algo": None},
     }

@@ -52,8 +52,14 @@ def test_rotary_neox_matches_reference(kernel_device, assert_close, dtype, head_
     assert_close(k_rot, k_ref)
 
 
-def paged_cache(kernel_device, dtype, context_lens: list[int], block_size: int = 16,
-                num_kv_heads: int = 3, head_dim: int = 64):
+def paged_cache(
+    kernel_device,
+    dtype,
+    context_lens: list[int],
+    block_size: int = 16,
+    num_kv_heads: int = 3,
+    head_dim: int = 64,
+):
     """A cache with shuffled block ownership, filled through the KV-store kernel."""
     from pipeline.engine.kernels import kv_store
 
@@ -62,16 +68,20 @@ def paged_cache(kernel_device, dtype, context_lens: list[int], block_size: int =
     num_blocks = sum(per_seq) + 2
     order = torch.randperm(num_blocks).tolist()
     tables = torch.zeros(len(context_lens), max(per_seq) + 1, dtype=torch.int32)
-    k_cache = torch.zeros(num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype,
-                          device=kernel_device)
+    k_cache = torch.zeros(
+        num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=kernel_device
+    )
     v_cache = torch.zeros_like(k_cache)
     for b, n in enumerate(context_lens):
         blocks = [order.pop() for _ in range(per_seq[b])]
-        tables[b, :len(blocks)] = torch.tensor(blocks)
-        slots = torch.tensor([blocks[p // block_size] * block_size + p % block_size
-                              for p in range(n)], device=kernel_device)
-        k, v = (torch.randn(n, num_kv_heads, head_dim, device=kernel_device).to(dtype)
-                for _ in range(2))
+        tables[b, : len(blocks)] = torch.tensor(blocks)
+        slots = torch.tensor(
+            [blocks[p // block_size] * block_size + p % block_size for p in range(n)],
+            device=kernel_device,
+        )
+        k, v = (
+            torch.randn(n, num_kv_heads, head_dim, device=kernel_device).to(dtype) for _ in range(2)
+        )
         kv_store.store_kv(k, v, k_cache, v_cache, slots)
         ref_k, ref_v = torch.zeros_like(k_cache), torch.zeros_like(v_cache)
         reference.store_kv(k, v, ref_k, ref_v, slots)

@@ -14,7 +14,7 @@ def reference(q, k, v):
     # q [Tq, H, D] the last Tq of Tk positions; k, v [Tk, HKV, D] -> [Tq, H, D], causal
     tq, tk = q.shape[0], k.shape[0]
     k, v = k.repeat_interleave(H // HKV, 1), v.repeat_interleave(H // HKV, 1)
-    scores = torch.einsum("qhd,khd->hqk", q, k) * D ** -0.5
+    scores = torch.einsum("qhd,khd->hqk", q, k) * D**-0.5
     mask = torch.arange(tk)[None, :] <= torch.arange(tk - tq, tk)[:, None]
     weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
     return torch.einsum("hqk,khd->qhd", weights, v)
@@ -27,8 +27,10 @@ def paged(lengths, generator):
     tables, kvs = [], []
     for n in lengths:
         table = [free.pop() for _ in range(-(-n // BS))]
-        k, v = torch.randn(n, HKV, D, generator=generator), torch.randn(n, HKV, D,
-                                                                         generator=generator)
+        k, v = (
+            torch.randn(n, HKV, D, generator=generator),
+            torch.randn(n, HKV, D, generator=generator),
+        )
         slots = torch.tensor([table[p // BS] * BS + p % BS for p in range(n)])
         write_kv(k_cache, v_cache, k, v, slots)
         tables.append(table)
@@ -43,10 +45,11 @@ def test_paged_decode_matches_dense_attention():
     lengths = [5, 1, 12]
     k_cache, v_cache, tables, kvs = paged(lengths, g)
     q = torch.randn(3, H, D, generator=g)
-    out = paged_decode_attention(q, k_cache, v_cache, tables,
-                                 torch.tensor(lengths, dtype=torch.int32), D ** -0.5)
+    out = paged_decode_attention(
+        q, k_cache, v_cache, tables, torch.tensor(lengths, dtype=torch.int32), D**-0.5
+    )
     for i, (k, v) in enumerate(kvs):
-        torch.testing.assert_close(out[i], reference(q[i:i + 1], k, v)[0])
+        torch.testing.assert_close(out[i], reference(q[i : i + 1], k, v)[0])
 
 
 def test_varlen_prefill_with_cached_context_matches_dense_attention():
@@ -54,15 +57,19 @@ def test_varlen_prefill_with_cached_context_matches_dense_attention():
     lengths, query_lens = [7, 10], [7, 3]  # a whole prompt, and a chunk after 7 cached tokens
     k_cache, v_cache, tables, kvs = paged(lengths, g)
     q = torch.randn(sum(query_lens), H, D, generator=g)
-    out = varlen_prefill_attention(q, k_cache, v_cache, tables, query_lens, lengths, D ** -0.5)
+    out = varlen_prefill_attention(q, k_cache, v_cache, tables, query_lens, lengths, D**-0.5)
     torch.testing.assert_close(out[:7], reference(q[:7], *kvs[0]))
     torch.testing.assert_close(out[7:], reference(q[7:], *kvs[1]))
 
 
 def test_sdpa_causal_agrees_with_reference():
     g = torch.Generator().manual_seed(2)
-    q, k, v = torch.randn(6, H, D, generator=g), torch.randn(6, HKV, D, generator=g), \
-        torch.randn(6, HKV, D, generator=g)
-    out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                         is_causal=True, enable_gqa=True).transpose(0, 1)
+    q, k, v = (
+        torch.randn(6, H, D, generator=g),
+        torch.randn(6, HKV, D, generator=g),
+        torch.randn(6, HKV, D, generator=g),
+    )
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True
+    ).transpose(0, 1)
     torch.testing.assert_close(out, reference(q, k, v))

@@ -8,8 +8,13 @@ from pipeline.engine.layers.rotary import RotaryEmbedding, inverse_frequencies
 SCALINGS = [
     None,
     {"type": "linear", "factor": 4.0},
-    {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-     "original_max_position_embeddings": 64},
+    {
+        "type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    },
 ]
 
 
@@ -17,8 +22,9 @@ def hf_config(base: float, scaling: dict | None) -> LlamaConfig:
     params = {"rope_type": "default", "rope_theta": base}
     if scaling:
         params.update({k: v for k, v in scaling.items() if k != "type"}, rope_type=scaling["type"])
-    return LlamaConfig(hidden_size=128, num_attention_heads=4, max_position_embeddings=512,
-                       rope_parameters=params)
+    return LlamaConfig(
+        hidden_size=128, num_attention_heads=4, max_position_embeddings=512, rope_parameters=params
+    )
 
 
 @pytest.mark.parametrize("scaling", SCALINGS, ids=["default", "linear", "llama3"])

@@ -3,15 +3,20 @@ import torch
 from pipeline.engine.layers.sampler import Sampler, SamplingTensors, filtered_probs
 
 
-def tensors(n: int, vocab: int, temperature=1.0, top_k=0, top_p=1.0, greedy=False, seeds=None,
-            banned=None) -> SamplingTensors:
+def tensors(
+    n: int, vocab: int, temperature=1.0, top_k=0, top_p=1.0, greedy=False, seeds=None, banned=None
+) -> SamplingTensors:
     generators = []
     for seed in seeds or [None] * n:
         generators.append(None if seed is None else torch.Generator().manual_seed(seed))
     return SamplingTensors(
-        temperatures=torch.full((n,), temperature), top_ks=torch.full((n,), top_k or vocab),
-        top_ps=torch.full((n,), top_p), is_greedy=[greedy] * n, generators=generators,
-        banned_token_ids=banned or [[] for _ in range(n)])
+        temperatures=torch.full((n,), temperature),
+        top_ks=torch.full((n,), top_k or vocab),
+        top_ps=torch.full((n,), top_p),
+        is_greedy=[greedy] * n,
+        generators=generators,
+        banned_token_ids=banned or [[] for _ in range(n)],
+    )
 
 
 def sampler() -> Sampler:
