@@ -10,6 +10,29 @@ from pathlib import Path
 from pipeline.server.triton_server import Endpoints
 
 
+def docker_gpu_run(shm_size: str, volumes: list[Path], extra: tuple[str, ...] = ()) -> list[str]:
+    """`docker run` with all GPUs, host network and the shm/ulimits TensorRT-LLM asks for; each
+    volume is mounted at its own absolute path so host paths in manifests stay valid inside."""
+    argv = [
+        "docker",
+        "run",
+        "--rm",
+        "--gpus",
+        "all",
+        "--net",
+        "host",
+        f"--shm-size={shm_size}",
+        "--ulimit",
+        "memlock=-1",
+        "--ulimit",
+        "stack=67108864",
+        *extra,
+    ]
+    for volume in volumes:
+        argv += ["-v", f"{volume}:{volume}"]
+    return argv
+
+
 def _rank_argv(rank: int, repo_dir: Path, endpoints: Endpoints) -> list[str]:
     argv = [
         "-n",
@@ -39,22 +62,7 @@ def container_argv(
     """`docker run ... mpirun -n 1 tritonserver ... : -n 1 tritonserver ...` (world_size ranks)."""
     repo_dir = Path(repo_dir).resolve()
     volumes = sorted({str(Path(m).resolve()) for m in (repo_dir, *mounts)})
-    argv = [
-        "docker",
-        "run",
-        "--rm",
-        "--gpus",
-        "all",
-        "--net",
-        "host",
-        f"--shm-size={shm_size}",
-        "--ulimit",
-        "memlock=-1",
-        "--ulimit",
-        "stack=67108864",
-    ]
-    for volume in volumes:
-        argv += ["-v", f"{volume}:{volume}"]
+    argv = docker_gpu_run(shm_size, [Path(v) for v in volumes])
     argv += [image, "mpirun", "--allow-run-as-root"]
     for rank in range(world_size):
         argv += [*([":"] if rank else []), *_rank_argv(rank, repo_dir, endpoints)]

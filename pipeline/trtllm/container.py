@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from pipeline.errors import PipelineError, StageError
+from pipeline.server.container import docker_gpu_run
 
 log = logging.getLogger(__name__)
 
@@ -57,19 +58,7 @@ def mounts(config: dict, repo: Path = REPO) -> list[Path]:
 def docker_command(stage: str, overrides: list[str], config: dict, repo: Path = REPO) -> list[str]:
     image = config["build"]["trtllm"]["container_image"]
     shm_size = config["deploy"]["trtllm"]["shm_size"]
-    argv = [
-        "docker",
-        "run",
-        "--rm",
-        "--gpus",
-        "all",
-        "--net",
-        "host",
-        f"--shm-size={shm_size}",
-        "--ulimit",
-        "memlock=-1",
-        "--ulimit",
-        "stack=67108864",
+    extra = [
         "--user",
         f"{os.getuid()}:{os.getgid()}",
         "-e",
@@ -79,9 +68,8 @@ def docker_command(stage: str, overrides: list[str], config: dict, repo: Path = 
         "-e",
         f"PYTHONPATH={repo}",
     ]
-    argv += [a for name in PASS_ENV if name in os.environ for a in ("-e", name)]
-    for path in mounts(config, repo):
-        argv += ["-v", f"{path}:{path}"]
+    extra += [a for name in PASS_ENV if name in os.environ for a in ("-e", name)]
+    argv = docker_gpu_run(shm_size, mounts(config, repo), tuple(extra))
     script = " && ".join(
         (*SETUP, shlex.join(["exec", "python3", "-m", "pipeline", stage, *overrides]))
     )

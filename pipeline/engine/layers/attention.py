@@ -12,18 +12,7 @@ from torch.nn import functional as F
 
 from pipeline.engine import kernels
 from pipeline.engine.batch_metadata import BatchMetadata
-
-
-def write_kv(
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    slot_mapping: torch.Tensor,
-) -> None:
-    # caches [NB, BS, Hkv, D]; k, v [T, Hkv, D]; slot_mapping [T]
-    k_cache.view(-1, *k.shape[1:]).index_copy_(0, slot_mapping, k)
-    v_cache.view(-1, *v.shape[1:]).index_copy_(0, slot_mapping, v)
+from pipeline.engine.kernels.reference import store_kv
 
 
 def paged_decode_attention(
@@ -102,7 +91,7 @@ class Attention(nn.Module):
         if self.store_kernel:
             self.store_kernel.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         else:
-            write_kv(k_cache, v_cache, k, v, meta.slot_mapping)
+            store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         if meta.is_decode:
             kernel = self.decode_kernel
             # tl.dot needs blocks and heads of at least MIN_DOT rows

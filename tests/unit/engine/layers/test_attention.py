@@ -1,10 +1,10 @@
 import torch
 from torch.nn import functional as F
 
+from pipeline.engine.kernels.reference import store_kv
 from pipeline.engine.layers.attention import (
     paged_decode_attention,
     varlen_prefill_attention,
-    write_kv,
 )
 
 H, HKV, D, BS, NB = 4, 2, 8, 4, 16
@@ -32,7 +32,7 @@ def paged(lengths, generator):
             torch.randn(n, HKV, D, generator=generator),
         )
         slots = torch.tensor([table[p // BS] * BS + p % BS for p in range(n)])
-        write_kv(k_cache, v_cache, k, v, slots)
+        store_kv(k, v, k_cache, v_cache, slots)
         tables.append(table)
         kvs.append((k, v))
     width = max(len(t) for t in tables)
