@@ -2,6 +2,7 @@
 
 import logging
 import math
+from types import ModuleType
 
 import torch
 
@@ -42,6 +43,8 @@ class ModelRunner:
         generator.seed()
         self.sampler = Sampler(generator)
         self.graphs = None
+        if config.compile and self.device.type == "cuda":
+            _drop_triton_kernels(self.model)
         if config.use_cuda_graph and self.device.type == "cuda":
             self.graphs = self._capture_graphs(config)
         elif config.compile:
@@ -57,7 +60,7 @@ class ModelRunner:
             self.block_size,
             self.kv_cache.nbytes / 2**30,
             kernel_counts(self.model),
-            "on" if kernels.is_available(self.device) else "off",
+            "on" if kernels.is_available(self.device) and not config.compile else "off",
             self.graphs.batch_sizes if self.graphs else "off",
             "on" if self.graphs and config.compile else "off",
         )
@@ -196,3 +199,12 @@ class ModelRunner:
         if not seqs:
             return []
         return self.sampler(logits, self._sampling_tensors(seqs)).tolist()
+
+
+def _drop_triton_kernels(model: torch.nn.Module) -> None:
+    """Layers fall back to their plain-PyTorch ops, which inductor fuses itself: our Triton
+    kernels inside a compiled graph crashed inductor's autotuning (illegal address, H100)."""
+    for module in model.modules():
+        for name, value in list(vars(module).items()):
+            if isinstance(value, ModuleType):
+                setattr(module, name, None)
