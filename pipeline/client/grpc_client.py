@@ -2,7 +2,6 @@
 (ModelInfer refuses decoupled ones). A request is done when `triton_final_response` is set."""
 
 import queue
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -11,7 +10,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from pipeline.client.errors import ClientError, ClientTimeout
+from pipeline.client.errors import ClientError, ClientTimeout, wait_until_ready
 from pipeline.client.request import GenerateRequest
 
 
@@ -38,14 +37,7 @@ class GrpcClient:
             return False
 
     def wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not self.is_ready():
-            if time.monotonic() > deadline:
-                raise ClientTimeout(
-                    f"client: {self.model} at {self.url} not ready after "
-                    f"{timeout_s:.0f} s; is the server up (`make serve`)?"
-                )
-            time.sleep(0.5)
+        wait_until_ready(self.is_ready, self.model, self.url, timeout_s)
 
     def generate(self, request: GenerateRequest) -> str:
         """The whole answer in one response (stream=false)."""

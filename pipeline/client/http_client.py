@@ -3,14 +3,13 @@
 SSE chunk: Triton reports failures after the first chunk under HTTP 200."""
 
 import json
-import time
 from collections.abc import Iterator
 
 import numpy as np
 import requests
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
-from pipeline.client.errors import ClientError, ClientTimeout
+from pipeline.client.errors import ClientError, ClientTimeout, wait_until_ready
 from pipeline.client.request import GenerateRequest
 
 
@@ -55,14 +54,7 @@ class HttpClient:
             return False
 
     def wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not self.is_ready():
-            if time.monotonic() > deadline:
-                raise ClientTimeout(
-                    f"client: {self.model} at {self.url} not ready after "
-                    f"{timeout_s:.0f} s; is the server up (`make serve`)?"
-                )
-            time.sleep(0.5)
+        wait_until_ready(self.is_ready, self.model, self.url, timeout_s)
 
     def generate(self, request: GenerateRequest) -> str:
         body = self._post(f"/v2/models/{self.model}/generate", request.values(stream=False)).json()
