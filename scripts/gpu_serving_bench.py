@@ -229,6 +229,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="tiny settings (CPU smoke check)")
     parser.add_argument(
+        "--override", action="append", default=[], help="extra Hydra override for every step"
+    )
+    parser.add_argument(
         "--workdir",
         type=Path,
         default=None,
@@ -266,7 +269,7 @@ def main() -> int:
     if not has_server:
         print("server steps skipped (missing packages above); direct steps only", flush=True)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gpu_serving_bench-"))
-    base = base_overrides(workdir, args.quick, is_cuda)
+    base = base_overrides(workdir, args.quick, is_cuda) + list(args.override)
     start, results = time.perf_counter(), {}
     for name, stage, extra, is_optional in steps(args.quick, has_server):
         elapsed = time.perf_counter() - start

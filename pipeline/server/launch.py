@@ -33,7 +33,12 @@ def _log_path(workdir: str) -> Path:
 def local_server(deploy: DeploySpec, workdir: str) -> TritonServer:
     home = prepare_home(server_dir(workdir))
     return TritonServer.local(
-        home, Path(deploy.repo_dir), endpoints(deploy), _log_path(workdir), deploy.startup_timeout_s
+        home,
+        Path(deploy.repo_dir),
+        endpoints(deploy),
+        _log_path(workdir),
+        deploy.startup_timeout_s,
+        deploy.server_args,
     )
 
 

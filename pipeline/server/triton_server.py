@@ -62,7 +62,13 @@ class Endpoints:
                     ) from exc
 
 
-def local_argv(home: ServerHome, repo_dir: Path, endpoints: Endpoints, shm_prefix: str) -> list:
+def local_argv(
+    home: ServerHome,
+    repo_dir: Path,
+    endpoints: Endpoints,
+    shm_prefix: str,
+    extra_args: tuple[str, ...] = (),
+) -> list:
     return [
         str(home.binary),
         f"--model-repository={Path(repo_dir).resolve()}",
@@ -79,6 +85,7 @@ def local_argv(home: ServerHome, repo_dir: Path, endpoints: Endpoints, shm_prefi
         f"--http-port={endpoints.http_port}",
         f"--grpc-port={endpoints.grpc_port}",
         f"--metrics-port={endpoints.metrics_port}",
+        *extra_args,
     ]
 
 
@@ -108,11 +115,12 @@ class TritonServer:
         endpoints: Endpoints,
         log_path: Path,
         startup_timeout_s: float,
+        extra_args: tuple[str, ...] = (),
     ) -> "TritonServer":
         shm_prefix = f"pipeline{os.getpid()}-{secrets.token_hex(3)}_"
         tmp_dir = Path(log_path).parent / f"tmp-{shm_prefix.rstrip('_')}"
         return cls(
-            local_argv(home, repo_dir, endpoints, shm_prefix),
+            local_argv(home, repo_dir, endpoints, shm_prefix, extra_args),
             endpoints,
             log_path,
             startup_timeout_s,

@@ -33,6 +33,7 @@ class DeploySpec:
     grpc_port: int = 8001
     metrics_port: int = 8002
     startup_timeout_s: float = 300.0
+    server_args: tuple[str, ...] = ()  # extra tritonserver flags for the local server
     triton_max_batch_size: int = 0  # 0 = the engine's build_config.max_batch_size
     decoupled_mode: bool = True
     max_queue_delay_microseconds: int = 0
