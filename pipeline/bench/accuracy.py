@@ -37,35 +37,8 @@ def greedy_tokens(engine, prompts: list[list[int]], max_tokens: int) -> list[lis
     return [list(out.token_ids) for out in engine.generate(prompts, params)]
 
 
-@torch.inference_mode()
-def prompt_logits(engine, token_ids: list[int]) -> torch.Tensor:
-    """[S] ids -> [S, V] logits from one prefill of the engine's own model and kernels.
-
-    The engine has no scoring API, so this runs its model directly, the way the model runner
-    does, on the first blocks of the engine's own KV cache: only valid while the engine is idle
-    (no request owns a block), which regress guarantees (a fresh engine, before any request)."""
-    from pipeline.engine.batch_metadata import BatchMetadata
-
-    assert not engine.has_unfinished(), "prompt_logits needs an idle engine"
-    runner = engine.model_runner
-    device, num_tokens = runner.device, len(token_ids)
-    num_blocks = -(-num_tokens // runner.block_size)
-    assert num_blocks <= runner.num_kv_blocks, (num_blocks, runner.num_kv_blocks)
-    meta = BatchMetadata(
-        positions=torch.arange(num_tokens, device=device),
-        slot_mapping=torch.arange(num_tokens, device=device),
-        block_tables=torch.arange(num_blocks, dtype=torch.int32, device=device)[None],
-        context_lens=torch.tensor([num_tokens], dtype=torch.int32, device=device),
-        is_decode=False,
-        query_lens=[num_tokens],
-        context_lens_host=[num_tokens],
-    )
-    hidden = runner.model(torch.tensor(token_ids, device=device), meta, runner.kv_cache)
-    return runner.model.compute_logits(hidden)
-
-
 def perplexity(engine, token_ids: list[int]) -> float:
-    logits = prompt_logits(engine, token_ids)  # [S, V]
+    logits = engine.prompt_logits([token_ids])[0]  # [S, V]
     targets = torch.tensor(token_ids[1:], device=logits.device)
     return math.exp(F.cross_entropy(logits[:-1].float(), targets).item())
 
@@ -79,7 +52,7 @@ def measure_accuracy(
     corpus_path: Path | None = None,
 ) -> dict:
     corpus = read_corpus(corpus_path or lee_corpus_path())
-    ppl = perplexity(engine, ppl_window(tokenizer, corpus, ppl_num_tokens))  # while idle
+    ppl = perplexity(engine, ppl_window(tokenizer, corpus, ppl_num_tokens))
     return {
         "greedy_tokens": greedy_tokens(
             engine, greedy_prompts(tokenizer, corpus, num_prompts), max_tokens

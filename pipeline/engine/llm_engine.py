@@ -17,6 +17,7 @@ from pipeline.engine.model_runner import ModelRunner
 from pipeline.engine.outputs import RequestOutput, StreamDelta
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.scheduler import Scheduler
+from pipeline.engine.scoring import prompt_logits
 from pipeline.engine.sequence import Sequence
 from pipeline.errors import ArtifactError
 
@@ -190,6 +191,14 @@ class LLMEngine:
         return [
             RequestOutput.from_sequence(seq, self.decode(seq.completion_token_ids)) for seq in seqs
         ]
+
+    def prompt_logits(self, token_ids: list[list[int]]) -> torch.Tensor:
+        """Logits [B, S, V] for B equal-length prompts, as one prefill of this engine's model
+        (on a scratch KV cache: safe while requests are running)."""
+        runner = self.model_runner
+        layers, _, kv_heads, head_dim = runner.kv_layout
+        ids = torch.tensor(token_ids, device=runner.device)
+        return prompt_logits(runner.model, ids, layers, kv_heads, head_dim, runner.dtype)
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)

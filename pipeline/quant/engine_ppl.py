@@ -37,9 +37,9 @@ def check_engine_gate(recipe: Recipe, kv_cache: str, tp_size: int, pp_size: int)
 
 
 def engine_logits_fn(ckpt_dir: Path, device: torch.device) -> LogitsFn:
-    from pipeline.engine.batch_metadata import BatchMetadata
     from pipeline.engine.engine_config import DTYPES, ModelConfig
     from pipeline.engine.models import MODELS
+    from pipeline.engine.scoring import prompt_logits
 
     pretrained = json.loads((ckpt_dir / "config.json").read_text())
     config = ModelConfig.from_pretrained_config(pretrained, f"quantize ({ckpt_dir})")
@@ -52,31 +52,10 @@ def engine_logits_fn(ckpt_dir: Path, device: torch.device) -> LogitsFn:
         pretrained["max_position_embeddings"],
     )
 
-    @torch.inference_mode()
     def logits(ids: torch.Tensor) -> torch.Tensor:
-        # [B, S] -> [B, S, V]: B prompts of S tokens, packed, each in its own S-token block
-        num_seqs, seq_len = ids.shape
-        positions = torch.arange(seq_len, device=device).repeat(num_seqs)  # [B*S]
-        meta = BatchMetadata(
-            positions=positions,
-            slot_mapping=torch.arange(num_seqs * seq_len, device=device),
-            block_tables=torch.arange(num_seqs, dtype=torch.int32, device=device)[:, None],
-            context_lens=torch.full((num_seqs,), seq_len, dtype=torch.int32, device=device),
-            is_decode=False,
-            query_lens=[seq_len] * num_seqs,
-            context_lens_host=[seq_len] * num_seqs,
+        # [B, S] -> [B, S, V]
+        return prompt_logits(
+            model, ids.to(device), config.num_layers, config.num_kv_heads, config.head_dim, dtype
         )
-        kv_cache = torch.zeros(
-            config.num_layers,
-            2,
-            num_seqs,
-            seq_len,
-            config.num_kv_heads,
-            config.head_dim,
-            dtype=dtype,
-            device=device,
-        )
-        hidden = model(ids.reshape(-1).to(device), meta, kv_cache)  # [B*S, hidden]
-        return model.compute_logits(hidden).view(num_seqs, seq_len, -1)
 
     return logits

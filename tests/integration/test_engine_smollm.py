@@ -121,3 +121,20 @@ def test_small_kv_cache_queues_or_preempts_and_stays_correct(
     assert stats["num_free_blocks"] == stats["num_total_blocks"] == 5
     with pytest.raises(ValueError, match="can never fit"):
         small.add_request(prompt_ids[0], SamplingParams(max_tokens=100))
+
+
+def test_prompt_logits_equal_transformers_while_requests_run(
+    engine, smollm_hf_dir, prompt_ids, hf_greedy
+):
+    ids = prompt_ids[2][:16]
+    model = AutoModelForCausalLM.from_pretrained(smollm_hf_dir, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        expected = model(torch.tensor([ids])).logits[0]  # [S, V]
+    running = engine.add_request(prompt_ids[0], SamplingParams(max_tokens=4))
+    tokens = [t for d in engine.step() if d.request_id == running for t in d.token_ids]
+    logits = engine.prompt_logits([ids, ids])  # [2, S, V], while `running` owns KV blocks
+    torch.testing.assert_close(logits[0], expected, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(logits[1], logits[0])
+    while engine.has_unfinished():
+        tokens += [t for d in engine.step() if d.request_id == running for t in d.token_ids]
+    assert tokens == hf_greedy[0][:4]  # scoring did not disturb the running request
