@@ -5,22 +5,13 @@ from pathlib import Path
 
 from pipeline.artifacts import Manifest, StageRequest, produce_artifact, verify_outputs
 from pipeline.backends import load_backend
-from pipeline.stages import convert, forced
-
-
-def checkpoint(spec) -> Path:
-    """The checkpoint the engine is built from: quantize's output, or convert's when unquantized."""
-    if spec.quant.name == "none":
-        return convert.run(spec)
-    from pipeline.stages import quantize
-
-    return quantize.run(spec)
+from pipeline.stages import forced, quantize
 
 
 def run(spec) -> Path:
     backend = load_backend(spec)
     backend.check_available()
-    ckpt_dir = checkpoint(spec)
+    ckpt_dir = quantize.run(spec)  # convert's checkpoint when quant=none
     tokenizer_dir = Path(Manifest.read(ckpt_dir).extra["hf_dir"])
     request = StageRequest(
         workdir=Path(spec.workdir),
