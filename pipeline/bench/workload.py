@@ -5,12 +5,12 @@ A request carries both the prompt text (what the server tokenizes) and its token
 mode feeds the engine), so both paths see the same input.
 """
 
-import importlib.util
 import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline import package_files
 from pipeline.errors import ArtifactError, ConfigError
 
 WORD = re.compile(r"^ [A-Za-z]{2,}$")
@@ -26,15 +26,7 @@ class BenchRequest:
 
 
 def lee_corpus_path() -> Path:
-    spec = importlib.util.find_spec("gensim")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(
-            "bench: workload=corpus needs the gensim package for its Lee corpus; run "
-            "`make setup` (pip install --no-deps gensim) or set bench.corpus_path"
-        )
-    return (
-        Path(list(spec.submodule_search_locations)[0]) / "test" / "test_data" / "lee_background.cor"
-    )
+    return package_files.lee_corpus_path("bench: workload=corpus", "set bench.corpus_path")
 
 
 def word_token_pool(tokenizer) -> list[int]:

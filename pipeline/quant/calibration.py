@@ -5,7 +5,6 @@ The text is tokenized once and cut into consecutive windows of `seq_len` tokens.
 before them with a seeded permutation, so the two sets never share a token.
 """
 
-import importlib.util
 import json
 import logging
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ import torch
 from tqdm import tqdm
 
 from pipeline.errors import ConfigError
+from pipeline.package_files import lee_corpus_path
 
 log = logging.getLogger(__name__)
 
@@ -42,21 +42,10 @@ def check_sizes(quant) -> None:
 
 
 def lee_background_path() -> Path:
-    """gensim's news corpus, found without importing gensim (its import is slow and heavy)."""
-    spec = importlib.util.find_spec("gensim")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(
-            "quantize: quant.calib_dataset=lee_background needs the gensim package "
-            "files; run `pip install --no-deps gensim==4.4.0` (make setup does) or "
-            "set quant.calib_dataset to a .txt/.jsonl file"
-        )
-    path = Path(spec.submodule_search_locations[0]) / "test" / "test_data" / "lee_background.cor"
-    if not path.is_file():
-        raise ConfigError(
-            f"quantize: {path} is missing from the gensim install; reinstall gensim "
-            f"4.4.0 or set quant.calib_dataset to a .txt/.jsonl file"
-        )
-    return path
+    return lee_corpus_path(
+        "quantize: quant.calib_dataset=lee_background",
+        "set quant.calib_dataset to a .txt/.jsonl file",
+    )
 
 
 def _read_jsonl(path: Path) -> str:

@@ -6,7 +6,6 @@ RPATH to the bundled libs, so env() puts them on LD_LIBRARY_PATH, after the inte
 LIBDIR: the stub must load the same libpython as the venv, or stdlib and C core disagree.
 """
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -17,17 +16,18 @@ from importlib import metadata
 from pathlib import Path
 
 from pipeline.errors import StageError
+from pipeline.package_files import package_dir
 
 
 def _pytriton_dir() -> Path:
     # found, not imported: only the bundled server is used, not pytriton's Python API and deps
-    spec = importlib.util.find_spec("pytriton")
-    if spec is None or not spec.submodule_search_locations:
+    root = package_dir("pytriton")
+    if root is None:
         raise StageError(
             "serve: nvidia-pytriton is not installed (it ships tritonserver); run "
             "`make setup` or `pip install -e '.[serve]'`"
         )
-    return Path(list(spec.submodule_search_locations)[0])
+    return root
 
 
 @dataclass(frozen=True, slots=True)
