@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from tqdm import tqdm
 
 from pipeline.bench.arrivals import poisson_arrival_times
-from pipeline.bench.load_generator import MODES
+from pipeline.bench.load_generator import check_load_shape
 from pipeline.bench.records import RequestRecord
 from pipeline.bench.workload import BenchRequest
-from pipeline.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +36,7 @@ class DirectDriver:
         seed: int,
         origin_s: float,
     ) -> None:
-        if mode not in MODES:
-            raise ConfigError(f"bench: bench.mode={mode!r} is unknown; use one of {MODES}")
+        check_load_shape(mode, concurrency)
         self.engine = engine
         self.mode, self.concurrency, self.request_rate = mode, concurrency, request_rate
         self.temperature, self.seed, self.origin_s = temperature, seed, origin_s

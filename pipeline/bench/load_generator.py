@@ -22,6 +22,17 @@ log = logging.getLogger(__name__)
 MODES = ("concurrency", "rate")
 
 
+def check_load_shape(mode: str, concurrency: int) -> None:
+    """The bench knobs both drivers (server and direct) need valid."""
+    if mode not in MODES:
+        raise ConfigError(f"bench: bench.mode={mode!r} is unknown; use one of {MODES}")
+    if concurrency < 1:
+        raise ConfigError(
+            f"bench: bench.concurrency={concurrency} must be >= 1 (in "
+            f"mode=rate it caps the requests in flight)"
+        )
+
+
 class LoadGenerator:
     def __init__(
         self,
@@ -33,13 +44,7 @@ class LoadGenerator:
         seed: int,
         origin_s: float,
     ) -> None:
-        if mode not in MODES:
-            raise ConfigError(f"bench: bench.mode={mode!r} is unknown; use one of {MODES}")
-        if concurrency < 1:
-            raise ConfigError(
-                f"bench: bench.concurrency={concurrency} must be >= 1 (in "
-                f"mode=rate it caps the requests in flight)"
-            )
+        check_load_shape(mode, concurrency)
         self.name = target.name
         self.target = target
         self.mode = mode
