@@ -15,7 +15,6 @@ import json
 import logging
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from pipeline.server.ports import free_ports  # noqa: E402
 
 # module -> what to pip install (see requirements/models.txt and pyproject.toml)
 REQUIRED = {
@@ -63,17 +64,6 @@ def missing(modules: dict[str, str]) -> dict[str, str]:
         if not found:
             out[module] = pip_name
     return out
-
-
-def free_ports(num: int) -> list[int]:
-    socks = [socket.socket() for _ in range(num)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 def base_overrides(workdir: Path, quick: bool, is_cuda: bool) -> list[str]:

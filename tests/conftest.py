@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from pipeline.server.ports import free_ports
+
 REPO = Path(__file__).resolve().parent.parent
 CONF_DIR = str(REPO / "conf")
 
@@ -64,20 +66,6 @@ def smollm_engine_dir(session_workdir, smollm_ckpt_dir) -> Path:
     from pipeline.stages import build
 
     return build.run(make_spec("build", *SMOLLM_ENGINE_OVERRIDES, workdir=session_workdir))
-
-
-def free_ports(num: int) -> list[int]:
-    """Ports nothing listens on right now (bound to port 0, then released)."""
-    import socket
-
-    socks = [socket.socket() for _ in range(num)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 @pytest.fixture(scope="session")

@@ -14,9 +14,10 @@ from pipeline.client import ClientError, GenerateRequest, GrpcClient, HttpClient
 from pipeline.client.metrics import fetch_metrics, metric_value
 from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.server import launch
+from pipeline.server.ports import free_ports
 from pipeline.server.triton_server import SHM_DIR
 from pipeline.stages import deploy
-from tests.conftest import SMOLLM_ENGINE_OVERRIDES, free_ports, make_spec
+from tests.conftest import SMOLLM_ENGINE_OVERRIDES, make_spec
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
