@@ -111,6 +111,19 @@ class Manifest:
         return sha256_json([self.stage, self.config, self.fingerprint, self.outputs])
 
 
+def read_json_object(path: Path, fix: str) -> dict:
+    """A JSON file that must hold an object; ArtifactError naming the file and `fix` otherwise."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: missing; {fix}") from None
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{path}: not valid JSON ({exc}); {fix}") from None
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{path}: must hold a JSON object; {fix}")
+    return data
+
+
 def input_record(path: Path) -> dict:
     """How a manifest refers to an input: upstream artifacts by digest, files by sha256."""
     path = Path(path)

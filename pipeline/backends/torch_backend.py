@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pipeline
+from pipeline.checkpoint.trtllm_config import read_checkpoint_config
 from pipeline.engine.engine_config import ModelConfig
 from pipeline.engine.layers.linear import check_quantization
 from pipeline.errors import ArtifactError, ConfigError, StageError
@@ -48,17 +49,6 @@ def _build_problems(build) -> list[str]:
             f"{build.max_seq_len}; lower max_input_len or raise max_seq_len"
         )
     return problems
-
-
-def _read_checkpoint_config(checkpoint_dir: Path) -> dict:
-    path = checkpoint_dir / "config.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ArtifactError(
-            f"build: cannot read the checkpoint's {path} ({exc}); re-run convert "
-            f"or quantize with force=true"
-        ) from exc
 
 
 def check_checkpoint(cfg: dict, checkpoint_dir: Path) -> None:
@@ -121,7 +111,7 @@ class TorchBackend:
 
     def build(self, checkpoint_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict:
         checkpoint_dir = Path(checkpoint_dir)
-        cfg = _read_checkpoint_config(checkpoint_dir)
+        cfg = read_checkpoint_config(checkpoint_dir, "build")
         check_checkpoint(cfg, checkpoint_dir)
         build = self._build
         max_positions = cfg.get("max_position_embeddings")

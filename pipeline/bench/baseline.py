@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.artifacts import read_json_object
 from pipeline.errors import ArtifactError
 
 SCHEMA_VERSION = 1
@@ -75,12 +76,7 @@ def read_baseline(path: Path) -> dict:
             f"regress: no baseline at {path}; create it from this run with "
             f"`make update-baseline` (or set bench.regress.baseline to a file)"
         )
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(
-            f"{path}: not valid JSON ({exc}); restore it from git or run `make update-baseline`"
-        ) from exc
+    data = read_json_object(path, "restore it from git or run `make update-baseline`")
     if data.get("schema_version") != SCHEMA_VERSION:
         raise ArtifactError(
             f"{path}: schema_version={data.get('schema_version')!r}, expected "

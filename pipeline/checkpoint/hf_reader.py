@@ -1,18 +1,18 @@
 """Read an HF safetensors directory tensor by tensor, without building the model."""
 
-import json
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
 
+from pipeline.artifacts import read_json_object
 from pipeline.errors import ArtifactError
 
 
 class HFCheckpoint:
     def __init__(self, hf_dir: Path):
         self.hf_dir = Path(hf_dir)
-        self.config = _read_json(self.hf_dir / "config.json")
+        self.config = read_json_object(self.hf_dir / "config.json", "re-run fetch (force=true)")
         self._index = self._build_index()
         self._handles: dict[Path, object] = {}
 
@@ -49,12 +49,3 @@ class HFCheckpoint:
             raise ArtifactError(
                 f"{path}: cannot read tensor {name!r} ({exc}); re-run fetch with force=true"
             ) from exc
-
-
-def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        raise ArtifactError(f"{path}: missing; re-run fetch (force=true)")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{path}: invalid JSON ({exc}); re-run fetch (force=true)") from exc

@@ -1,8 +1,20 @@
 """config.json of a TensorRT-LLM checkpoint (PretrainedConfig.to_dict()) from an HF config."""
 
+from pathlib import Path
+
+from pipeline.artifacts import read_json_object
 from pipeline.checkpoint.architectures import architecture_of
 
 DTYPES = ("float32", "float16", "bfloat16")
+
+
+def read_checkpoint_config(checkpoint_dir: Path, stage: str) -> dict:
+    """A TensorRT-LLM checkpoint's config.json (PretrainedConfig.to_dict())."""
+    return read_json_object(
+        Path(checkpoint_dir) / "config.json",
+        f"{stage} needs a TensorRT-LLM checkpoint (config.json + rank<N>.safetensors); re-run "
+        f"convert/quantize with force=true",
+    )
 
 
 def rope_settings(hf_config: dict) -> tuple[float, dict | None]:

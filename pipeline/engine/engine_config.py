@@ -4,12 +4,12 @@ Components copy the fields they need in __init__ and never read config.json them
 """
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from pipeline.artifacts import read_json_object
 from pipeline.engine.layers.rotary import SUPPORTED_SCALINGS, scaling_type
 from pipeline.engine.scheduler import POLICIES
 from pipeline.errors import ArtifactError, ConfigError
@@ -135,14 +135,7 @@ def resolve_device(device: str) -> torch.device:
 
 def read_engine_json(engine_dir: Path) -> dict:
     path = Path(engine_dir) / "config.json"
-    if not path.is_file():
-        raise ArtifactError(
-            f"{path}: missing; build the engine with `python -m pipeline build backend=torch`"
-        )
-    try:
-        cfg = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{path}: invalid JSON ({exc}); rebuild the engine") from exc
+    cfg = read_json_object(path, "build the engine with `python -m pipeline build backend=torch`")
     if cfg.get("backend") != "torch":
         raise ArtifactError(
             f"{path}: backend={cfg.get('backend')!r}, not a torch engine; build with backend=torch"

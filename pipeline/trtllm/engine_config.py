@@ -4,10 +4,10 @@
 "plugin_config": {...}}} + rank<N>.engine per rank. The C++ runtime reads only this file.
 """
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.artifacts import read_json_object
 from pipeline.errors import ArtifactError
 
 BUILD_KEYS = ("max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens", "max_beam_width")
@@ -43,18 +43,9 @@ class EngineConfig:
 
 
 def _load(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ArtifactError(
-            f"{path}: missing; not a TensorRT-LLM engine dir (re-run "
-            f"`make build BACKEND=trtllm DOCKER=1`)"
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{path}: not valid JSON ({exc}); rebuild the engine") from None
-    if not isinstance(data, dict):
-        raise ArtifactError(f"{path}: must hold a JSON object; rebuild the engine")
-    return data
+    return read_json_object(
+        path, "not a TensorRT-LLM engine dir; re-run `make build BACKEND=trtllm DOCKER=1`"
+    )
 
 
 def read_engine_config(engine_dir: Path) -> EngineConfig:

@@ -4,11 +4,10 @@ Before the checkpoint exists (check_available), dtype, quantization and parallel
 from the config; once it exists (build), they are read from its config.json, which wins.
 """
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import ArtifactError
+from pipeline.checkpoint.trtllm_config import read_checkpoint_config
 from pipeline.specs.build import BuildSpec
 
 # quant.name (modelopt qformat) / quant.kv_cache -> the checkpoint's quant_algo (reference 3.3)
@@ -57,7 +56,7 @@ def facts_from_spec(spec, sm: int | None) -> BuildFacts:
 
 def facts_from_checkpoint(spec, checkpoint_dir: Path, sm: int | None) -> BuildFacts:
     """Facts for the real build: the checkpoint's config.json decides dtype, quant and mapping."""
-    config = read_checkpoint_config(checkpoint_dir)
+    config = read_checkpoint_config(checkpoint_dir, "build")
     quant = config.get("quantization") or {}
     mapping = config.get("mapping") or {}
     return BuildFacts(
@@ -73,22 +72,3 @@ def facts_from_checkpoint(spec, checkpoint_dir: Path, sm: int | None) -> BuildFa
         checkpoint=config,
         checkpoint_dir=Path(checkpoint_dir),
     )
-
-
-def read_checkpoint_config(checkpoint_dir: Path) -> dict:
-    path = Path(checkpoint_dir) / "config.json"
-    try:
-        config = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ArtifactError(
-            f"build: {path} is missing; a TensorRT-LLM checkpoint needs "
-            f"config.json + rank<N>.safetensors (re-run convert/quantize with "
-            f"force=true)"
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(
-            f"build: {path} is not valid JSON ({exc}); re-run convert/quantize with force=true"
-        ) from None
-    if not isinstance(config, dict):
-        raise ArtifactError(f"build: {path} must hold a JSON object (PretrainedConfig.to_dict())")
-    return config
