@@ -6,13 +6,16 @@ and in-process), batch-size sweep, KV-capacity threshold. JSON, markdown and plo
 
 Runs the pipeline's own stages (profile, sweep) with overrides; each step's failure is recorded
 and the next step still runs. Missing packages are listed with the pip command that adds them;
-without tritonclient/nvidia-pytriton only the in-process (direct) parts run.
+without tritonclient/nvidia-pytriton only the in-process (direct) parts run. Where this env has
+numpy 2, which Triton 2.51's python stubs cannot run with, the server steps use a stub env built
+under the workdir (pipeline.server.stub_env; --stub-hide, --stub-pip-args).
 """
 
 import argparse
 import importlib.util
 import json
 import logging
+import shlex
 import shutil
 import signal
 import subprocess
@@ -25,6 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from pipeline.errors import StageError  # noqa: E402
+from pipeline.server import stub_env, stub_python  # noqa: E402
 from pipeline.server.ports import free_ports  # noqa: E402
 
 # module -> what to pip install (see requirements/models.txt and pyproject.toml)
@@ -121,6 +126,17 @@ def steps(quick: bool, has_server: bool) -> list[tuple[str, str, list[str], bool
     if has_server:
         out.append(("sweep_server", "sweep", ["bench.sweep.target=server"], True))
     return out
+
+
+def stub_python_overrides(workdir: Path, hide: list[str], pip_args: str) -> list[str]:
+    """[] when this env's numpy suits the stubs, else deploy.stub_python of a new stub env."""
+    try:
+        stub_python.check_numpy(stub_python.probe())
+        return []
+    except StageError as exc:
+        print(f"{exc}\nbuilding a stub env under {workdir}", flush=True)
+    python3 = stub_env.create(workdir / "stub-env", tuple(hide), tuple(shlex.split(pip_args)))
+    return [f"deploy.stub_python={python3}"]
 
 
 def run_step(stage: str, overrides: list[str], log_path: Path, timeout_s: float) -> Path:
@@ -222,6 +238,12 @@ def main() -> int:
         "--override", action="append", default=[], help="extra Hydra override for every step"
     )
     parser.add_argument(
+        "--stub-hide", action="append", default=[], help="stub env: module to hide (repeatable)"
+    )
+    parser.add_argument(
+        "--stub-pip-args", default="", help="stub env: extra `pip install` args for numpy<2"
+    )
+    parser.add_argument(
         "--workdir",
         type=Path,
         default=None,
@@ -261,6 +283,13 @@ def main() -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gpu_serving_bench-"))
     base = base_overrides(workdir, args.quick, is_cuda) + list(args.override)
     start, results = time.perf_counter(), {}
+    if has_server and not any(o.startswith("deploy.stub_python=") for o in args.override):
+        try:
+            base += stub_python_overrides(workdir, args.stub_hide, args.stub_pip_args)
+        except Exception as exc:  # the direct steps still run
+            has_server = False
+            results["stub_env"] = {"status": "failed", "error": f"{exc}"[:2000]}
+            print(f"server steps skipped: no stub env ({exc})", flush=True)
     for name, stage, extra, is_optional in steps(args.quick, has_server):
         elapsed = time.perf_counter() - start
         if is_optional and elapsed > TIME_BUDGET_S * 0.7:

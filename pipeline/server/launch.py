@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pipeline.errors import StageError
+from pipeline.server import stub_python
 from pipeline.server.container import container_argv
 from pipeline.server.server_home import prepare_home
 from pipeline.server.triton_server import Endpoints, TritonServer
@@ -31,7 +32,9 @@ def _log_path(workdir: str) -> Path:
 
 
 def local_server(deploy: DeploySpec, workdir: str) -> TritonServer:
-    home = prepare_home(server_dir(workdir))
+    python = stub_python.probe(deploy.stub_python)
+    stub_python.check_numpy(python)
+    home = prepare_home(server_dir(workdir), python)
     return TritonServer.local(
         home,
         Path(deploy.repo_dir),

@@ -1,22 +1,21 @@
 """A runnable tritonserver from the nvidia-pytriton wheel (Triton 2.51 + the python backend).
 
-The wheel's bin/backends are copied once into a cache dir with the python stub matching this
-interpreter (the wheel keeps stubs apart), as pytriton itself does. The copy loses the $ORIGIN
-RPATH to the bundled libs, so env() puts them on LD_LIBRARY_PATH, after the interpreter's own
-LIBDIR: the stub must load the same libpython as the venv, or stdlib and C core disagree.
+The wheel's bin/backends are copied once into a cache dir with the python stub matching the
+stubs' Python (stub_python.py; the wheel keeps stubs apart), as pytriton itself does. The copy
+loses the $ORIGIN RPATH to the bundled libs, so env() puts them on LD_LIBRARY_PATH, after that
+Python's LIBDIR: the stub must load the same libpython as its env, or stdlib and C core disagree.
 """
 
 import os
 import shutil
 import subprocess
-import sys
-import sysconfig
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
 from pipeline.errors import StageError
 from pipeline.package_files import package_dir
+from pipeline.server.stub_python import StubPython
 
 
 def _pytriton_dir() -> Path:
@@ -34,6 +33,7 @@ def _pytriton_dir() -> Path:
 class ServerHome:
     root: Path
     libs_dir: Path
+    python: StubPython
 
     @property
     def binary(self) -> Path:
@@ -50,26 +50,26 @@ class ServerHome:
     def env(self, tmp_dir: Path) -> dict[str, str]:
         env = dict(os.environ)
         lib_path = [
-            sysconfig.get_config_var("LIBDIR"),
+            self.python.libdir,
             str(self.libs_dir),
             env.get("LD_LIBRARY_PATH", ""),
         ]
         env["LD_LIBRARY_PATH"] = ":".join(p for p in lib_path if p)
         # the stub finds its prefix (and so the venv's site-packages) through python3 on PATH
-        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        env["PATH"] = f"{self.python.bin_dir}:{env.get('PATH', '')}"
         env["TMPDIR"] = str(tmp_dir)  # python_env_* extraction dirs land where stop() cleans up
         return env
 
 
-def prepare_home(cache_root: Path) -> ServerHome:
+def prepare_home(cache_root: Path, python: StubPython) -> ServerHome:
     """Copy the wheel's server once per (pytriton version, python version) under cache_root."""
     dist = _pytriton_dir() / "tritonserver"
-    python_version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    python_version = python.version
     stub = dist / "python_backend_stubs" / python_version / "triton_python_backend_stub"
     if not stub.is_file():
         raise StageError(
             f"serve: nvidia-pytriton has no python backend stub for Python "
-            f"{python_version} ({stub}); use Python 3.8-3.13"
+            f"{python_version} ({stub}); use Python 3.8-3.13 (deploy.stub_python)"
         )
     libs_dir = dist.parent.parent / "nvidia_pytriton.libs"
     version = metadata.version("nvidia-pytriton")
@@ -81,7 +81,7 @@ def prepare_home(cache_root: Path) -> ServerHome:
         shutil.copy2(stub, tmp / "backends" / "python" / "triton_python_backend_stub")
         shutil.rmtree(root, ignore_errors=True)
         os.rename(tmp, root)
-    home = ServerHome(root=root, libs_dir=libs_dir)
+    home = ServerHome(root=root, libs_dir=libs_dir, python=python)
     check_stub_libraries(home)
     return home
 
@@ -100,7 +100,6 @@ def check_stub_libraries(home: ServerHome) -> None:
     if missing:
         raise StageError(
             f"serve: the python backend stub {stub} cannot load {missing}; install "
-            f"the shared libpython of this interpreter (Debian/Ubuntu: apt install "
-            f"libpython{sys.version_info.major}.{sys.version_info.minor}) or use a "
-            f"Python built with --enable-shared"
+            f"the shared libpython of {home.python.bin_dir / 'python3'} (Debian/Ubuntu: apt "
+            f"install libpython{home.python.version}) or use a Python built with --enable-shared"
         )

@@ -34,6 +34,7 @@ class DeploySpec:
     metrics_port: int = 8002
     startup_timeout_s: float = 300.0
     server_args: tuple[str, ...] = ()  # extra tritonserver flags for the local server
+    stub_python: str = ""  # python3 whose env the python-backend stubs use; "" = this one
     triton_max_batch_size: int = 0  # 0 = the engine's build_config.max_batch_size
     decoupled_mode: bool = True
     max_queue_delay_microseconds: int = 0

@@ -16,7 +16,16 @@ from pipeline.stages import build, forced
 from pipeline.triton_repo import repo_writer
 
 # DeploySpec fields that concern the server, not the repository (no re-deploy when they change)
-SERVER_KEYS = ("repo_dir", "host", "http_port", "grpc_port", "metrics_port", "startup_timeout_s")
+SERVER_KEYS = (
+    "repo_dir",
+    "host",
+    "http_port",
+    "grpc_port",
+    "metrics_port",
+    "startup_timeout_s",
+    "server_args",
+    "stub_python",
+)
 REPOSITORY = "repository"
 
 

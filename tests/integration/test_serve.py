@@ -1,19 +1,21 @@
 """The deployed SmolLM2 repository in the real tritonserver, through every client path.
 
-One server for the module (torch backend, CPU, one engine thread); the engine loaded in-process
-gives the expected greedy text. The last test stops the server and checks nothing is left.
+One server for the module (torch backend, CPU, one engine thread), its python models run in a
+stub env (pipeline.server.stub_env) as a numpy-2 install would; the engine loaded in-process gives
+the expected greedy text. The last test stops the server and checks nothing is left.
 """
 
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import psutil
 import pytest
 
 from pipeline.client import ClientError, GenerateRequest, GrpcClient, HttpClient, cli
 from pipeline.client.metrics import fetch_metrics, metric_value
 from pipeline.engine import LLMEngine, SamplingParams
-from pipeline.server import launch
+from pipeline.server import launch, stub_env
 from pipeline.server.ports import free_ports
 from pipeline.server.triton_server import SHM_DIR
 from pipeline.stages import deploy
@@ -37,7 +39,12 @@ NUM_BURST_REQUESTS = 64
 
 
 @pytest.fixture(scope="module")
-def served_spec(session_workdir, smollm_engine_dir):
+def stub_python3(tmp_path_factory):
+    return stub_env.create(tmp_path_factory.mktemp("stub") / "env", hide=("gensim",))
+
+
+@pytest.fixture(scope="module")
+def served_spec(session_workdir, smollm_engine_dir, stub_python3):
     http, grpc, metrics = free_ports(3)
     return make_spec(
         "serve",
@@ -47,6 +54,7 @@ def served_spec(session_workdir, smollm_engine_dir):
         f"deploy.grpc_port={grpc}",
         f"deploy.metrics_port={metrics}",
         "deploy.torch.num_threads=1",
+        f"deploy.stub_python={stub_python3}",
         workdir=session_workdir,
     )
 
@@ -269,6 +277,14 @@ def test_cli_as_the_readme_shows(server, expected, capsys):
     assert "pipeline_engine_batch_size" in capsys.readouterr().out
     assert cli.main(["--url", grpc_url, "generate", ""]) == 1
     assert "error: client: ensemble at" in capsys.readouterr().err
+
+
+def test_python_models_run_in_the_stub_env(server, stub_python3):
+    processes = psutil.Process(server.process.pid).children(recursive=True)
+    stubs = [p for p in processes if "triton_python_backend_stub" in " ".join(p.cmdline())]
+    assert len(stubs) == 4  # preprocessing, tensorrt_llm, postprocessing, tensorrt_llm_bls
+    for stub in stubs:
+        assert stub.environ()["PATH"].split(":")[0] == str(stub_python3.parent)
 
 
 def test_server_stops_cleanly(server):

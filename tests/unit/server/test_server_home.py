@@ -10,15 +10,16 @@ import pytriton
 
 from pipeline.errors import StageError
 from pipeline.server.server_home import ServerHome, check_stub_libraries, prepare_home
+from pipeline.server.stub_python import probe
 
 STUBS = Path(pytriton.__file__).parent / "tritonserver" / "python_backend_stubs"
 
 
 def test_prepared_home_has_the_server_and_this_pythons_stub(tmp_path):
-    home = prepare_home(tmp_path)
+    home = prepare_home(tmp_path, probe())
     assert home.binary.is_file()
     assert (home.backends_dir / "python" / "triton_python_backend_stub").is_file()
-    assert prepare_home(tmp_path) == home  # copied once, reused
+    assert prepare_home(tmp_path, probe()) == home  # copied once, reused
 
 
 def test_stub_without_its_libpython_is_refused(tmp_path):
@@ -32,8 +33,8 @@ def test_stub_without_its_libpython_is_refused(tmp_path):
     missing = next((v for v in ("3.8", "3.9", "3.10", "3.12") if not loads(v)), None)
     if missing is None:
         pytest.skip("every stub's libpython is installed here")
-    real = prepare_home(tmp_path / "real")
-    home = ServerHome(root=tmp_path / "home", libs_dir=real.libs_dir)
+    real = prepare_home(tmp_path / "real", probe())
+    home = ServerHome(root=tmp_path / "home", libs_dir=real.libs_dir, python=real.python)
     (home.backends_dir / "python").mkdir(parents=True)
     shutil.copy2(
         STUBS / missing / "triton_python_backend_stub",
