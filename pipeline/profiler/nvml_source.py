@@ -15,18 +15,24 @@ class NvmlSource:
         self.handles = [
             pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())
         ]
-        self.names = [pynvml.nvmlDeviceGetName(h) for h in self.handles]
-        self.total_bytes = [pynvml.nvmlDeviceGetMemoryInfo(h).total for h in self.handles]
+        # read now: describe() runs after close(), and NVML is shut down then unless someone
+        # else in the process (torch) still holds it
+        self.driver = pynvml.nvmlSystemGetDriverVersion()
+        self.devices = [
+            {
+                "index": i,
+                "name": pynvml.nvmlDeviceGetName(h),
+                "memory_total_bytes": pynvml.nvmlDeviceGetMemoryInfo(h).total,
+            }
+            for i, h in enumerate(self.handles)
+        ]
         self.has_pcie = True
 
     def describe(self) -> dict:
         return {
             "source": "nvml",
-            "driver": pynvml.nvmlSystemGetDriverVersion(),
-            "devices": [
-                {"index": i, "name": n, "memory_total_bytes": t}
-                for i, (n, t) in enumerate(zip(self.names, self.total_bytes, strict=True))
-            ],
+            "driver": self.driver,
+            "devices": self.devices,
             "metrics": {
                 "util_pct": "%",
                 "mem_used_bytes": "bytes",
