@@ -1,7 +1,11 @@
 """Thread-safe front of LLMEngine: submit from any thread, stream deltas back per request.
 
 One background thread owns the LLMEngine: it takes new requests and cancels from an inbox,
-runs step() while work exists, and routes each StreamDelta to its request's handle.
+runs step() while work exists, and routes each StreamDelta to its request's handle, or, with an
+outbox, puts each step's deltas there as one list. A server with many streams wants the outbox:
+one consumer thread wakes once per step, where a thread per request wakes per token and every
+wake-up competes with the engine thread for the GIL (measured on an H100 at 64 streams: engine
+tokens/s 0.46x of a plain step loop with a thread per request, about 0.8-1.0x with the outbox).
 """
 
 import logging
@@ -42,8 +46,11 @@ class RequestHandle:
 
 
 class AsyncLLMEngine:
-    def __init__(self, engine: LLMEngine):
+    def __init__(self, engine: LLMEngine, outbox: queue.SimpleQueue | None = None):
+        """outbox: gets list[StreamDelta] per step (and the exception if the engine fails)
+        instead of the handles, which then only name and cancel their requests."""
         self.engine = engine  # touched only by the background thread after this point
+        self._outbox = outbox
         self._lock = threading.Condition()
         self._inbox: list[tuple[list[int], SamplingParams, RequestHandle]] = []
         self._cancels: list[str] = []
@@ -104,14 +111,19 @@ class AsyncLLMEngine:
         return True
 
     def _route(self, deltas: list[StreamDelta]) -> None:
+        routed = []
         with self._lock:
             for delta in deltas:
                 handle = self._handles.get(delta.request_id)
                 if handle is None:
                     continue
-                handle._put(delta)
+                routed.append(delta)
+                if self._outbox is None:
+                    handle._put(delta)
                 if delta.finished:
                     del self._handles[delta.request_id]
+        if self._outbox is not None and routed:
+            self._outbox.put(routed)
 
     def _loop(self) -> None:
         try:
@@ -122,11 +134,14 @@ class AsyncLLMEngine:
             with self._lock:
                 self._error = exc
                 handles, self._handles = self._handles, {}
-            for handle in handles.values():
-                handle._put(exc)
+            if self._outbox is not None:
+                self._outbox.put(exc)
+            else:
+                for handle in handles.values():
+                    handle._put(exc)
             return
         with self._lock:
-            handles, self._handles = self._handles, {}
-        for request_id, handle in handles.items():
+            handles = dict(self._handles)
+        for request_id in handles:
             self.engine.abort(request_id)  # frees its blocks; False if it was still queued here
-            handle._put(StreamDelta(request_id, [], True, "cancelled"))
+        self._route([StreamDelta(request_id, [], True, "cancelled") for request_id in handles])

@@ -96,10 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--hide", action="append", default=[], help="top-level module to hide (repeatable)"
     )
-    parser.add_argument("pip_args", nargs="*", help="after --: extra `pip install` arguments")
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])  # after --: extra `pip install` arguments
     try:
-        python3 = create(args.env_dir, tuple(args.hide), tuple(args.pip_args))
+        python3 = create(args.env_dir, tuple(args.hide), tuple(argv[split + 1 :]))
     except (StageError, subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -2,17 +2,27 @@
 
 Triton glue (tensors, response senders, metrics) stays in python_models/torch_llm.py; this part
 runs without Triton. Every Triton request becomes one AsyncLLMEngine submission, so concurrent
-requests share engine steps (in-flight batching) instead of queueing behind each other.
+requests share engine steps (in-flight batching). One responder thread takes each step's deltas
+from the engine's outbox and hands every request its chunk through `respond`: a thread per
+request would wake once per token and fight the engine thread for the GIL.
 """
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+import logging
+import queue
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from pipeline.engine import AsyncLLMEngine, LLMEngine
+from pipeline.engine import AsyncLLMEngine, LLMEngine, StreamDelta
 from pipeline.triton_repo.llm_request import LLMRequest, from_arrays
+
+log = logging.getLogger(__name__)
+_STOP = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,24 +31,26 @@ class OutputChunk:
     is_final: bool
 
 
-class OutputStream:
-    """Iterate the chunks of one request; cancel() stops it in the engine."""
+# respond(context, chunk or the engine's failure) -> False when the caller is gone (cancelled)
+Respond = Callable[[Any, OutputChunk | BaseException], bool]
 
-    def __init__(self, handle, request: LLMRequest):
-        self.handle, self.request = handle, request
 
-    def cancel(self) -> None:
-        self.handle.cancel()
+@dataclass(slots=True)
+class _Live:
+    """One request in flight: who to answer, and (not streaming) the tokens so far."""
 
-    def __iter__(self) -> Iterator[OutputChunk]:
+    request: LLMRequest
+    context: Any
+    tokens: list[int] = field(default_factory=list)
+
+    def chunk(self, delta: StreamDelta) -> OutputChunk | None:
         if self.request.is_streaming:  # TensorRT-LLM streams new tokens only, prompt or not
-            for delta in self.handle:
-                yield OutputChunk(np.asarray(delta.token_ids, np.int32), delta.finished)
-            return
-        tokens = [] if self.request.is_input_excluded else list(self.request.prompt_token_ids)
-        for delta in self.handle:
-            tokens.extend(delta.token_ids)
-        yield OutputChunk(np.asarray(tokens, np.int32), True)
+            return OutputChunk(np.asarray(delta.token_ids, np.int32), delta.finished)
+        self.tokens.extend(delta.token_ids)
+        if not delta.finished:
+            return None
+        prompt = [] if self.request.is_input_excluded else self.request.prompt_token_ids
+        return OutputChunk(np.asarray([*prompt, *self.tokens], np.int32), True)
 
 
 class LLMService:
@@ -50,6 +62,7 @@ class LLMService:
         num_kv_blocks: int,
         enable_chunked_prefill: bool,
         exclude_input_in_output: bool,
+        respond: Respond,
     ):
         runtime = {
             "scheduler_policy": scheduler_policy,
@@ -57,19 +70,62 @@ class LLMService:
             "num_kv_blocks": num_kv_blocks or None,
         }
         self.engine = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)
-        self.async_engine = AsyncLLMEngine(self.engine)
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.async_engine = AsyncLLMEngine(self.engine, outbox=self._outbox)
         self.exclude_input_in_output = exclude_input_in_output
+        self._respond = respond
+        self._live: dict[str, _Live] = {}
+        self._lock = threading.Lock()
+        self._responder = threading.Thread(target=self._run, name="llm-responder", daemon=True)
+        self._responder.start()
 
-    def generate(self, arrays: dict[str, np.ndarray]) -> OutputStream:
-        """Submit now; ValueError for inputs the engine can never serve (limits, bad values)."""
+    def generate(self, arrays: dict[str, np.ndarray], context: Any) -> None:
+        """Submit now; its chunks go to respond(context, ...). ValueError for inputs the engine
+        can never serve (limits, bad values), RuntimeError once the engine is gone."""
         request = from_arrays(arrays, self.exclude_input_in_output)
-        return OutputStream(
-            self.async_engine.submit(request.prompt_token_ids, request.params), request
-        )
+        request_id = uuid.uuid4().hex
+        with self._lock:  # known before the engine can answer it
+            self._live[request_id] = _Live(request, context)
+        try:
+            self.async_engine.submit(request.prompt_token_ids, request.params, request_id)
+        except BaseException:
+            with self._lock:
+                del self._live[request_id]
+            raise
+
+    def _run(self) -> None:
+        while (item := self._outbox.get()) is not _STOP:
+            if isinstance(item, BaseException):
+                with self._lock:
+                    lives, self._live = list(self._live.values()), {}
+                for live in lives:
+                    self._answer(None, live, item)
+                continue
+            for delta in item:
+                with self._lock:
+                    live = self._live.get(delta.request_id)
+                    if live is not None and delta.finished:
+                        del self._live[delta.request_id]
+                if live is not None and (chunk := live.chunk(delta)) is not None:
+                    self._answer(delta.request_id, live, chunk)
+
+    def _answer(self, request_id: str | None, live: _Live, out) -> None:
+        try:
+            wanted = self._respond(live.context, out)
+        except Exception:  # one caller's failure must not stop the others' answers
+            log.exception("responding to request %s failed; cancelling it", request_id)
+            wanted = False
+        if not wanted and request_id is not None and not getattr(out, "is_final", True):
+            with self._lock:
+                self._live.pop(request_id, None)
+            self.async_engine.cancel(request_id)
 
     def stats(self) -> dict:
         """Engine counters (read from another thread: plain ints, a racy read is harmless)."""
         return self.engine.stats()
 
     def shutdown(self) -> None:
+        """Unfinished requests get a final (cancelled) chunk, then the responder stops."""
         self.async_engine.shutdown()
+        self._outbox.put(_STOP)
+        self._responder.join()

@@ -1,9 +1,9 @@
 """tensorrt_llm for backend=torch: the torch engine behind the tensorrtllm backend's interface.
 
-Decoupled: execute() submits each request to the engine and returns at once; a thread per request
-sends its responses as the engine produces tokens. Engine counters are exported as Triton custom
-metrics (pipeline_engine_*), since Triton's own counters can't see in-flight batching:
-generated_tokens > steps proves that steps served several requests at once.
+Decoupled: execute() submits each request to the engine and returns at once; the service's one
+responder thread sends every request's responses as the engine produces tokens. Engine counters
+are exported as Triton custom metrics (pipeline_engine_*), since Triton's own counters can't see
+in-flight batching: generated_tokens > steps proves that steps served several requests at once.
 """
 
 import json
@@ -67,6 +67,7 @@ class TritonPythonModel:
             num_kv_blocks=int(params["num_kv_blocks"]),
             enable_chunked_prefill=params["enable_chunked_prefill"] == "true",
             exclude_input_in_output=params["exclude_input_in_output"] == "true",
+            respond=self._respond,
         )
         labels = {"model": args["model_name"], "version": args["model_version"]}
         # a Metric needs its MetricFamily alive: keep both
@@ -90,45 +91,37 @@ class TritonPythonModel:
                 if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None
             }
             try:
-                stream = self.service.generate(arrays)
+                self.service.generate(arrays, sender)
             except (ValueError, RuntimeError) as exc:  # bad input, or the engine is gone
                 sender.send(
                     pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm: {exc}")),
                     flags=FINAL,
                 )
-                continue
-            threading.Thread(target=self._respond, args=(stream, sender), daemon=True).start()
         return None
 
     @staticmethod
-    def _respond(stream, sender):
-        is_closed = False
-        try:
-            for chunk in stream:
-                if sender.is_cancelled():  # still needs the final flag to release the request
-                    stream.cancel()
-                    break
-                ids = chunk.token_ids.reshape(1, 1, -1)  # [batch, beam, tokens]
-                sender.send(
-                    pb_utils.InferenceResponse(
-                        output_tensors=[
-                            pb_utils.Tensor("output_ids", ids),
-                            pb_utils.Tensor(
-                                "sequence_length", np.array([[ids.shape[-1]]], np.int32)
-                            ),
-                        ]
-                    ),
-                    flags=FINAL if chunk.is_final else 0,
-                )
-                is_closed = chunk.is_final
-        except Exception as exc:  # an engine failure must reach the client and close the request
+    def _respond(sender, out) -> bool:
+        """One chunk (or the engine's failure) to one request; False once its client is gone."""
+        if isinstance(out, BaseException):  # every open request must hear it, and close
             sender.send(
-                pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm: {exc!r}")),
+                pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm: {out!r}")),
                 flags=FINAL,
             )
-            is_closed = True
-        if not is_closed:
+            return False
+        if sender.is_cancelled():  # still needs the final flag to release the request
             sender.send(flags=FINAL)
+            return False
+        ids = out.token_ids.reshape(1, 1, -1)  # [batch, beam, tokens]
+        sender.send(
+            pb_utils.InferenceResponse(
+                output_tensors=[
+                    pb_utils.Tensor("output_ids", ids),
+                    pb_utils.Tensor("sequence_length", np.array([[ids.shape[-1]]], np.int32)),
+                ]
+            ),
+            flags=FINAL if out.is_final else 0,
+        )
+        return True
 
     def _export_metrics(self):
         max_running = 0

@@ -1,0 +1,149 @@
+"""The engine behind the `tensorrt_llm` python model, without Triton: one responder thread answers
+every request through `respond`, streaming or not, and a caller that is gone is cancelled."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from pipeline.engine import LLMEngine, SamplingParams
+from pipeline.triton_repo.llm_service import LLMService, OutputChunk
+
+PROMPTS = ["The capital of France is", "Water boils at", "To make tea, first"]
+NUM_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def engine(smollm_engine_dir) -> LLMEngine:
+    return LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def prompts(engine) -> list[list[int]]:
+    return [engine.tokenizer.encode(p) for p in PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def greedy(engine, prompts) -> list[list[int]]:
+    outs = engine.generate(prompts, SamplingParams(max_tokens=NUM_TOKENS, ignore_eos=True))
+    return [o.token_ids for o in outs]
+
+
+class Recorder:
+    """respond(): records chunks per context; returns False for contexts told to hang up."""
+
+    def __init__(self, hang_up_after: dict | None = None, fail_for: set | None = None):
+        self.chunks: dict[str, list] = {}
+        self.hang_up_after = hang_up_after or {}
+        self.fail_for = fail_for or set()
+        self.finished = threading.Condition()
+
+    def __call__(self, context, out) -> bool:
+        if context in self.fail_for:
+            raise OSError("client connection reset")
+        with self.finished:
+            self.chunks.setdefault(context, []).append(out)
+            self.finished.notify_all()
+        return len(self.chunks[context]) <= self.hang_up_after.get(context, 10**9)
+
+    def wait_final(self, contexts, timeout_s: float = 120) -> None:
+        def done():
+            return all(
+                c in self.chunks and getattr(self.chunks[c][-1], "is_final", True) for c in contexts
+            )
+
+        with self.finished:
+            assert self.finished.wait_for(done, timeout_s), self.chunks.keys()
+
+
+def arrays(prompt: list[int], streaming: bool, exclude_input: bool = True, **extra) -> dict:
+    return {
+        "input_ids": np.array([prompt], np.int32),
+        "input_lengths": np.array([[len(prompt)]], np.int32),
+        "request_output_len": np.array([[extra.get("max_tokens", NUM_TOKENS)]], np.int32),
+        "end_id": np.array([[-1]], np.int32),  # no eos: exactly max_tokens, as greedy
+        "streaming": np.array([[streaming]]),
+        "exclude_input_in_output": np.array([[exclude_input]]),
+    }
+
+
+def service(smollm_engine_dir, respond) -> LLMService:
+    return LLMService(smollm_engine_dir, "cpu", "guaranteed_no_evict", 0, True, True, respond)
+
+
+def test_streaming_and_whole_requests_are_answered_together(smollm_engine_dir, prompts, greedy):
+    recorder = Recorder()
+    svc = service(smollm_engine_dir, recorder)
+    try:
+        svc.generate(arrays(prompts[0], streaming=True), "stream")
+        svc.generate(arrays(prompts[1], streaming=False), "whole")
+        svc.generate(arrays(prompts[2], streaming=False, exclude_input=False), "with-prompt")
+        recorder.wait_final(["stream", "whole", "with-prompt"])
+    finally:
+        svc.shutdown()
+    stream = recorder.chunks["stream"]
+    assert [c.is_final for c in stream] == [False] * (NUM_TOKENS - 1) + [True]
+    assert [t for c in stream for t in c.token_ids.tolist()] == greedy[0]
+    (whole,) = recorder.chunks["whole"]
+    assert whole.token_ids.tolist() == greedy[1] and whole.is_final
+    (with_prompt,) = recorder.chunks["with-prompt"]
+    assert with_prompt.token_ids.tolist() == prompts[2] + greedy[2]
+
+
+def test_a_caller_gone_is_cancelled_and_a_failing_one_spares_the_others(
+    smollm_engine_dir, prompts, greedy
+):
+    recorder = Recorder(hang_up_after={"gone": 1}, fail_for={"broken"})
+    svc = service(smollm_engine_dir, recorder)
+    try:
+        svc.generate(arrays(prompts[0], streaming=True, max_tokens=100), "gone")
+        svc.generate(arrays(prompts[1], streaming=True, max_tokens=100), "broken")
+        svc.generate(arrays(prompts[2], streaming=True), "fine")
+        recorder.wait_final(["fine"])
+        deadline = time.monotonic() + 60
+        while svc.stats()["num_running"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert svc.stats()["num_running"] == 0  # both 100-token requests left the engine
+    finally:
+        svc.shutdown()
+    assert len(recorder.chunks["gone"]) == 2  # the chunk it hung up on, then nothing
+    assert "broken" not in recorder.chunks
+    assert [t for c in recorder.chunks["fine"] for t in c.token_ids.tolist()] == greedy[2]
+
+
+def test_shutdown_closes_requests_in_flight(smollm_engine_dir, prompts):
+    recorder = Recorder()
+    svc = service(smollm_engine_dir, recorder)
+    svc.generate(arrays(prompts[0], streaming=True, max_tokens=100), "open")
+    with recorder.finished:
+        recorder.finished.wait_for(lambda: "open" in recorder.chunks, 60)
+    svc.shutdown()
+    last = recorder.chunks["open"][-1]
+    assert isinstance(last, OutputChunk) and last.is_final
+    assert len(recorder.chunks["open"]) < 100
+    with pytest.raises(RuntimeError, match="shut down"):
+        svc.generate(arrays(prompts[0], streaming=True), "late")
+
+
+def test_an_engine_failure_reaches_every_open_request(smollm_engine_dir, prompts, monkeypatch):
+    recorder = Recorder()
+    svc = service(smollm_engine_dir, recorder)
+
+    both_in = threading.Event()
+
+    def broken_step():
+        both_in.wait(60)  # fail only once both requests are in
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(svc.engine, "step", broken_step)
+    svc.generate(arrays(prompts[0], streaming=True), "a")
+    svc.generate(arrays(prompts[1], streaming=False), "b")
+    both_in.set()
+    recorder.wait_final(["a", "b"])
+    for context in ("a", "b"):
+        (failure,) = recorder.chunks[context]
+        assert "illegal memory access" in repr(failure)
+    with pytest.raises(RuntimeError, match="failed"):
+        svc.generate(arrays(prompts[0], streaming=True), "late")
+    svc.shutdown()
