@@ -2,8 +2,9 @@
 side of the overhead ratio. Either a server this stage launches on the deployed repository (and
 stops), or one already running at bench.server_url.
 
-Token counting: the ensemble returns text only; each streamed response is one engine step, so a
-response with text counts as one token (an empty one, e.g. the step that ended on EOS, as none).
+Token counting: each response's sequence_length output (our ensemble's: a response carries
+several tokens when the server coalesces a stream that fell behind). A server without that output
+(an upstream ensemble) gets one token per response with text, as one response per engine step.
 Synthetic requests send end_id=-1 (as trtllm-bench's --eos_id -1) to run to exactly max_tokens.
 """
 
@@ -30,6 +31,7 @@ class ServerTarget:
 
         self.url = url
         self.client = GrpcClient(url, model=model, timeout_s=timeout_s)
+        self.count_tokens: bool | None = None  # known once the server is up
 
     def generator(self, bench, origin_s: float) -> LoadGenerator:
         return LoadGenerator(
@@ -44,6 +46,7 @@ class ServerTarget:
 
     def stream(self, request: BenchRequest, temperature: float, seed: int) -> Iterator[Chunk]:
         from pipeline.client import GenerateRequest
+        from pipeline.client.grpc_client import COUNT_OUTPUT
 
         generate = GenerateRequest(
             request.prompt,
@@ -52,8 +55,15 @@ class ServerTarget:
             seed=seed if temperature > 0 else None,
             end_id=NO_END_ID if request.ignore_eos else None,
         )
-        for text in self.client.stream(generate):
-            yield Chunk(1 if text else 0)
+        if self.count_tokens is None:
+            self.count_tokens = COUNT_OUTPUT in self.client.output_names()
+        for response in self.client.responses(
+            generate.arrays(stream=True), count_tokens=self.count_tokens
+        ):
+            if self.count_tokens:
+                yield Chunk(response.num_tokens)
+            elif response.text is not None:
+                yield Chunk(1 if response.text else 0)
 
 
 def _launch(spec):

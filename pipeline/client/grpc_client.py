@@ -13,11 +13,14 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 from pipeline.client.errors import ClientError, ClientTimeout, wait_until_ready
 from pipeline.client.request import GenerateRequest
 
+COUNT_OUTPUT = "sequence_length"
+
 
 @dataclass(frozen=True, slots=True)
 class StreamResponse:
     text: str | None  # None: a response without the output (e.g. the empty final one)
     is_final: bool
+    num_tokens: int = 0  # tokens behind text (sequence_length), when asked for with count_tokens
 
 
 class GrpcClient:
@@ -47,10 +50,16 @@ class GrpcClient:
         """Text deltas as the server sends them (stream=true)."""
         return (r.text for r in self.responses(request.arrays(stream=True)) if r.text is not None)
 
+    def output_names(self) -> set[str]:
+        with self._client() as client:
+            return {o.name for o in client.get_model_metadata(self.model).outputs}
+
     def responses(
-        self, arrays: dict[str, np.ndarray], output: str = "text_output"
+        self, arrays: dict[str, np.ndarray], output: str = "text_output", count_tokens: bool = False
     ) -> Iterator[StreamResponse]:
-        """Send one request; yield each response (its `output` as text) up to the final one."""
+        """Send one request; yield each response (its `output` as text) up to the final one;
+        count_tokens also asks for sequence_length (our ensemble and BLS have it)."""
+        requested = [output, COUNT_OUTPUT] if count_tokens else [output]
         inputs = []
         for name, array in arrays.items():
             tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
@@ -66,7 +75,7 @@ class GrpcClient:
                     self.model,
                     inputs,
                     request_id=uuid.uuid4().hex,
-                    outputs=[grpcclient.InferRequestedOutput(output)],
+                    outputs=[grpcclient.InferRequestedOutput(name) for name in requested],
                     enable_empty_final_response=True,
                 )
             except InferenceServerException:
@@ -102,8 +111,11 @@ class GrpcClient:
                 )
             array = result.as_numpy(output)
             is_final = result.get_response().parameters["triton_final_response"].bool_param
+            lengths = result.as_numpy(COUNT_OUTPUT)
             yield StreamResponse(
-                None if array is None else "".join(_text(v) for v in array.reshape(-1)), is_final
+                None if array is None else "".join(_text(v) for v in array.reshape(-1)),
+                is_final,
+                0 if lengths is None else int(lengths.sum()),
             )
             if is_final:
                 return

@@ -8,6 +8,8 @@ class TorchDeployOptions:
     num_threads: int = 0  # torch.set_num_threads inside the model; 0 = torch's default
     num_kv_blocks: int = 0  # 0 = size the paged KV cache from the engine's build limits
     enable_chunked_prefill: bool = True
+    # a stream's tokens that queued while its responses were being sent go out as one response
+    coalesce_stream: bool = True
 
 
 @dataclass(frozen=True, slots=True)

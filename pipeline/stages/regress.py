@@ -66,6 +66,7 @@ def measure_accuracy(spec, engine_dir: Path) -> dict:
             options.num_accuracy_prompts,
             options.accuracy_max_tokens,
             options.ppl_num_tokens,
+            Path(spec.bench.corpus_path) if spec.bench.corpus_path else None,
         )
 
 

@@ -36,7 +36,9 @@ ENSEMBLE_INPUTS = (
     t("stream", "BOOL", optional=True),
     t("exclude_input_in_output", "BOOL", optional=True),
 )
-ENSEMBLE_OUTPUTS = (t("text_output", "STRING", (-1,)),)
+# sequence_length (ours, not upstream's): tokens behind each response's text_output, for clients
+# that count tokens (a streamed response can carry several when the server falls behind)
+ENSEMBLE_OUTPUTS = (t("text_output", "STRING", (-1,)), t("sequence_length", "INT32", (-1,)))
 
 PREPROCESSING_INPUTS = (
     t("QUERY", "STRING"),
@@ -81,7 +83,7 @@ POSTPROCESSING_INPUTS = (
     t("TOKENS_BATCH", "INT32", (-1, -1)),
     t("SEQUENCE_LENGTH", "INT32", (-1,)),
 )
-POSTPROCESSING_OUTPUTS = (t("OUTPUT", "STRING", (-1,)),)
+POSTPROCESSING_OUTPUTS = (t("OUTPUT", "STRING", (-1,)), t("OUT_SEQUENCE_LENGTH", "INT32", (-1,)))
 
 # Ensemble steps: (model, {model input: ensemble tensor}, {model output: ensemble tensor}).
 ENSEMBLE_STEPS = (
@@ -127,7 +129,7 @@ ENSEMBLE_STEPS = (
     (
         "postprocessing",
         {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
-        {"OUTPUT": "text_output"},
+        {"OUTPUT": "text_output", "OUT_SEQUENCE_LENGTH": "sequence_length"},
     ),
 )
 

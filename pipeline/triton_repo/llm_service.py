@@ -5,13 +5,18 @@ runs without Triton. Every Triton request becomes one AsyncLLMEngine submission,
 requests share engine steps (in-flight batching). One responder thread takes each step's deltas
 from the engine's outbox and hands every request its chunk through `respond`: a thread per
 request would wake once per token and fight the engine thread for the GIL.
+
+Coalescing: Triton's python backend passes on a few thousand responses a second (measured on an
+H100 host: ~2.5k/s through the ensemble), fewer than the engine makes tokens at high
+concurrency. When steps queue up behind the responder, it merges them, so a stream gets all its
+new tokens in one response: throughput follows the engine instead of the response rate.
 """
 
 import logging
 import queue
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +58,17 @@ class _Live:
         return OutputChunk(np.asarray([*prompt, *self.tokens], np.int32), True)
 
 
+def merged(deltas: Iterable[StreamDelta]) -> list[StreamDelta]:
+    """One delta per request, tokens in order, ending as its last delta ends."""
+    out: dict[str, StreamDelta] = {}
+    for d in deltas:
+        if (so_far := out.get(d.request_id)) is not None:
+            tokens = so_far.token_ids + d.token_ids
+            d = StreamDelta(d.request_id, tokens, d.finished, d.finish_reason)
+        out[d.request_id] = d
+    return list(out.values())
+
+
 class LLMService:
     def __init__(
         self,
@@ -62,6 +78,7 @@ class LLMService:
         num_kv_blocks: int,
         enable_chunked_prefill: bool,
         exclude_input_in_output: bool,
+        coalesce_stream: bool,
         respond: Respond,
     ):
         runtime = {
@@ -73,6 +90,7 @@ class LLMService:
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self.async_engine = AsyncLLMEngine(self.engine, outbox=self._outbox)
         self.exclude_input_in_output = exclude_input_in_output
+        self.coalesce_stream = coalesce_stream
         self._respond = respond
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
@@ -94,13 +112,19 @@ class LLMService:
             raise
 
     def _run(self) -> None:
-        while (item := self._outbox.get()) is not _STOP:
+        later = None  # an item taken while coalescing that must wait its turn
+        while True:
+            item, later = (later, None) if later is not None else (self._outbox.get(), None)
+            if item is _STOP:
+                return
             if isinstance(item, BaseException):
                 with self._lock:
                     lives, self._live = list(self._live.values()), {}
                 for live in lives:
                     self._answer(None, live, item)
                 continue
+            if self.coalesce_stream:
+                item, later = self._queued_behind(item)
             for delta in item:
                 with self._lock:
                     live = self._live.get(delta.request_id)
@@ -108,6 +132,17 @@ class LLMService:
                         del self._live[delta.request_id]
                 if live is not None and (chunk := live.chunk(delta)) is not None:
                     self._answer(delta.request_id, live, chunk)
+
+    def _queued_behind(self, deltas: list[StreamDelta]) -> tuple[list[StreamDelta], object]:
+        """deltas merged with every step queued behind them; and a non-step item met on the way."""
+        while True:
+            try:
+                item = self._outbox.get_nowait()
+            except queue.Empty:
+                return merged(deltas), None
+            if not isinstance(item, list):
+                return merged(deltas), item
+            deltas = deltas + item
 
     def _answer(self, request_id: str | None, live: _Live, out) -> None:
         try:

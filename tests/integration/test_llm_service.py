@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from pipeline.engine import LLMEngine, SamplingParams
-from pipeline.triton_repo.llm_service import LLMService, OutputChunk
+from pipeline.engine import LLMEngine, SamplingParams, StreamDelta
+from pipeline.triton_repo.llm_service import LLMService, OutputChunk, merged
 
 PROMPTS = ["The capital of France is", "Water boils at", "To make tea, first"]
 NUM_TOKENS = 8
@@ -33,8 +33,11 @@ def greedy(engine, prompts) -> list[list[int]]:
 class Recorder:
     """respond(): records chunks per context; returns False for contexts told to hang up."""
 
-    def __init__(self, hang_up_after: dict | None = None, fail_for: set | None = None):
+    def __init__(
+        self, hang_up_after: dict | None = None, fail_for: set | None = None, delay_s: float = 0
+    ):
         self.chunks: dict[str, list] = {}
+        self.delay_s = delay_s
         self.hang_up_after = hang_up_after or {}
         self.fail_for = fail_for or set()
         self.finished = threading.Condition()
@@ -42,6 +45,7 @@ class Recorder:
     def __call__(self, context, out) -> bool:
         if context in self.fail_for:
             raise OSError("client connection reset")
+        time.sleep(self.delay_s)  # a slow transport: the engine runs ahead
         with self.finished:
             self.chunks.setdefault(context, []).append(out)
             self.finished.notify_all()
@@ -68,8 +72,10 @@ def arrays(prompt: list[int], streaming: bool, exclude_input: bool = True, **ext
     }
 
 
-def service(smollm_engine_dir, respond) -> LLMService:
-    return LLMService(smollm_engine_dir, "cpu", "guaranteed_no_evict", 0, True, True, respond)
+def service(smollm_engine_dir, respond, coalesce: bool = False) -> LLMService:
+    return LLMService(
+        smollm_engine_dir, "cpu", "guaranteed_no_evict", 0, True, True, coalesce, respond
+    )
 
 
 def test_streaming_and_whole_requests_are_answered_together(smollm_engine_dir, prompts, greedy):
@@ -147,3 +153,34 @@ def test_an_engine_failure_reaches_every_open_request(smollm_engine_dir, prompts
     with pytest.raises(RuntimeError, match="failed"):
         svc.generate(arrays(prompts[0], streaming=True), "late")
     svc.shutdown()
+
+
+def test_merged_keeps_each_requests_tokens_in_order():
+    deltas = [
+        StreamDelta("a", [1], False),
+        StreamDelta("b", [7], False),
+        StreamDelta("a", [2, 3], False),
+        StreamDelta("b", [], True, "stop"),
+        StreamDelta("a", [4], True, "length"),
+    ]
+    assert merged(deltas) == [
+        StreamDelta("a", [1, 2, 3, 4], True, "length"),
+        StreamDelta("b", [7], True, "stop"),
+    ]
+
+
+def test_a_slow_responder_gets_a_streams_queued_tokens_at_once(smollm_engine_dir, prompts, greedy):
+    recorder = Recorder(delay_s=0.3)
+    svc = service(smollm_engine_dir, recorder, coalesce=True)
+    try:
+        svc.generate(arrays(prompts[0], streaming=True), "stream")
+        svc.generate(arrays(prompts[1], streaming=False), "whole")
+        recorder.wait_final(["stream", "whole"])
+    finally:
+        svc.shutdown()
+    stream = recorder.chunks["stream"]
+    assert len(stream) < NUM_TOKENS  # some responses carried several tokens
+    assert [t for c in stream for t in c.token_ids.tolist()] == greedy[0]
+    assert [c.is_final for c in stream] == [False] * (len(stream) - 1) + [True]
+    (whole,) = recorder.chunks["whole"]
+    assert whole.token_ids.tolist() == greedy[1]

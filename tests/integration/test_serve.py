@@ -97,14 +97,19 @@ def test_grpc_unary_equals_the_engine(grpc, expected):
         assert grpc.generate(GenerateRequest(prompt, max_tokens=MAX_TOKENS)) == expected[prompt][0]
 
 
-def test_grpc_stream_sends_token_by_token_then_final(grpc, expected):
+def counted_stream(client: GrpcClient, prompt: str) -> list:
+    arrays = GenerateRequest(prompt, max_tokens=MAX_TOKENS).arrays(stream=True)
+    return list(client.responses(arrays, count_tokens=True))
+
+
+def test_grpc_stream_sends_tokens_as_made_with_their_count_then_final(grpc, expected):
     prompt = PROMPTS[2]
-    responses = list(
-        grpc.responses(GenerateRequest(prompt, max_tokens=MAX_TOKENS).arrays(stream=True))
-    )
+    responses = counted_stream(grpc, prompt)
     text, num_tokens = expected[prompt]
     assert [r.is_final for r in responses] == [False] * (len(responses) - 1) + [True]
-    assert len([r for r in responses if r.text]) == num_tokens  # one response per token
+    # one response per token, unless the server coalesced a stream that fell behind
+    assert 1 < len([r for r in responses if r.text]) <= num_tokens
+    assert sum(r.num_tokens for r in responses) == num_tokens
     assert "".join(r.text or "" for r in responses) == text
 
 
@@ -112,7 +117,7 @@ def test_http_generate_and_generate_stream(http, expected):
     prompt = PROMPTS[3]
     assert http.generate(GenerateRequest(prompt, max_tokens=MAX_TOKENS)) == expected[prompt][0]
     deltas = list(http.stream(GenerateRequest(prompt, max_tokens=MAX_TOKENS)))
-    assert len([d for d in deltas if d]) == expected[prompt][1]
+    assert 1 < len([d for d in deltas if d]) <= expected[prompt][1]
     assert "".join(deltas) == expected[prompt][0]
 
 
@@ -120,10 +125,9 @@ def test_bls_answers_like_the_ensemble(server, expected):
     prompt = PROMPTS[4]
     bls_grpc = GrpcClient(server.endpoints.grpc_url, model="tensorrt_llm_bls", timeout_s=120)
     bls_http = HttpClient(server.endpoints.http_url, model="tensorrt_llm_bls", timeout_s=120)
-    assert (
-        "".join(bls_grpc.stream(GenerateRequest(prompt, max_tokens=MAX_TOKENS)))
-        == expected[prompt][0]
-    )
+    responses = counted_stream(bls_grpc, prompt)
+    assert "".join(r.text or "" for r in responses) == expected[prompt][0]
+    assert sum(r.num_tokens for r in responses) == expected[prompt][1]
     assert bls_http.generate(GenerateRequest(prompt, max_tokens=MAX_TOKENS)) == expected[prompt][0]
 
 

@@ -1,4 +1,5 @@
-"""postprocessing: token ids [B, beams, L] + lengths [B, beams] -> text [B, beams]."""
+"""postprocessing: token ids [B, beams, L] + lengths [B, beams] -> text [B, beams], and the
+lengths passed on (OUT_SEQUENCE_LENGTH: how many tokens each text stands for)."""
 
 import json
 
@@ -16,7 +17,7 @@ class TritonPythonModel:
         value = params.get("skip_special_tokens", {}).get("string_value", "true").lower()
         self.skip_special_tokens = value not in ("false", "0")
 
-    def _decode(self, request) -> np.ndarray:
+    def _decode(self, request) -> list:
         tokens = pb_utils.get_input_tensor_by_name(request, "TOKENS_BATCH").as_numpy()
         lengths = pb_utils.get_input_tensor_by_name(request, "SEQUENCE_LENGTH").as_numpy()
         if tokens.ndim == 2:  # [B, L]: a caller without the beam dim
@@ -30,12 +31,12 @@ class TritonPythonModel:
             ]
             for item, item_lengths in zip(tokens, lengths, strict=True)
         ]
-        return np.array(texts, dtype=np.object_)
+        return [
+            pb_utils.Tensor("OUTPUT", np.array(texts, dtype=np.object_)),
+            pb_utils.Tensor("OUT_SEQUENCE_LENGTH", lengths.astype(np.int32)),
+        ]
 
     def execute(self, requests):
         return [
-            pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor("OUTPUT", self._decode(request))]
-            )
-            for request in requests
+            pb_utils.InferenceResponse(output_tensors=self._decode(request)) for request in requests
         ]

@@ -111,7 +111,7 @@ class TritonPythonModel:
         return self._deltas(responses, stream, sender)
 
     def _deltas(self, responses, stream: bool, sender):
-        tokens, sent_text = [], ""
+        tokens, sent_text, num_unsent = [], "", 0
         for response in responses:
             if sender.is_cancelled():
                 return
@@ -125,11 +125,12 @@ class TritonPythonModel:
                 yield self._text_response(new)
                 continue
             tokens.extend(new.tolist())
+            num_unsent += len(new)
             text = self._decode(np.array(tokens, dtype=np.int32))
             if text.endswith("\ufffd"):
                 continue  # a multi-byte character is still incomplete
-            yield self._string_response(text[len(sent_text) :])
-            sent_text = text
+            yield self._string_response(text[len(sent_text) :], num_unsent)
+            sent_text, num_unsent = text, 0
 
     def _preprocess(self, inputs) -> list:
         request = pb_utils.InferenceRequest(
@@ -173,12 +174,13 @@ class TritonPythonModel:
         return text.reshape(-1)[0].decode()
 
     def _text_response(self, tokens: np.ndarray):
-        return self._string_response(self._decode(tokens))
+        return self._string_response(self._decode(tokens), len(tokens))
 
     @staticmethod
-    def _string_response(text: str):
+    def _string_response(text: str, num_tokens: int):
         return pb_utils.InferenceResponse(
             output_tensors=[
-                pb_utils.Tensor("text_output", np.array([[text.encode()]], dtype=np.object_))
+                pb_utils.Tensor("text_output", np.array([[text.encode()]], dtype=np.object_)),
+                pb_utils.Tensor("sequence_length", np.array([[num_tokens]], np.int32)),
             ]
         )

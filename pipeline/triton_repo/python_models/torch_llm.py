@@ -67,6 +67,7 @@ class TritonPythonModel:
             num_kv_blocks=int(params["num_kv_blocks"]),
             enable_chunked_prefill=params["enable_chunked_prefill"] == "true",
             exclude_input_in_output=params["exclude_input_in_output"] == "true",
+            coalesce_stream=params["coalesce_stream"] == "true",
             respond=self._respond,
         )
         labels = {"model": args["model_name"], "version": args["model_version"]}
