@@ -36,17 +36,22 @@ PANELS = (
 )
 
 
+def _points(results: list[dict], key: str) -> list[tuple]:
+    return [
+        (r["size"], r["metrics"][key])
+        for r in results
+        if r["is_ok"] and r["metrics"].get(key) is not None
+    ]
+
+
 def plot_sweep(sweep: dict, path: Path, title: str) -> Path:
     results = sweep["results"]
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(16, 3.6))
-    for ax, (_, series, ylabel) in zip(axes, PANELS, strict=True):
+    # a panel without data (KV use is not visible through the server) is left out
+    panels = [p for p in PANELS if any(_points(results, key) for key, _ in p[1])] or PANELS[:1]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6), squeeze=False)
+    for ax, (_, series, ylabel) in zip(axes[0], panels, strict=True):
         for key, label in series:
-            points = [
-                (r["size"], r["metrics"][key])
-                for r in results
-                if r["is_ok"] and r["metrics"].get(key) is not None
-            ]
-            if points:
+            if points := _points(results, key):
                 ax.plot(*zip(*points, strict=True), marker="o", label=label)
         if sweep["threshold_size"] is not None:
             ax.axvline(
