@@ -150,7 +150,7 @@ class LLMService:
         except Exception:  # one caller's failure must not stop the others' answers
             log.exception("responding to request %s failed; cancelling it", request_id)
             wanted = False
-        if not wanted and request_id is not None and not getattr(out, "is_final", True):
+        if not wanted and isinstance(out, OutputChunk) and not out.is_final:
             with self._lock:
                 self._live.pop(request_id, None)
             self.async_engine.cancel(request_id)
