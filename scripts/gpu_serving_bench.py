@@ -28,7 +28,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.errors import StageError  # noqa: E402
 from pipeline.server import stub_env, stub_python  # noqa: E402
 from pipeline.server.ports import free_ports  # noqa: E402
 
@@ -130,11 +129,10 @@ def steps(quick: bool, has_server: bool) -> list[tuple[str, str, list[str], bool
 
 def stub_python_overrides(workdir: Path, hide: list[str], pip_args: str) -> list[str]:
     """[] when this env's numpy suits the stubs, else deploy.stub_python of a new stub env."""
-    try:
-        stub_python.check_numpy(stub_python.probe())
+    python = stub_python.probe()
+    if python.has_usable_numpy:
         return []
-    except StageError as exc:
-        print(f"{exc}\nbuilding a stub env under {workdir}", flush=True)
+    print(f"numpy {python.numpy} here: building a stub env under {workdir}", flush=True)
     python3 = stub_env.create(workdir / "stub-env", tuple(hide), tuple(shlex.split(pip_args)))
     return [f"deploy.stub_python={python3}"]
 

@@ -19,7 +19,6 @@ import site
 import subprocess
 import sys
 import venv
-from importlib import metadata
 from pathlib import Path
 
 from pipeline.errors import StageError
@@ -32,24 +31,19 @@ def _top_level_name(entry: Path) -> str:
     return entry.name.split(".")[0].split("-")[0]
 
 
-def _visible_site(base: Path, env_dir: Path, build_dir: Path, hide: set[str]) -> Path:
-    """`base` itself, or (built in build_dir, named as in env_dir) a dir of links to all of its
-    entries but the hidden ones."""
+def _base_site_line(base: Path, env_dir: Path, hide: set[str]) -> str:
+    """The .pth line that adds `base`, or (with hide) a dir in env_dir of links to all of its
+    entries but the hidden ones, found through sys.prefix so the env can be renamed."""
     if not hide:
-        return base
-    view = Path("base-site") / base.name
-    (build_dir / view).mkdir(parents=True)
+        # addsitedir, not a bare path: the base dir's own .pth files (editable installs) count
+        return f"import site; site.addsitedir({str(base)!r})"
+    view = env_dir / "base-site" / base.name
+    view.mkdir(parents=True)
     for entry in base.iterdir():
         if _top_level_name(entry) not in hide:
-            (build_dir / view / entry.name).symlink_to(entry)
-    return env_dir / view
-
-
-def _has_numpy_below_2() -> bool:
-    try:
-        return int(metadata.version("numpy").split(".")[0]) < 2
-    except metadata.PackageNotFoundError:
-        return False
+            (view / entry.name).symlink_to(entry)
+    in_env = f"os.path.join(sys.prefix, 'base-site', {base.name!r})"
+    return f"import os, site, sys; site.addsitedir({in_env})"
 
 
 def create(env_dir: Path, hide: tuple[str, ...] = (), pip_args: tuple[str, ...] = ()) -> Path:
@@ -68,15 +62,13 @@ def create(env_dir: Path, hide: tuple[str, ...] = (), pip_args: tuple[str, ...] 
             check=True,
         ).stdout.strip()
         site_dir = tmp / Path(purelib).relative_to(tmp.resolve())
-        # addsitedir, not a bare path: the base dir's own .pth files (editable installs) count
-        visible = [
-            _visible_site(Path(p), env_dir, tmp, set(hide))
+        lines = [
+            _base_site_line(Path(p), tmp, set(hide))
             for p in site.getsitepackages()
             if Path(p).is_dir()
         ]
-        lines = [f"import site; site.addsitedir({str(p)!r})" for p in visible]
         (site_dir / "base-env.pth").write_text("\n".join(lines) + "\n")
-        if not _has_numpy_below_2():
+        if not stub_python.probe(str(tmp / "bin" / "python3")).has_usable_numpy:
             pip = [sys.executable, "-m", "pip", "install", "--target", str(site_dir)]
             subprocess.run([*pip, "numpy<2", *pip_args], check=True)
         os.rename(tmp, env_dir)

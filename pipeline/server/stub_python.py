@@ -41,6 +41,10 @@ class StubPython:
     libdir: str  # its libpython's directory, first on LD_LIBRARY_PATH
     numpy: str | None
 
+    @property
+    def has_usable_numpy(self) -> bool:
+        return self.numpy is not None and int(self.numpy.split(".")[0]) < 2
+
 
 def probe(executable: str = "") -> StubPython:
     """The stubs' Python: `python3` next to `executable` (deploy.stub_python), "" = this one."""
@@ -70,15 +74,16 @@ def probe(executable: str = "") -> StubPython:
 
 
 def check_numpy(stub: StubPython) -> None:
+    if stub.has_usable_numpy:
+        return
     python3 = stub.bin_dir / "python3"
     if stub.numpy is None:
         raise StageError(
             f"serve: {python3} (the python backend stubs' Python) has no numpy; install "
             f"'numpy<2' there, or {STUB_ENV_FIX}"
         )
-    if int(stub.numpy.split(".")[0]) >= 2:
-        raise StageError(
-            f"serve: the python backend stubs would run with numpy {stub.numpy} ({python3}); "
-            f"Triton 2.51's stub predates NumPy 2 and corrupts every input tensor under it. "
-            f"Install 'numpy<2' in that environment, or {STUB_ENV_FIX}"
-        )
+    raise StageError(
+        f"serve: the python backend stubs would run with numpy {stub.numpy} ({python3}); "
+        f"Triton 2.51's stub predates NumPy 2 and corrupts every input tensor under it. "
+        f"Install 'numpy<2' in that environment, or {STUB_ENV_FIX}"
+    )
