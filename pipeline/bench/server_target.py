@@ -31,7 +31,13 @@ class ServerTarget:
 
         self.url = url
         self.client = GrpcClient(url, model=model, timeout_s=timeout_s)
-        self.count_tokens: bool | None = None  # known once the server is up
+        self.count_tokens = False  # set by wait_ready, from the model's outputs
+
+    def wait_ready(self, timeout_s: float) -> None:
+        from pipeline.client.grpc_client import COUNT_OUTPUT
+
+        self.client.wait_ready(timeout_s)
+        self.count_tokens = COUNT_OUTPUT in self.client.output_names()
 
     def generator(self, bench, origin_s: float) -> LoadGenerator:
         return LoadGenerator(
@@ -46,7 +52,6 @@ class ServerTarget:
 
     def stream(self, request: BenchRequest, temperature: float, seed: int) -> Iterator[Chunk]:
         from pipeline.client import GenerateRequest
-        from pipeline.client.grpc_client import COUNT_OUTPUT
 
         generate = GenerateRequest(
             request.prompt,
@@ -55,8 +60,6 @@ class ServerTarget:
             seed=seed if temperature > 0 else None,
             end_id=NO_END_ID if request.ignore_eos else None,
         )
-        if self.count_tokens is None:
-            self.count_tokens = COUNT_OUTPUT in self.client.output_names()
         for response in self.client.responses(
             generate.arrays(stream=True), count_tokens=self.count_tokens
         ):
@@ -93,7 +96,7 @@ def server_target(spec, sampler: Sampler | None = None) -> Iterator[ServerTarget
     bench = spec.bench
     if bench.server_url:
         target = ServerTarget(bench.server_url, bench.request_timeout_s)
-        target.client.wait_ready(spec.deploy.startup_timeout_s)
+        target.wait_ready(spec.deploy.startup_timeout_s)
         yield target
         return
     server = _launch(spec)
@@ -105,5 +108,5 @@ def server_target(spec, sampler: Sampler | None = None) -> Iterator[ServerTarget
                 sampler.watch_process("server", server.process.pid)
             server.wait_ready()
         target = ServerTarget(server.endpoints.grpc_url, bench.request_timeout_s)
-        target.client.wait_ready(spec.deploy.startup_timeout_s)
+        target.wait_ready(spec.deploy.startup_timeout_s)
         yield target
