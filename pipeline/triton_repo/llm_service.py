@@ -114,7 +114,8 @@ class LLMService:
     def _run(self) -> None:
         later = None  # an item taken while coalescing that must wait its turn
         while True:
-            item, later = (later, None) if later is not None else (self._outbox.get(), None)
+            item = later if later is not None else self._outbox.get()
+            later = None
             if item is _STOP:
                 return
             if isinstance(item, BaseException):
