@@ -12,6 +12,29 @@ class BatchMetadata:
     slot_mapping: torch.Tensor  # [T] int64: cache slot (block * block_size + offset) of its K/V
     block_tables: torch.Tensor  # [B, max_blocks] int32: each sequence's cache blocks
     context_lens: torch.Tensor  # [B] int32: K/V length of each sequence after this step
+    query_start: torch.Tensor  # [B + 1] int32: where each sequence's tokens start in the batch
     is_decode: bool  # one query token per sequence: batched paged attention, CUDA-graph safe
-    query_lens: list[int]  # host copies for the per-sequence prefill loop (no device sync)
+    query_lens: list[int]  # host copies for the CPU prefill loop (no device sync)
     context_lens_host: list[int]
+
+    @classmethod
+    def for_prompts(
+        cls, num_seqs: int, seq_len: int, block_size: int, device: torch.device
+    ) -> "BatchMetadata":
+        """Whole prompts of seq_len tokens from position 0; sequence i owns the consecutive
+        cache blocks [i * n, (i + 1) * n), n = ceil(seq_len / block_size)."""
+        n = -(-seq_len // block_size)
+        positions = torch.arange(seq_len, device=device).repeat(num_seqs)
+        first_slots = torch.arange(num_seqs, device=device) * n * block_size
+        return cls(
+            positions=positions,
+            slot_mapping=first_slots.repeat_interleave(seq_len) + positions,
+            block_tables=torch.arange(num_seqs * n, dtype=torch.int32, device=device).view(-1, n),
+            context_lens=torch.full((num_seqs,), seq_len, dtype=torch.int32, device=device),
+            query_start=torch.arange(
+                0, (num_seqs + 1) * seq_len, seq_len, dtype=torch.int32, device=device
+            ),
+            is_decode=False,
+            query_lens=[seq_len] * num_seqs,
+            context_lens_host=[seq_len] * num_seqs,
+        )

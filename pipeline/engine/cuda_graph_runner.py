@@ -43,6 +43,8 @@ class CudaGraphRunner:
         self.block_tables = torch.full(
             (max_batch_size, max_blocks_per_seq), scratch_block, dtype=torch.int32, device=device
         )
+        # unread by decode attention; the metadata carries it for the model's other paths
+        self.query_start = torch.arange(max_batch_size + 1, dtype=torch.int32, device=device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}  # [bs, vocab] graph outputs
 
@@ -53,6 +55,7 @@ class CudaGraphRunner:
             slot_mapping=self.slot_mapping[:batch_size],
             block_tables=self.block_tables[:batch_size],
             context_lens=self.context_lens[:batch_size],
+            query_start=self.query_start[: batch_size + 1],
             is_decode=True,
             query_lens=[],
             context_lens_host=[],

@@ -3,11 +3,13 @@
 import json
 import logging
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
+from torch.profiler import record_function
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
@@ -16,7 +18,7 @@ from pipeline.engine.engine_config import EngineConfig, load_engine_config
 from pipeline.engine.model_runner import ModelRunner
 from pipeline.engine.outputs import RequestOutput, StreamDelta
 from pipeline.engine.sampling_params import SamplingParams
-from pipeline.engine.scheduler import Scheduler
+from pipeline.engine.scheduler import ScheduledSequence, Scheduler
 from pipeline.engine.scoring import prompt_logits
 from pipeline.engine.sequence import Sequence
 from pipeline.errors import ArtifactError
@@ -147,11 +149,20 @@ class LLMEngine:
 
     def step(self) -> list[StreamDelta]:
         deltas, self._cancelled = self._cancelled, []
-        scheduled = self.scheduler.schedule()
+        with record_function("engine.schedule"):
+            scheduled = self.scheduler.schedule()
         if not scheduled:
             return deltas
         token_ids = iter(self.model_runner.run(scheduled))
         self._num_steps += 1
+        with record_function("engine.postprocess"):
+            self._postprocess(scheduled, token_ids, deltas)
+        return deltas
+
+    def _postprocess(
+        self, scheduled: list[ScheduledSequence], token_ids: Iterator[int], deltas: list
+    ) -> None:
+        """Advance every scheduled sequence; append each sampled token and its delta."""
         for entry in scheduled:
             seq = entry.seq
             reaches_end = seq.reaches_end(entry.num_tokens)
@@ -168,7 +179,6 @@ class LLMEngine:
             deltas.append(
                 StreamDelta(seq.request_id, seq.token_ids[num_before:], reason is not None, reason)
             )
-        return deltas
 
     def generate(
         self,

@@ -4,7 +4,9 @@ import logging
 import math
 from types import ModuleType
 
+import numpy as np
 import torch
+from torch.profiler import record_function
 
 from pipeline.engine import kernels
 from pipeline.engine.batch_metadata import BatchMetadata
@@ -94,20 +96,13 @@ class ModelRunner:
     @torch.inference_mode()
     def _profile_step_bytes(self, num_tokens: int, num_sampled: int) -> int:
         """Peak activation memory of one prompt step over num_tokens tokens."""
-        num_blocks = -(-num_tokens // self.block_size)
-        cache = torch.zeros(self._kv_shape(num_blocks), dtype=self.dtype, device=self.device)
+        cache = torch.zeros(
+            self._kv_shape(-(-num_tokens // self.block_size)), dtype=self.dtype, device=self.device
+        )
         torch.cuda.synchronize(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
         before = torch.cuda.memory_allocated(self.device)
-        meta = BatchMetadata(
-            positions=torch.arange(num_tokens, device=self.device),
-            slot_mapping=torch.arange(num_tokens, device=self.device),
-            block_tables=torch.arange(num_blocks, dtype=torch.int32, device=self.device)[None],
-            context_lens=torch.tensor([num_tokens], dtype=torch.int32, device=self.device),
-            is_decode=False,
-            query_lens=[num_tokens],
-            context_lens_host=[num_tokens],
-        )
+        meta = BatchMetadata.for_prompts(1, num_tokens, self.block_size, self.device)
         input_ids = torch.zeros(num_tokens, dtype=torch.int64, device=self.device)
         hidden = self.model(input_ids, meta, cache)
         self.model.compute_logits(hidden[-num_sampled:])
@@ -134,71 +129,98 @@ class ModelRunner:
 
     def _prepare(
         self, scheduled: list[ScheduledSequence]
-    ) -> tuple[torch.Tensor, BatchMetadata, torch.Tensor]:
-        """Pack the step: (input_ids [T], metadata, rows to turn into logits [S])."""
+    ) -> tuple[torch.Tensor, BatchMetadata, torch.Tensor | None]:
+        """Pack the step: (input_ids [T], metadata, rows to turn into logits [S]: None when
+        every token's row samples). Built with numpy on the host, sent in one pinned copy."""
         bs = self.block_size
-        input_ids, positions, slots, logits_rows = [], [], [], []
-        query_lens, context_lens, tables = [], [], []
+        num_seqs = len(scheduled)
+        ids, tables, starts, query_lens, ends = [], [], [], [], []
         for entry in scheduled:
             seq, start = entry.seq, entry.seq.num_computed_tokens
             end = start + entry.num_tokens
-            input_ids += seq.token_ids[start:end]
-            positions += range(start, end)
-            table = seq.block_table
-            slots += [table[p // bs] * bs + p % bs for p in range(start, end)]
+            ids += seq.token_ids[start:end]
+            tables.append(seq.block_table[: -(-end // bs)])
+            starts.append(start)
             query_lens.append(entry.num_tokens)
-            context_lens.append(end)
-            tables.append(table[: -(-end // bs)])
-            if end == seq.num_tokens:
-                logits_rows.append(len(input_ids) - 1)
+            ends.append(end == seq.num_tokens)
+        starts_np, lens_np = np.array(starts), np.array(query_lens)
+        context_lens = starts_np + lens_np
+        query_start = np.zeros(num_seqs + 1, np.int64)
+        np.cumsum(lens_np, out=query_start[1:])
+        num_tokens = len(ids)
+        positions = np.arange(num_tokens) - np.repeat(query_start[:-1] - starts_np, lens_np)
         width = max(len(t) for t in tables)
-        tables = [t + [0] * (width - len(t)) for t in tables]  # never read: past context_lens
-        as_tensor = lambda x, dtype: torch.tensor(x, dtype=dtype, device=self.device)  # noqa: E731
-        meta = BatchMetadata(
-            positions=as_tensor(positions, torch.int64),
-            slot_mapping=as_tensor(slots, torch.int64),
-            block_tables=as_tensor(tables, torch.int32),
-            context_lens=as_tensor(context_lens, torch.int32),
-            is_decode=all(n == 1 for n in query_lens),
-            query_lens=query_lens,
-            context_lens_host=context_lens,
+        table_np = np.zeros((num_seqs, width), np.int64)  # padding is past context_lens: unread
+        for i, table in enumerate(tables):
+            table_np[i, : len(table)] = table
+        seq_of_token = np.repeat(np.arange(num_seqs), lens_np)
+        slots = table_np[seq_of_token, positions // bs] * bs + positions % bs
+        samples_all = num_tokens == num_seqs and all(ends)  # every token's logits row
+        logits_rows = np.zeros(0, np.int64) if samples_all else (query_start[1:] - 1)[ends]
+        parts = (ids, positions, slots, logits_rows, context_lens, query_start, table_np.ravel())
+        packed = torch.from_numpy(np.concatenate(parts, dtype=np.int64))
+        if self.device.type == "cuda":
+            packed = packed.pin_memory().to(self.device, non_blocking=True)
+        input_ids, positions_t, slots_t, rows_t, ctx_t, qstart_t, tables_t = packed.split(
+            [len(p) for p in parts]
         )
-        return as_tensor(input_ids, torch.int64), meta, as_tensor(logits_rows, torch.int64)
+        meta = BatchMetadata(
+            positions=positions_t,
+            slot_mapping=slots_t,
+            block_tables=tables_t.view(num_seqs, width),
+            context_lens=ctx_t,
+            query_start=qstart_t,
+            is_decode=num_tokens == num_seqs,
+            query_lens=query_lens,
+            context_lens_host=context_lens.tolist(),
+        )
+        return input_ids, meta, None if samples_all else rows_t
 
     def _sampling_tensors(self, seqs: list[Sequence]) -> SamplingTensors:
-        vocab = self.model.vocab_size
         for seq in seqs:
             if seq.params.seed is not None and seq.generator is None:
                 seq.generator = torch.Generator(device=self.device)
                 seq.generator.manual_seed(seq.params.seed)
         params = [seq.params for seq in seqs]
-        return SamplingTensors(
-            temperatures=torch.tensor(
-                [1.0 if p.is_greedy else p.temperature for p in params],
-                dtype=torch.float32,
-                device=self.device,
-            ),
-            top_ks=torch.tensor([p.top_k or vocab for p in params], device=self.device),
-            top_ps=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=self.device),
-            is_greedy=[p.is_greedy for p in params],
+        is_greedy = [p.is_greedy for p in params]
+        tensors = SamplingTensors(
+            is_greedy=is_greedy,
             generators=[seq.generator for seq in seqs],
             banned_token_ids=[seq.banned_token_ids() for seq in seqs],
         )
+        if not all(is_greedy):  # greedy batches need no knobs on the device
+            vocab = self.model.vocab_size
+            tensors.temperatures = torch.tensor(
+                [1.0 if p.is_greedy else p.temperature for p in params], dtype=torch.float32
+            ).to(self.device, non_blocking=True)
+            tensors.top_ks = torch.tensor([p.top_k or vocab for p in params]).to(
+                self.device, non_blocking=True
+            )
+            tensors.top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32).to(
+                self.device, non_blocking=True
+            )
+        return tensors
 
     @torch.inference_mode()
     def run(self, scheduled: list[ScheduledSequence]) -> list[int]:
         """One forward step. Returns the next token of every sequence whose step reaches the end
         of its tokens, in batch order (a prompt chunk that does not samples nothing)."""
-        input_ids, meta, logits_rows = self._prepare(scheduled)
-        if self.graphs is not None and meta.is_decode:
-            logits = self.graphs.replay(input_ids, meta)[logits_rows]
-        else:
-            hidden = self.model(input_ids, meta, self.kv_cache)
-            logits = self.model.compute_logits(hidden[logits_rows])
+        with record_function("engine.prepare"):
+            input_ids, meta, logits_rows = self._prepare(scheduled)
+        with record_function("engine.forward"):
+            if self.graphs is not None and meta.is_decode:
+                logits = self.graphs.replay(input_ids, meta)
+                logits = logits if logits_rows is None else logits[logits_rows]
+            else:
+                hidden = self.model(input_ids, meta, self.kv_cache)
+                logits = self.model.compute_logits(
+                    hidden if logits_rows is None else hidden[logits_rows]
+                )
         seqs = [e.seq for e in scheduled if e.seq.reaches_end(e.num_tokens)]
         if not seqs:
             return []
-        return self.sampler(logits, self._sampling_tensors(seqs)).tolist()
+        with record_function("engine.sample"):
+            return self.sampler(logits, self._sampling_tensors(seqs)).tolist()
 
 
 def _drop_triton_kernels(model: torch.nn.Module) -> None:

@@ -21,15 +21,7 @@ def prompt_logits(
     # ids [B, S] on the model's device -> logits [B, S, V]; each prompt is its own S-token block
     num_seqs, seq_len = ids.shape
     device = ids.device
-    meta = BatchMetadata(
-        positions=torch.arange(seq_len, device=device).repeat(num_seqs),
-        slot_mapping=torch.arange(num_seqs * seq_len, device=device),
-        block_tables=torch.arange(num_seqs, dtype=torch.int32, device=device)[:, None],
-        context_lens=torch.full((num_seqs,), seq_len, dtype=torch.int32, device=device),
-        is_decode=False,
-        query_lens=[seq_len] * num_seqs,
-        context_lens_host=[seq_len] * num_seqs,
-    )
+    meta = BatchMetadata.for_prompts(num_seqs, seq_len, seq_len, device)
     kv_cache = torch.zeros(
         num_layers, 2, num_seqs, seq_len, num_kv_heads, head_dim, dtype=dtype, device=device
     )

@@ -147,24 +147,11 @@ def test_lm_head_stays_dense(exported):
 
 def engine_logits(engine_dir, input_ids: torch.Tensor) -> torch.Tensor:
     """Prefill logits [T, vocab] of the torch engine built from the export (its model runner's
-    model, one sequence in cache blocks 0, 1, ...)."""
+    model, one packed prefill)."""
     from pipeline.engine import LLMEngine
-    from pipeline.engine.batch_metadata import BatchMetadata
 
     engine = LLMEngine.from_engine_dir(engine_dir, device="cpu", num_kv_blocks=4)
-    runner = engine.model_runner
-    n = input_ids.shape[0]
-    meta = BatchMetadata(
-        positions=torch.arange(n),
-        slot_mapping=torch.arange(n),
-        block_tables=torch.arange(4, dtype=torch.int32)[None],
-        context_lens=torch.tensor([n], dtype=torch.int32),
-        is_decode=False,
-        query_lens=[n],
-        context_lens_host=[n],
-    )
-    with torch.inference_mode():
-        return runner.model.compute_logits(runner.model(input_ids, meta, runner.kv_cache))
+    return engine.prompt_logits([input_ids.tolist()])[0]
 
 
 def test_quantized_engine_logits_match_modelopt_fake_quant_model(exported, smollm_hf_dir, tmp_path):

@@ -1,5 +1,7 @@
-"""Attention over the paged KV cache: plain PyTorch everywhere, Triton KV store and paged decode
-kernels on CUDA (pipeline.engine.kernels).
+"""Attention over the paged KV cache: plain PyTorch everywhere (the CPU path, and the reference
+the kernels are tested against); on CUDA, Triton kernels (pipeline.engine.kernels) store K/V and
+attend: split-K paged decode for decode steps, one varlen kernel over the packed batch for
+steps with prompt chunks.
 
 Cache layout per layer: k_cache, v_cache [num_blocks, block_size, Hkv, D]. New K/V are written
 to their slots first; attention then reads every sequence's keys through its block table, so a
@@ -70,13 +72,14 @@ def varlen_prefill_attention(
 
 
 class Attention(nn.Module):
-    """Writes this step's K/V into the layer's cache, then attends (decode or varlen prefill)."""
+    """Writes this step's K/V into the layer's cache, then attends (decode or varlen)."""
 
     def __init__(self, head_dim: int, device: torch.device):
         super().__init__()
         self.scale = head_dim**-0.5
         self.store_kernel = kernels.load("kv_store", device)
         self.decode_kernel = kernels.load("paged_attention", device)
+        self.varlen_kernel = kernels.load("varlen_attention", device)
 
     def forward(
         self,
@@ -100,6 +103,16 @@ class Attention(nn.Module):
             else:
                 decode = paged_decode_attention
             return decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens, self.scale)
+        if self.varlen_kernel:
+            return self.varlen_kernel.varlen_attention(
+                q,
+                k_cache,
+                v_cache,
+                meta.block_tables,
+                meta.query_start,
+                meta.context_lens,
+                self.scale,
+            )
         return varlen_prefill_attention(
             q,
             k_cache,

@@ -12,12 +12,13 @@ from torch import nn
 
 @dataclass(slots=True)
 class SamplingTensors:
-    temperatures: torch.Tensor  # [S] float32; 1.0 on greedy rows (their draw is unused)
-    top_ks: torch.Tensor  # [S] int64; vocab size where top-k is off
-    top_ps: torch.Tensor  # [S] float32
     is_greedy: list[bool]
     generators: list[torch.Generator | None]  # per-row seeded generators
     banned_token_ids: list[list[int]]  # per row: tokens that must not come next
+    # the knobs, on the device; None when every row is greedy
+    temperatures: torch.Tensor | None = None  # [S] float32; 1.0 on greedy rows (draw unused)
+    top_ks: torch.Tensor | None = None  # [S] int64; vocab size where top-k is off
+    top_ps: torch.Tensor | None = None  # [S] float32
 
 
 def filtered_probs(

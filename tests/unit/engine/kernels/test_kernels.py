@@ -123,3 +123,47 @@ def test_paged_decode_split_count_fills_the_gpu_but_not_past_the_blocks(kernel_d
     assert num_splits_for(batch=1, num_kv_heads=8, max_blocks=64) == 33
     assert num_splits_for(batch=1, num_kv_heads=8, max_blocks=4) == 4
     assert num_splits_for(batch=256, num_kv_heads=8, max_blocks=64) == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "num_heads, num_kv_heads, head_dim, block_size",
+    [(9, 3, 64, 16), (8, 2, 128, 32), (4, 4, 80, 8)],
+    ids=["gqa3-bs16", "gqa4-d128-bs32", "mha-d80-bs8"],
+)
+def test_varlen_attention_matches_the_per_sequence_loop(
+    kernel_device, dtype, num_heads, num_kv_heads, head_dim, block_size
+):
+    """A mixed batch: a fresh prompt, decode rows, a chunk after a cached prefix, a prompt over
+    several query tiles; against the engine's CPU loop (SDPA per sequence) in float32."""
+    from pipeline.engine.kernels import varlen_attention
+    from pipeline.engine.layers.attention import varlen_prefill_attention
+
+    query_lens = [5, 1, 30, 100, 1]
+    context_lens = [5, 70, 47, 100, 1]
+    k_cache, v_cache, tables = paged_cache(
+        kernel_device, dtype, context_lens, block_size, num_kv_heads, head_dim
+    )
+    q = torch.randn(sum(query_lens), num_heads, head_dim, device=kernel_device).to(dtype)
+    starts = torch.tensor([0, *query_lens], device=kernel_device).cumsum(0).int()
+    lens = torch.tensor(context_lens, dtype=torch.int32, device=kernel_device)
+    out = varlen_attention.varlen_attention(q, k_cache, v_cache, tables, starts, lens, 0.1)
+    ref = varlen_prefill_attention(
+        q.float(), k_cache.float(), v_cache.float(), tables, query_lens, context_lens, 0.1
+    )
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
+    torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol)
+
+
+def test_varlen_attention_grid_bounds_every_batch_of_the_same_shape():
+    """The launch depends on shapes only: T // BLOCK_Q + B tiles cover any split of T tokens
+    into B sequences (each sequence wastes less than one tile)."""
+    pytest.importorskip("triton")
+    from pipeline.engine.kernels.varlen_attention import tile_shape
+
+    for group in (1, 3, 4, 7, 8, 128):
+        block_m, block_q = tile_shape(group)
+        assert block_q >= 1 and block_q * group <= block_m
+        for lens in ([1] * 9, [block_q + 1, 2 * block_q - 1], [5 * block_q + 3, 1, 1]):
+            needed = sum(-(-n // block_q) for n in lens)
+            assert needed <= sum(lens) // block_q + len(lens)
