@@ -13,9 +13,7 @@ class BatchMetadata:
     block_tables: torch.Tensor  # [B, max_blocks] int32: each sequence's cache blocks
     context_lens: torch.Tensor  # [B] int32: K/V length of each sequence after this step
     query_start: torch.Tensor  # [B + 1] int32: where each sequence's tokens start in the batch
-    is_decode: bool  # one query token per sequence: batched paged attention, CUDA-graph safe
-    query_lens: list[int]  # host copies for the CPU prefill loop (no device sync)
-    context_lens_host: list[int]
+    is_decode: bool  # one query token per sequence: split-K paged decode attention
 
     @classmethod
     def for_prompts(
@@ -35,6 +33,4 @@ class BatchMetadata:
                 0, (num_seqs + 1) * seq_len, seq_len, dtype=torch.int32, device=device
             ),
             is_decode=False,
-            query_lens=[seq_len] * num_seqs,
-            context_lens_host=[seq_len] * num_seqs,
         )

@@ -1,7 +1,12 @@
-"""Decode steps replayed from CUDA graphs, one graph per padded batch size (1, 2, 4, ..., max).
+"""Steps replayed from CUDA graphs: decode graphs per padded batch size (1, 2, 4, ..., max) and,
+where the varlen attention kernel runs, mixed graphs (prompt chunks + decodes) per padded token
+count (64, 128, ..., max_num_tokens). An eager step of a small model is launch-bound: a mixed
+SmolLM2 step spent ~14 ms on the host for <1 ms of GPU work.
 
-Graph inputs live in static buffers that replay() refills. Rows past the real batch are
-padding: they read one slot of a scratch block that no sequence owns, and write their K/V there.
+Graph inputs live in static buffers that replay refills. Rows past the real batch are padding:
+they read one slot of a scratch block that no sequence owns, and write their K/V there. A mixed
+graph always runs max_batch_size sequences; the padding ones have no query tokens, so attention
+skips them, and padding tokens belong to no sequence (their rows are computed, never read).
 """
 
 import torch
@@ -9,12 +14,21 @@ from torch import nn
 
 from pipeline.engine.batch_metadata import BatchMetadata
 
+MIN_MIXED_TOKENS = 64
+
 
 def capture_batch_sizes(max_batch_size: int) -> list[int]:
     sizes = [1]
     while sizes[-1] * 2 < max_batch_size:
         sizes.append(sizes[-1] * 2)
     return sorted(set(sizes) | {max_batch_size})
+
+
+def capture_token_counts(max_num_tokens: int) -> list[int]:
+    counts = [MIN_MIXED_TOKENS]
+    while counts[-1] < max_num_tokens:
+        counts.append(counts[-1] * 2)
+    return [c for c in counts if c < max_num_tokens] + [max_num_tokens]
 
 
 class CudaGraphRunner:
@@ -27,64 +41,80 @@ class CudaGraphRunner:
         max_batch_size: int,
         max_blocks_per_seq: int,
         scratch_block: int,
+        max_num_tokens: int = 0,
     ):
         self.model = model  # possibly torch.compile'd by the model runner
         self.kv_cache = kv_cache
+        self.max_batch_size = max_batch_size
         self.batch_sizes = capture_batch_sizes(max_batch_size)
+        # 0: decode graphs only (mixed steps need the varlen kernel: the CPU loop syncs)
+        self.token_counts = capture_token_counts(max_num_tokens) if max_num_tokens else []
         device = kv_cache.device
         block_size = kv_cache.shape[3]
         self.scratch_slot = scratch_block * block_size
-        self.input_ids = torch.zeros(max_batch_size, dtype=torch.int64, device=device)
-        self.positions = torch.zeros(max_batch_size, dtype=torch.int64, device=device)
+        num_rows = max(max_batch_size, max_num_tokens)
+        self.input_ids = torch.zeros(num_rows, dtype=torch.int64, device=device)
+        self.positions = torch.zeros(num_rows, dtype=torch.int64, device=device)
         self.slot_mapping = torch.full(
-            (max_batch_size,), self.scratch_slot, dtype=torch.int64, device=device
+            (num_rows,), self.scratch_slot, dtype=torch.int64, device=device
         )
         self.context_lens = torch.ones(max_batch_size, dtype=torch.int32, device=device)
+        self.query_start = torch.arange(max_batch_size + 1, dtype=torch.int32, device=device)
         self.block_tables = torch.full(
             (max_batch_size, max_blocks_per_seq), scratch_block, dtype=torch.int32, device=device
         )
-        # unread by decode attention; the metadata carries it for the model's other paths
-        self.query_start = torch.arange(max_batch_size + 1, dtype=torch.int32, device=device)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.logits: dict[int, torch.Tensor] = {}  # [bs, vocab] graph outputs
+        self.graphs: dict[tuple[str, int], torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[tuple[str, int], torch.Tensor] = {}
 
-    def _step(self, batch_size: int) -> torch.Tensor:
-        # the captured work: static buffers [:bs] -> logits [bs, vocab]
+    def _step(self, kind: str, size: int) -> torch.Tensor:
+        # the captured work: static buffers -> decode logits [size, vocab], or mixed hidden
+        # states [size tokens, hidden] (the caller picks the rows to sample)
+        is_decode = kind == "decode"
+        num_seqs = size if is_decode else self.max_batch_size
         meta = BatchMetadata(
-            positions=self.positions[:batch_size],
-            slot_mapping=self.slot_mapping[:batch_size],
-            block_tables=self.block_tables[:batch_size],
-            context_lens=self.context_lens[:batch_size],
-            query_start=self.query_start[: batch_size + 1],
-            is_decode=True,
-            query_lens=[],
-            context_lens_host=[],
+            positions=self.positions[:size],
+            slot_mapping=self.slot_mapping[:size],
+            block_tables=self.block_tables[:num_seqs],
+            context_lens=self.context_lens[:num_seqs],
+            query_start=self.query_start[: num_seqs + 1],
+            is_decode=is_decode,
         )
-        hidden = self.model(self.input_ids[:batch_size], meta, self.kv_cache)
-        return self.model.compute_logits(hidden)
+        hidden = self.model(self.input_ids[:size], meta, self.kv_cache)
+        return self.model.compute_logits(hidden) if is_decode else hidden
 
     def capture(self) -> None:
         pool = None
-        for batch_size in reversed(self.batch_sizes):  # largest first: smaller ones reuse its pool
-            self._step(batch_size)  # warm-up (and compilation) outside the graph
+        # largest first, so the smaller ones fit in its pool
+        keys = [("mixed", n) for n in reversed(self.token_counts)]
+        keys += [("decode", b) for b in reversed(self.batch_sizes)]
+        for key in keys:
+            self._step(*key)  # warm-up (and compilation) outside the graph
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self.logits[batch_size] = self._step(batch_size)
+                self.outputs[key] = self._step(*key)
             pool = graph.pool()
-            self.graphs[batch_size] = graph
+            self.graphs[key] = graph
         torch.cuda.synchronize()
 
+    def can_run(self, meta: BatchMetadata) -> bool:
+        return meta.is_decode or bool(self.token_counts)
+
     def replay(self, input_ids: torch.Tensor, meta: BatchMetadata) -> torch.Tensor:
-        # input_ids [n] of a decode batch -> logits [n, vocab]
+        # input_ids [T] of B sequences -> decode: logits [B, vocab]; mixed: hidden [T, hidden]
         n = input_ids.shape[0]
-        batch_size = next(b for b in self.batch_sizes if b >= n)
-        width = meta.block_tables.shape[1]
+        num_seqs, width = meta.block_tables.shape
+        if meta.is_decode:
+            key = ("decode", next(b for b in self.batch_sizes if b >= n))
+        else:
+            key = ("mixed", next(t for t in self.token_counts if t >= n))
+            self.query_start[: num_seqs + 1].copy_(meta.query_start)
+            self.query_start[num_seqs + 1 :].fill_(n)  # padding sequences: no tokens
         self.input_ids[:n].copy_(input_ids)
         self.positions[:n].copy_(meta.positions)
         self.slot_mapping[:n].copy_(meta.slot_mapping)
         self.slot_mapping[n:].fill_(self.scratch_slot)  # stale rows would overwrite live blocks
-        self.context_lens[:n].copy_(meta.context_lens)
-        self.block_tables[:n, :width].copy_(meta.block_tables)
-        self.graphs[batch_size].replay()
-        return self.logits[batch_size][:n]
+        self.context_lens[:num_seqs].copy_(meta.context_lens)
+        self.block_tables[:num_seqs, :width].copy_(meta.block_tables)
+        self.graphs[key].replay()
+        return self.outputs[key][:n]

@@ -231,4 +231,5 @@ class LLMEngine:
             "device": str(runner.device),
             "dtype": str(runner.dtype).removeprefix("torch."),
             "cuda_graph_batch_sizes": runner.graphs.batch_sizes if runner.graphs else [],
+            "cuda_graph_token_counts": runner.graphs.token_counts if runner.graphs else [],
         }

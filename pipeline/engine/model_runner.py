@@ -55,7 +55,7 @@ class ModelRunner:
             )
         logger.info(
             "model runner: %s %s, %d KV blocks x %d tokens (%.2f GiB), linears %s, "
-            "Triton kernels %s, CUDA graphs %s, torch.compile %s",
+            "Triton kernels %s, CUDA graphs: decode %s, mixed %s, torch.compile %s",
             self.device,
             self.dtype,
             self.num_kv_blocks,
@@ -64,6 +64,7 @@ class ModelRunner:
             kernel_counts(self.model),
             "on" if kernels.is_available(self.device) and not config.compile else "off",
             self.graphs.batch_sizes if self.graphs else "off",
+            self.graphs.token_counts if self.graphs and self.graphs.token_counts else "off",
             "on" if self.graphs and config.compile else "off",
         )
 
@@ -79,7 +80,7 @@ class ModelRunner:
             return config.max_batch_size * self.max_blocks_per_seq
         # GPU: a fraction of the memory left after the weights and a full-budget step
         peak_step_bytes = self._profile_step_bytes(
-            min(config.max_num_tokens, config.max_seq_len), config.max_batch_size
+            config.max_num_tokens, config.max_seq_len, config.max_batch_size
         )
         free_bytes, _ = torch.cuda.mem_get_info(self.device)
         usable = (free_bytes - peak_step_bytes) * config.kv_cache_free_mem_fraction
@@ -94,16 +95,17 @@ class ModelRunner:
         return num_blocks
 
     @torch.inference_mode()
-    def _profile_step_bytes(self, num_tokens: int, num_sampled: int) -> int:
-        """Peak activation memory of one prompt step over num_tokens tokens."""
-        cache = torch.zeros(
-            self._kv_shape(-(-num_tokens // self.block_size)), dtype=self.dtype, device=self.device
-        )
+    def _profile_step_bytes(self, num_tokens: int, max_seq_len: int, num_sampled: int) -> int:
+        """Peak activation memory of one step over (at least) num_tokens prompt tokens."""
+        seq_len = min(num_tokens, max_seq_len)
+        num_seqs = -(-num_tokens // seq_len)
+        num_blocks = num_seqs * -(-seq_len // self.block_size)
+        cache = torch.zeros(self._kv_shape(num_blocks), dtype=self.dtype, device=self.device)
         torch.cuda.synchronize(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
         before = torch.cuda.memory_allocated(self.device)
-        meta = BatchMetadata.for_prompts(1, num_tokens, self.block_size, self.device)
-        input_ids = torch.zeros(num_tokens, dtype=torch.int64, device=self.device)
+        meta = BatchMetadata.for_prompts(num_seqs, seq_len, self.block_size, self.device)
+        input_ids = torch.zeros(num_seqs * seq_len, dtype=torch.int64, device=self.device)
         hidden = self.model(input_ids, meta, cache)
         self.model.compute_logits(hidden[-num_sampled:])
         torch.cuda.synchronize(self.device)
@@ -122,6 +124,8 @@ class ModelRunner:
             config.max_batch_size,
             self.max_blocks_per_seq,
             scratch_block=self.num_kv_blocks,
+            # mixed steps need the varlen kernel, which compile drops for inductor's ops
+            max_num_tokens=0 if config.compile else config.max_num_tokens,
         )
         with torch.inference_mode():
             graphs.capture()
@@ -171,8 +175,6 @@ class ModelRunner:
             context_lens=ctx_t,
             query_start=qstart_t,
             is_decode=num_tokens == num_seqs,
-            query_lens=query_lens,
-            context_lens_host=context_lens.tolist(),
         )
         return input_ids, meta, None if samples_all else rows_t
 
@@ -201,6 +203,19 @@ class ModelRunner:
             )
         return tensors
 
+    def _forward(
+        self, input_ids: torch.Tensor, meta: BatchMetadata, logits_rows: torch.Tensor | None
+    ) -> torch.Tensor:
+        # -> logits [S, vocab] float32 of the rows that sample
+        if self.graphs is not None and self.graphs.can_run(meta):
+            out = self.graphs.replay(input_ids, meta)
+            if meta.is_decode:  # the decode graphs end in the logits
+                return out if logits_rows is None else out[logits_rows]
+            hidden = out
+        else:
+            hidden = self.model(input_ids, meta, self.kv_cache)
+        return self.model.compute_logits(hidden if logits_rows is None else hidden[logits_rows])
+
     @torch.inference_mode()
     def run(self, scheduled: list[ScheduledSequence]) -> list[int]:
         """One forward step. Returns the next token of every sequence whose step reaches the end
@@ -208,14 +223,7 @@ class ModelRunner:
         with record_function("engine.prepare"):
             input_ids, meta, logits_rows = self._prepare(scheduled)
         with record_function("engine.forward"):
-            if self.graphs is not None and meta.is_decode:
-                logits = self.graphs.replay(input_ids, meta)
-                logits = logits if logits_rows is None else logits[logits_rows]
-            else:
-                hidden = self.model(input_ids, meta, self.kv_cache)
-                logits = self.model.compute_logits(
-                    hidden if logits_rows is None else hidden[logits_rows]
-                )
+            logits = self._forward(input_ids, meta, logits_rows)
         seqs = [e.seq for e in scheduled if e.seq.reaches_end(e.num_tokens)]
         if not seqs:
             return []

@@ -18,7 +18,7 @@ from transformers import (
 from pipeline.backends.torch_backend import TorchBackend
 from pipeline.checkpoint.hf_to_trtllm import convert
 from pipeline.engine import LLMEngine, SamplingParams
-from pipeline.engine.cuda_graph_runner import CudaGraphRunner
+from pipeline.engine.cuda_graph_runner import CudaGraphRunner, capture_token_counts
 from tests.conftest import make_spec
 
 VOCAB = 128
@@ -117,16 +117,20 @@ def test_greedy_tokens_equal_transformers(tiny):
 class EagerGraph:
     """Stands in for torch.cuda.CUDAGraph on CPU: replay() recomputes from the static buffers."""
 
-    def __init__(self, runner: CudaGraphRunner, batch_size: int):
-        self.runner, self.batch_size = runner, batch_size
+    def __init__(self, runner: CudaGraphRunner, key: tuple[str, int]):
+        self.runner, self.key = runner, key
+        self.num_replays = 0
 
     def replay(self) -> None:
-        self.runner.logits[self.batch_size].copy_(self.runner._step(self.batch_size))
+        self.runner.outputs[self.key] = self.runner._step(*self.key)
+        self.num_replays += 1
 
 
-def test_padded_static_buffer_decode_equals_eager(tiny):
+def test_padded_static_buffer_graphs_equal_eager(tiny):
+    """Mixed steps (prompts padded to 64 tokens and 4 sequences) and decode steps (padded
+    batches) through the graphs' static buffers give transformers' greedy tokens."""
     model, engine_dir = tiny
-    engine = LLMEngine.from_engine_dir(engine_dir, device="cpu")
+    engine = LLMEngine.from_engine_dir(engine_dir, device="cpu", max_num_tokens=24)
     runner = engine.model_runner
     graphs = CudaGraphRunner(
         runner.model,
@@ -134,15 +138,24 @@ def test_padded_static_buffer_decode_equals_eager(tiny):
         4,
         runner.max_blocks_per_seq,
         scratch_block=runner.num_kv_blocks,
+        max_num_tokens=24,
     )
-    assert graphs.batch_sizes == [1, 2, 4]
-    for batch_size in graphs.batch_sizes:
-        graphs.graphs[batch_size] = EagerGraph(graphs, batch_size)
-        graphs.logits[batch_size] = torch.empty(batch_size, VOCAB)
+    assert graphs.batch_sizes == [1, 2, 4] and graphs.token_counts == [24]
+    keys = [("decode", b) for b in graphs.batch_sizes] + [("mixed", 24)]
+    for key in keys:
+        graphs.graphs[key] = EagerGraph(graphs, key)
     runner.graphs = graphs
-    # three requests decode in a padded batch of 4; the shortest leaves after 3 tokens
+    # chunked prompts mixed with decodes; the shortest request leaves after 3 tokens
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (10, 3, 10)]
     outputs = engine.generate(PROMPTS, params)
     assert [o.token_ids for o in outputs] == [
         hf_greedy(model, p, n) for p, n in zip(PROMPTS, (10, 3, 10), strict=True)
     ]
+    assert graphs.graphs[("mixed", 24)].num_replays > 0
+    assert graphs.graphs[("decode", 2)].num_replays > 0
+
+
+def test_graph_token_counts_double_up_to_the_step_budget():
+    assert capture_token_counts(8192) == [64, 128, 256, 512, 1024, 2048, 4096, 8192]
+    assert capture_token_counts(24) == [24]
+    assert capture_token_counts(100) == [64, 100]

@@ -104,7 +104,7 @@ def _decode_kernel(
     tl.store(sum_ptr + stat, l_i, mask=row_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])  # varies per step: one compile
 def _merge_kernel(
     partial_ptr,
     max_ptr,

@@ -77,3 +77,41 @@ def paged_decode_attention(
         )  # [H, 1, D]
         out[b] = o.squeeze(1).to(q.dtype)
     return out
+
+
+def varlen_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    # q [T, H, D] packed; caches [NB, BS, Hkv, D]; block_tables [B, M]; query_start [B + 1];
+    # context_lens [B] -> [T, H, D]. One SDPA per sequence (reads the lengths on the host);
+    # sequences with no query tokens (CUDA-graph padding) are skipped.
+    block_size = k_cache.shape[1]
+    out = torch.empty_like(q)
+    starts, ctx_lens = query_start.tolist(), context_lens.tolist()
+    for i, ctx_len in enumerate(ctx_lens):
+        start, q_len = starts[i], starts[i + 1] - starts[i]
+        if q_len == 0:
+            continue
+        blocks = block_tables[i, : -(-ctx_len // block_size)].long()
+        k = k_cache[blocks].flatten(0, 1)[:ctx_len].transpose(0, 1)  # [Hkv, ctx, D]
+        v = v_cache[blocks].flatten(0, 1)[:ctx_len].transpose(0, 1)
+        qi = q[start : start + q_len].transpose(0, 1)  # [H, q_len, D]
+        if q_len == ctx_len:
+            o = F.scaled_dot_product_attention(
+                qi, k, v, is_causal=True, scale=scale, enable_gqa=True
+            )
+        else:  # earlier tokens are cached: query j sits at position ctx_len - q_len + j
+            key_pos = torch.arange(ctx_len, device=q.device)
+            query_pos = torch.arange(ctx_len - q_len, ctx_len, device=q.device)
+            mask = key_pos[None, :] <= query_pos[:, None]
+            o = F.scaled_dot_product_attention(
+                qi, k, v, attn_mask=mask, scale=scale, enable_gqa=True
+            )
+        out[start : start + q_len] = o.transpose(0, 1)
+    return out

@@ -37,7 +37,7 @@ def _find_seq(query_start_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr):
     return lo - 1
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_seqs"])  # varies per step: one compile
 def _varlen_attention_kernel(
     q_ptr,
     k_cache_ptr,

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from pipeline.engine import kernels
 from pipeline.engine.batch_metadata import BatchMetadata
-from pipeline.engine.kernels.reference import store_kv
+from pipeline.engine.kernels.reference import store_kv, varlen_attention
 
 
 def paged_decode_attention(
@@ -35,40 +35,6 @@ def paged_decode_attention(
         q.unsqueeze(2), k, v, attn_mask=mask[:, None, None, :], scale=scale, enable_gqa=True
     )
     return out.squeeze(2)
-
-
-def varlen_prefill_attention(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-    query_lens: list[int],
-    context_lens: list[int],
-    scale: float,
-) -> torch.Tensor:
-    # q [T, H, D] packed (no padding); caches [NB, BS, Hkv, D] -> [T, H, D]
-    block_size = k_cache.shape[1]
-    out = torch.empty_like(q)
-    start = 0
-    for i, (q_len, ctx_len) in enumerate(zip(query_lens, context_lens, strict=True)):
-        blocks = block_tables[i, : -(-ctx_len // block_size)].long()
-        k = k_cache[blocks].flatten(0, 1)[:ctx_len].transpose(0, 1)  # [Hkv, ctx, D]
-        v = v_cache[blocks].flatten(0, 1)[:ctx_len].transpose(0, 1)
-        qi = q[start : start + q_len].transpose(0, 1)  # [H, q_len, D]
-        if q_len == ctx_len:
-            o = F.scaled_dot_product_attention(
-                qi, k, v, is_causal=True, scale=scale, enable_gqa=True
-            )
-        else:  # earlier tokens are cached: query j sits at position ctx_len - q_len + j
-            key_pos = torch.arange(ctx_len, device=q.device)
-            query_pos = torch.arange(ctx_len - q_len, ctx_len, device=q.device)
-            mask = key_pos[None, :] <= query_pos[:, None]
-            o = F.scaled_dot_product_attention(
-                qi, k, v, attn_mask=mask, scale=scale, enable_gqa=True
-            )
-        out[start : start + q_len] = o.transpose(0, 1)
-        start += q_len
-    return out
 
 
 class Attention(nn.Module):
@@ -103,22 +69,13 @@ class Attention(nn.Module):
             else:
                 decode = paged_decode_attention
             return decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens, self.scale)
-        if self.varlen_kernel:
-            return self.varlen_kernel.varlen_attention(
-                q,
-                k_cache,
-                v_cache,
-                meta.block_tables,
-                meta.query_start,
-                meta.context_lens,
-                self.scale,
-            )
-        return varlen_prefill_attention(
+        varlen = self.varlen_kernel.varlen_attention if self.varlen_kernel else varlen_attention
+        return varlen(
             q,
             k_cache,
             v_cache,
             meta.block_tables,
-            meta.query_lens,
-            meta.context_lens_host,
+            meta.query_start,
+            meta.context_lens,
             self.scale,
         )

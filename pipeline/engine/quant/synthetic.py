@@ -1,6 +1,7 @@
 """Quantized linears written the way modelopt's TensorRT-LLM export writes them, from float
-weights, and the float32 math those tensors stand for. For tests and GPU self-checks: no
-calibration, so activation scales come from a given amax.
+weights, and the float32 math those tensors stand for. For tests, GPU self-checks and the
+bench's quantized checkpoints (scripts/bench_quant.py): no calibration, so activation scales
+come from a given amax.
 """
 
 import torch
@@ -38,10 +39,16 @@ QUANTIZATION = {  # checkpoint config.json "quantization" blocks, as modelopt wr
 
 
 def export_like_modelopt(
-    algo: str, prefix: str, w: torch.Tensor, smooth: torch.Tensor, act_amax: float
+    algo: str,
+    prefix: str,
+    w: torch.Tensor,
+    smooth: torch.Tensor | None,
+    act_amax: float,
+    group_size: int = GROUP,
 ) -> dict[str, torch.Tensor]:
     """Tensors modelopt writes for one linear w [out, in] (modelopt_on_cpu.md §5 layouts);
-    smooth [in] is the prequant (AWQ / SmoothQuant) vector."""
+    smooth [in] is the prequant (AWQ / SmoothQuant) vector, None for recipes that export none
+    (int4 blockwise weight-only is labelled W4A16_AWQ but has no prequant scale)."""
     if algo in ("W8A16", "W8A8_SQ_PER_CHANNEL"):
         q, scale = quantize_int8_per_channel(w)
         out = {"weight": q, "weights_scaling_factor": scale}
@@ -49,13 +56,13 @@ def export_like_modelopt(
         q, scale = quantize_fp8_per_tensor(w)
         out = {"weight": q, "weights_scaling_factor": scale}
     else:
-        q, scale = quantize_int4_groupwise(w, GROUP)
+        q, scale = quantize_int4_groupwise(w, group_size)
         out = {"weight": pack_int4_rows(q), "weights_scaling_factor": scale}
     if algo == "W8A8_SQ_PER_CHANNEL":
         out["activation_scaling_factor"] = torch.tensor([act_amax / INT8_MAX])
     if algo in ("FP8", "W4A8_AWQ"):
         out["activation_scaling_factor"] = torch.tensor([act_amax / FP8_MAX])
-    if algo in ("W4A16_AWQ", "W4A8_AWQ", "W8A8_SQ_PER_CHANNEL"):
+    if algo in ("W4A16_AWQ", "W4A8_AWQ", "W8A8_SQ_PER_CHANNEL") and smooth is not None:
         out["prequant_scaling_factor"] = smooth.to(torch.bfloat16)
     if algo == "W4A8_AWQ":
         w_dq = dequantize_groupwise(q, scale)

@@ -135,9 +135,8 @@ def test_varlen_attention_matches_the_per_sequence_loop(
     kernel_device, dtype, num_heads, num_kv_heads, head_dim, block_size
 ):
     """A mixed batch: a fresh prompt, decode rows, a chunk after a cached prefix, a prompt over
-    several query tiles; against the engine's CPU loop (SDPA per sequence) in float32."""
+    several query tiles; against the reference (SDPA per sequence, the CPU path) in float32."""
     from pipeline.engine.kernels import varlen_attention
-    from pipeline.engine.layers.attention import varlen_prefill_attention
 
     query_lens = [5, 1, 30, 100, 1]
     context_lens = [5, 70, 47, 100, 1]
@@ -148,8 +147,8 @@ def test_varlen_attention_matches_the_per_sequence_loop(
     starts = torch.tensor([0, *query_lens], device=kernel_device).cumsum(0).int()
     lens = torch.tensor(context_lens, dtype=torch.int32, device=kernel_device)
     out = varlen_attention.varlen_attention(q, k_cache, v_cache, tables, starts, lens, 0.1)
-    ref = varlen_prefill_attention(
-        q.float(), k_cache.float(), v_cache.float(), tables, query_lens, context_lens, 0.1
+    ref = reference.varlen_attention(
+        q.float(), k_cache.float(), v_cache.float(), tables, starts, lens, 0.1
     )
     tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
     torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol)

@@ -1,11 +1,8 @@
 import torch
 from torch.nn import functional as F
 
-from pipeline.engine.kernels.reference import store_kv
-from pipeline.engine.layers.attention import (
-    paged_decode_attention,
-    varlen_prefill_attention,
-)
+from pipeline.engine.kernels.reference import store_kv, varlen_attention
+from pipeline.engine.layers.attention import paged_decode_attention
 
 H, HKV, D, BS, NB = 4, 2, 8, 4, 16
 
@@ -52,12 +49,15 @@ def test_paged_decode_matches_dense_attention():
         torch.testing.assert_close(out[i], reference(q[i : i + 1], k, v)[0])
 
 
-def test_varlen_prefill_with_cached_context_matches_dense_attention():
+def test_varlen_with_cached_context_matches_dense_attention():
     g = torch.Generator().manual_seed(1)
-    lengths, query_lens = [7, 10], [7, 3]  # a whole prompt, and a chunk after 7 cached tokens
+    # a whole prompt, a chunk after 7 cached tokens, and a graph-padding sequence with no tokens
+    lengths, query_lens = [7, 10, 1], [7, 3, 0]
     k_cache, v_cache, tables, kvs = paged(lengths, g)
     q = torch.randn(sum(query_lens), H, D, generator=g)
-    out = varlen_prefill_attention(q, k_cache, v_cache, tables, query_lens, lengths, D**-0.5)
+    starts = torch.tensor([0, 7, 10, 10], dtype=torch.int32)
+    lens = torch.tensor(lengths, dtype=torch.int32)
+    out = varlen_attention(q, k_cache, v_cache, tables, starts, lens, D**-0.5)
     torch.testing.assert_close(out[:7], reference(q[:7], *kvs[0]))
     torch.testing.assert_close(out[7:], reference(q[7:], *kvs[1]))
 
