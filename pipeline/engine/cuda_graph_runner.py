@@ -59,7 +59,9 @@ class CudaGraphRunner:
             (num_rows,), self.scratch_slot, dtype=torch.int64, device=device
         )
         self.context_lens = torch.ones(max_batch_size, dtype=torch.int32, device=device)
-        self.query_start = torch.arange(max_batch_size + 1, dtype=torch.int32, device=device)
+        # zeros until a mixed replay fills it: while capturing no sequence owns a token (one
+        # each would overrun token counts below max_batch_size)
+        self.query_start = torch.zeros(max_batch_size + 1, dtype=torch.int32, device=device)
         self.block_tables = torch.full(
             (max_batch_size, max_blocks_per_seq), scratch_block, dtype=torch.int32, device=device
         )

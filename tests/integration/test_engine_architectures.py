@@ -159,3 +159,20 @@ def test_graph_token_counts_double_up_to_the_step_budget():
     assert capture_token_counts(8192) == [64, 128, 256, 512, 1024, 2048, 4096, 8192]
     assert capture_token_counts(24) == [24]
     assert capture_token_counts(100) == [64, 100]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("max_num_tokens", [24, 3])
+def test_cuda_graphs_mixed_and_decode_equal_transformers(tiny, max_num_tokens):
+    """On the GPU, captured for real: prompts chunked over mixed steps (the varlen kernel in
+    padded mixed graphs; 3 tokens is below the 4 padded sequences) and decode graphs give
+    transformers' greedy tokens."""
+    model, engine_dir = tiny
+    engine = LLMEngine.from_engine_dir(engine_dir, device="cuda", max_num_tokens=max_num_tokens)
+    assert engine.stats()["cuda_graph_token_counts"] == [max_num_tokens]
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (10, 3, 10)]
+    outputs = engine.generate(PROMPTS, params)
+    assert [o.token_ids for o in outputs] == [
+        hf_greedy(model, p, n) for p, n in zip(PROMPTS, (10, 3, 10), strict=True)
+    ]
