@@ -1,6 +1,7 @@
 """Benchmark the torch engine against HF transformers on one GPU, in one command.
 
     PYTHONPATH=. python scripts/bench_engine.py --out $OUT [--smollm-ckpt DIR] [--tiny]
+        [--quant int8_wo,int4_wo,int4_awq,fp8 [--quant-models NAMES] [--quant-decode-only]]
 
 Models: a Llama-3.1-8B-shaped model with random bf16 weights (the same weights serve HF and,
 through a TensorRT-LLM checkpoint and the torch backend's build, the engine), then SmolLM2 in
@@ -12,23 +13,25 @@ cache = compiled) and HF continuous batching (`generate_batch`); optional HF bas
 skipped when they would overrun --budget-s. Writes bench_engine.json + bench_engine.md to --out
 (after each model, so a later failure keeps earlier results). --tiny runs the same code on CPU
 with a tiny model (the unit test). Needs torch + transformers, not hydra/modelopt.
+
+--quant: then the engine alone on each quantized format of the same weights (bench_quant.py),
+relative to the BF16 engine of this run; optional HF baselines leave time for it.
 """
 
 import argparse
 import gc
 import json
 import logging
-import math
+import shutil
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import save_file
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,6 +40,7 @@ sys.path.insert(0, str(REPO))  # the pipeline package, when run without PYTHONPA
 from pipeline.backends.torch_backend import TorchBackend  # noqa: E402
 from pipeline.checkpoint.trtllm_config import pretrained_config  # noqa: E402
 from pipeline.engine import LLMEngine, SamplingParams  # noqa: E402
+from pipeline.engine.layers.linear import kernel_counts  # noqa: E402
 from pipeline.specs.build import BuildSpec  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, when imported by tests
@@ -49,6 +53,14 @@ from bench_hf_baselines import (  # noqa: E402
     random_hf_model,
     sync,
 )
+from bench_quant import (  # noqa: E402
+    QuantPlan,
+    activation_amax,
+    add_quant_args,
+    quant_plan,
+    write_quantized_checkpoint,
+)
+from bench_report import decode_bytes, prefix_agreement, tables, vs_bf16  # noqa: E402
 
 log = logging.getLogger("bench_engine")
 
@@ -100,7 +112,9 @@ class Workload:
     num_requests: int = 512
     input_len: int = 128
     output_len: int = 128
-    max_batch_size: int = 256  # engine build limit (CUDA graphs for 1, 2, 4, ... up to it)
+    # engine build limit (CUDA graphs for 1, 2, 4, ... up to it): every request in flight at
+    # once, as trtllm-bench sizes it; 256 left half the requests queued behind the first half
+    max_batch_size: int = 512
     hf_batch: int = 64  # HF static batching: requests per generate() call
     hf_num_batches: int = 2  # HF static batching: calls measured (a sample of the workload)
     hf_cb_requests: int = 256  # HF generate_batch: requests
@@ -179,33 +193,50 @@ def build_engine(ckpt_dir: Path, tokenizer_dir: Path, out_dir: Path, work: Workl
     return out_dir
 
 
-def decode_bytes(ckpt_dir: Path, dtype: torch.dtype, work: Workload) -> dict:
-    """Bytes one batch-1 decode step must read: every weight but the embedding table (one row
-    is gathered), plus the KV cache at the mean context of the run."""
-    cfg = json.loads((ckpt_dir / "config.json").read_text())
-    with safe_open(ckpt_dir / "rank0.safetensors", "pt") as f:
-        weight_bytes = sum(
-            math.prod(f.get_slice(name).get_shape()) * dtype.itemsize
-            for name in f.keys()
-            if name != "transformer.vocab_embedding.weight"
-        )
-    kv_per_token = (
-        2
-        * cfg["num_hidden_layers"]
-        * cfg["num_key_value_heads"]
-        * cfg["head_size"]
-        * dtype.itemsize
-    )
-    mean_context = work.input_len + work.output_len / 2
+def offline_throughput(
+    engine: LLMEngine, prompts: list[list[int]], work: Workload, cap_s: float | None
+) -> dict:
+    """All prompts at t=0, stepped to the end (generate()'s loop); past cap_s the rest is
+    aborted and no rate reported, as a partial run is not the workload."""
+    params = SamplingParams(max_tokens=work.output_len, ignore_eos=True)
+    start = time.perf_counter()
+    ids = [engine.add_request(p, params) for p in prompts]
+    ttfts, num_out, is_capped = {}, 0, False
+    while engine.has_unfinished():
+        if cap_s is not None and not is_capped and time.perf_counter() - start > cap_s:
+            is_capped = True
+            for request_id in ids:
+                engine.abort(request_id)  # False for the finished ones: nothing to do
+        for delta in engine.step():
+            num_out += len(delta.token_ids)
+            if delta.token_ids:
+                ttfts.setdefault(delta.request_id, time.perf_counter() - start)
+    wall_s = time.perf_counter() - start
+    if is_capped:
+        return {
+            "throughput_out_tok_s": None,
+            "throughput_error": f"stopped at the {cap_s:.0f} s cap: {num_out} of "
+            f"{len(prompts) * work.output_len} tokens ({num_out / wall_s:.0f} tok/s so far)",
+        }
+    ttft_list = sorted(ttfts.values())
     return {
-        "weight_bytes": weight_bytes,
-        "kv_bytes_per_token": kv_per_token,
-        "bytes_per_step": weight_bytes + kv_per_token * mean_context,
+        "throughput_out_tok_s": num_out / wall_s,
+        "throughput_total_tok_s": (num_out + len(prompts) * work.input_len) / wall_s,
+        "throughput_wall_s": wall_s,
+        "num_requests": len(prompts),
+        "num_out_tokens": num_out,
+        "ttft_p50_s": ttft_list[len(ttft_list) // 2],
     }
 
 
 def bench_engine(
-    engine_dir: Path, device: torch.device, dtype: str, work: Workload, vocab_size: int
+    engine_dir: Path,
+    device: torch.device,
+    dtype: str,
+    work: Workload,
+    vocab_size: int,
+    throughput: bool = True,
+    throughput_cap_s: float | None = None,
 ) -> dict:
     start = time.perf_counter()
     engine = LLMEngine.from_engine_dir(engine_dir, device=str(device), dtype=dtype)
@@ -219,28 +250,21 @@ def bench_engine(
         out = engine.generate(prompts_for(vocab_size, work, 1), params)[0]
         tokens = out.token_ids
         decode_tok_s.append((len(tokens) - 1) / (out.finish_time_s - out.first_token_time_s))
-    prompts = prompts_for(vocab_size, work, work.num_requests, seed=2)
-    sync(device)
-    start = time.perf_counter()
-    outs = engine.generate(prompts, params)
-    sync(device)
-    wall_s = time.perf_counter() - start
-    num_out = sum(len(o.token_ids) for o in outs)
-    ttfts = sorted(o.first_token_time_s - o.arrival_time_s for o in outs)
-    stats = engine.stats()
-    del engine
-    free_memory()
-    return {
+    result = {
         "load_s": load_s,
         "warmup_s": warmup_s,
         "decode_tok_s": statistics.median(decode_tok_s),
         "greedy_tokens": tokens,
-        "throughput_out_tok_s": num_out / wall_s,
-        "throughput_total_tok_s": (num_out + len(prompts) * work.input_len) / wall_s,
-        "throughput_wall_s": wall_s,
-        "num_requests": len(prompts),
-        "num_out_tokens": num_out,
-        "ttft_p50_s": ttfts[len(ttfts) // 2],
+        "kernels": kernel_counts(engine.model_runner.model),
+    }
+    if throughput:
+        prompts = prompts_for(vocab_size, work, work.num_requests, seed=2)
+        sync(device)  # each step syncs on its sampled tokens, so the last one ends the run
+        result |= offline_throughput(engine, prompts, work, throughput_cap_s)
+    stats = engine.stats()
+    del engine
+    free_memory()
+    return result | {
         "num_kv_blocks": stats["num_total_blocks"],
         "num_preemptions": stats["num_preemptions"],
         "cuda_graph_batch_sizes": stats["cuda_graph_batch_sizes"],
@@ -264,17 +288,16 @@ def bench_engine_side(
     tokenizer_dir = write_tokenizer(vocab_size, scratch / f"{name}-tokenizer")
     engine_dir = build_engine(ckpt_dir, tokenizer_dir, scratch / f"{name}-engine", work)
     engine = bench_engine(engine_dir, device, dtype_name, work, vocab_size)
+    shutil.rmtree(engine_dir)  # disk: the 8B's 16 GB copy, while quantized formats follow
     roof = decode_bytes(ckpt_dir, dtype, work)
     roofline_tok_s = bandwidth / roof["bytes_per_step"]
-    pairs = list(zip(engine["greedy_tokens"], hf["greedy_tokens"], strict=False))
-    agree = next((i for i, (a, b) in enumerate(pairs) if a != b), len(pairs))
     return {
         "dtype": dtype_name,
         **roof,
         "roofline_tok_s": roofline_tok_s,
         "engine": engine,
         "hf": hf,
-        "greedy_prefix_agreement": agree,
+        "greedy_prefix_agreement": prefix_agreement(engine["greedy_tokens"], hf["greedy_tokens"]),
         "engine_pct_roofline": 100 * engine["decode_tok_s"] / roofline_tok_s,
         "hf_pct_roofline": 100
         * max(hf["decode_tok_s"], hf.get("static_cache_decode_tok_s") or 0)
@@ -282,59 +305,43 @@ def bench_engine_side(
     }
 
 
-def ratio(a: float | None, b: float | None) -> str:
-    return f"{a / b:.2f}x" if a and b else "-"
-
-
-def markdown(results: dict) -> str:
-    rows = [
-        "| model | metric | engine | HF eager | HF static cache | HF static batch | "
-        "HF generate_batch | engine / best HF |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for name, r in results["models"].items():
-        e, hf = r["engine"], r["hf"]
-        static = hf.get("static_cache_decode_tok_s")
-        best = max(v for v in (hf["decode_tok_s"], static) if v)
-        rows.append(
-            f"| {name} | batch-1 decode tok/s (% roofline) | {e['decode_tok_s']:.0f} "
-            f"({r['engine_pct_roofline']:.0f}%) | {hf['decode_tok_s']:.0f} | "
-            f"{f'{static:.0f}' if static else '-'} | - | - | "
-            f"{ratio(e['decode_tok_s'], best)} |"
-        )
-        sb, cb = hf["static_batching"], hf["continuous_batching"]
-        cb_tok_s = cb.get("throughput_out_tok_s")
-        best = max(v for v in (sb["throughput_out_tok_s"], cb_tok_s) if v)
-        rows.append(
-            f"| {name} | offline out tok/s ({work_label(results)}) | "
-            f"{e['throughput_out_tok_s']:.0f} | - | - | "
-            f"{sb['throughput_out_tok_s']:.0f} | "
-            f"{f'{cb_tok_s:.0f}' if cb_tok_s else cb.get('error', '-')} | "
-            f"{ratio(e['throughput_out_tok_s'], best)} |"
-        )
-    return "\n".join(rows)
-
-
-def checks_markdown(checks: dict) -> str:
-    kernel_checks = checks["kernels"]
-    lines = ["| check | kernel / op | error | ok |", "|---|---|---|---|"]
-    if "skipped" in kernel_checks:
-        lines.append(f"| Triton kernels | - | - | {kernel_checks['skipped']} |")
-    else:
-        lines += [
-            f"| Triton {name} | triton | max abs {c['max_abs_err']:.2e} | {c['ok']} |"
-            for name, c in kernel_checks.items()
-        ]
-    lines += [
-        f"| linear {algo} | {c['kernel']} | rel {c['rel_err']:.2e} | {c['ok']} |"
-        for algo, c in checks["linears"].items()
-    ]
-    return "\n".join(lines)
-
-
-def work_label(results: dict) -> str:
-    w = results["workload"]
-    return f"{w['num_requests']} req, {w['input_len']} in / {w['output_len']} out"
+def bench_quant_format(
+    name: str,
+    fmt: str,
+    ckpt: Path,
+    act_amax: dict[str, float],
+    bf16_engine: dict,
+    work: Workload,
+    device: torch.device,
+    dtype: torch.dtype,
+    scratch: Path,
+    bandwidth: float,
+    quant: QuantPlan,
+) -> dict:
+    """The engine alone on one quantized format of the checkpoint, against the BF16 engine. A
+    failure is reported, not raised: one GPU command has to bring back all it can."""
+    log.info("%s: %s checkpoint, engine build + run", name, fmt)
+    start, out = time.perf_counter(), scratch / f"{name}-{fmt}"
+    try:
+        quant_dir = write_quantized_checkpoint(ckpt, fmt, act_amax, out / "ckpt", device)
+        config = json.loads((quant_dir / "config.json").read_text())
+        roof = decode_bytes(quant_dir, dtype, work)
+        tokenizer_dir = write_tokenizer(config["vocab_size"], out / "tokenizer")
+        engine_dir = build_engine(quant_dir, tokenizer_dir, out / "engine", work)
+        shutil.rmtree(quant_dir)  # disk: an 8B format is 5-9 GB, and its engine dir as much again
+        dtype_name, vocab = str(dtype).removeprefix("torch."), config["vocab_size"]
+        throughput, cap_s = not quant.is_decode_only, quant.throughput_cap_s
+        run = bench_engine(engine_dir, device, dtype_name, work, vocab, throughput, cap_s)
+        if quant.is_decode_only:
+            run["throughput_error"] = "skipped (--quant-decode-only)"
+        run = {"quantization": config["quantization"], **run}
+        result = vs_bf16(run, roof, bandwidth, bf16_engine)
+    except Exception as err:  # noqa: BLE001 - reported in the results
+        log.exception("%s: %s failed", name, fmt)
+        result = {"error": f"{type(err).__name__}: {str(err)[:300]}"}
+    shutil.rmtree(out, ignore_errors=True)
+    free_memory()  # here, not in the except block, whose traceback still holds the engine
+    return result | {"wall_s": time.perf_counter() - start}
 
 
 def model_plan(args: argparse.Namespace) -> list[tuple[str, dict | Path, Workload]]:
@@ -357,7 +364,6 @@ def model_plan(args: argparse.Namespace) -> list[tuple[str, dict | Path, Workloa
             smollm,
             Workload(
                 num_requests=args.num_requests,
-                max_batch_size=512,
                 hf_cb_requests=args.num_requests,
                 hf_static_cache=static,
                 hf_reserve_s=60,
@@ -375,8 +381,10 @@ def run_model(
     scratch: Path,
     bandwidth: float,
     deadline: float,
-) -> dict:
-    """HF baselines on the model, then (HF freed) the engine on the same weights."""
+    calibrate: bool = False,
+) -> tuple[dict, Path, dict[str, float]]:
+    """HF baselines on the model, then (HF freed) the engine on the same weights: (results, the
+    engine's checkpoint, with `calibrate` the activation amax of each linear for quant runs)."""
     dtype_name = str(dtype).removeprefix("torch.")
     if isinstance(source, Path):  # a converted checkpoint: HF gets its weights
         ckpt = source
@@ -388,16 +396,23 @@ def run_model(
         ckpt = write_checkpoint(hf_to_trtllm(model), source, dtype_name, scratch / f"{name}-ckpt")
     log.info("%s: HF baselines", name)
     hf = bench_hf(model, work, vocab, deadline)
+    # seed 3: none of the measured prompts (decode 0, warm-up 1, offline 2)
+    act_amax = activation_amax(model, prompts_for(vocab, work, 4, seed=3)) if calibrate else {}
     del model  # the engine gets the GPU to itself
     free_memory()
-    return bench_engine_side(name, ckpt, hf, vocab, work, device, dtype, scratch, bandwidth)
+    result = bench_engine_side(name, ckpt, hf, vocab, work, device, dtype, scratch, bandwidth)
+    return result, ckpt, act_amax
 
 
-def run(args: argparse.Namespace, out_dir: Path) -> dict:
+def run(args: argparse.Namespace, out_dir: Path, quant: QuantPlan | None = None) -> dict:
+    quant = quant or QuantPlan()
     deadline = time.perf_counter() + args.budget_s
     device = torch.device("cpu" if args.tiny else "cuda")
     dtype = torch.float32 if args.tiny else torch.bfloat16
-    plan = model_plan(args)
+    plan = [  # optional HF baselines leave time for the quantized formats that follow them
+        (n, s, replace(w, hf_reserve_s=w.hf_reserve_s + quant.reserve_s()) if quant.runs(n) else w)
+        for n, s, w in model_plan(args)
+    ]
     bandwidth = copy_bandwidth(device, plan[0][2].copy_bytes)
     results = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -408,21 +423,40 @@ def run(args: argparse.Namespace, out_dir: Path) -> dict:
         "checks": gpu_checks(device, dtype),
         "models": {},
     }
+    if quant.formats:
+        results["quant_plan"] = asdict(quant)
     with tempfile.TemporaryDirectory(prefix="bench_engine_") as tmp:
+        scratch = Path(tmp)
         for name, source, work in plan:
             start = time.perf_counter()
-            results["models"][name] = run_model(
-                name, source, work, device, dtype, Path(tmp), bandwidth, deadline
+            result, ckpt, act_amax = run_model(
+                name, source, work, device, dtype, scratch, bandwidth, deadline, quant.runs(name)
             )
-            results["models"][name]["wall_s"] = time.perf_counter() - start
+            result["wall_s"] = time.perf_counter() - start
+            results["models"][name] = result
             write_results(results, out_dir)  # partial results survive a later failure
+            for fmt in quant.formats if quant.runs(name) else ():
+                result.setdefault("quant", {})[fmt] = bench_quant_format(
+                    name,
+                    fmt,
+                    ckpt,
+                    act_amax,
+                    result["engine"],
+                    work,
+                    device,
+                    dtype,
+                    scratch,
+                    bandwidth,
+                    quant,
+                )
+                write_results(results, out_dir)
     return results
 
 
 def write_results(results: dict, out_dir: Path) -> str:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench_engine.json").write_text(json.dumps(results, indent=2))
-    table = markdown(results) + "\n\n" + checks_markdown(results["checks"])
+    table = tables(results)
     (out_dir / "bench_engine.md").write_text(table + "\n")
     return table
 
@@ -448,10 +482,15 @@ def main(argv: list[str] | None = None) -> int:
         help="skip HF generate with a compiled static cache (saves ~1 min)",
     )
     parser.add_argument("--tiny", action="store_true", help="CPU, tiny model: tests the script")
+    add_quant_args(parser)
     args = parser.parse_args(argv)
+    try:
+        quant = quant_plan(args, [name for name, _, _ in model_plan(args)])
+    except ValueError as err:
+        parser.error(str(err))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     start = time.perf_counter()
-    results = run(args, args.out)
+    results = run(args, args.out, quant)
     results["total_s"] = time.perf_counter() - start
     print(write_results(results, args.out))
     return 0
