@@ -3,6 +3,7 @@
 import torch
 from torch import nn
 
+from pipeline.engine import kernels
 from pipeline.engine.quant.matmul_ops import pad_rows, probe, probe_min_rows
 from pipeline.engine.quant.primitives import quantize_int8_activation
 
@@ -12,7 +13,8 @@ def _buffer(module: nn.Module, name: str, value: torch.Tensor | None) -> None:
 
 
 class Int8WeightOnlyLinear(nn.Module):
-    """y = x @ (q * scale).T + bias, via torch._weight_int8pack_mm where it runs."""
+    """y = x @ (q * scale).T + bias: Triton on CUDA (16-bit), else torch._weight_int8pack_mm
+    where it runs, else dequantize + matmul."""
 
     def __init__(
         self,
@@ -27,6 +29,8 @@ class Int8WeightOnlyLinear(nn.Module):
         _buffer(self, "scale", scale.to(dtype))  # [out]
         _buffer(self, "bias", bias)  # [out] or None
         self.output_sizes = output_sizes
+        # CUDA 16-bit: our Triton kernel (aten's CUDA int8pack_mm has no tensor cores)
+        self.triton = kernels.load("int8_matmul", weight.device) if dtype.itemsize == 2 else None
         x = torch.zeros(1, weight.shape[1], dtype=dtype, device=weight.device)
         reason = probe(
             "torch._weight_int8pack_mm",
@@ -34,10 +38,14 @@ class Int8WeightOnlyLinear(nn.Module):
         )
         self.is_packed_mm = reason is None
         self.kernel = "torch._weight_int8pack_mm" if reason is None else f"dequant ({reason})"
+        if self.triton:
+            self.kernel = "triton w8a16"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # [T, in] -> [T, out]
-        if self.is_packed_mm:
+        if self.triton:
+            y = self.triton.w8a16_matmul(x, self.weight, self.scale)
+        elif self.is_packed_mm:
             y = torch._weight_int8pack_mm(x, self.weight, self.scale)
         else:
             y = nn.functional.linear(x, self.weight.to(x.dtype)) * self.scale
