@@ -1,4 +1,5 @@
-"""int4 groupwise weight-only linear (W4A16_AWQ): tinygemm on CUDA, its CPU twin on CPU.
+"""int4 groupwise weight-only linear (W4A16_AWQ): our Triton kernel on CUDA (16-bit), else
+tinygemm on CUDA and its CPU twin on CPU.
 
 Both PyTorch kernels want their own packed layout, made here at load time from the checkpoint's
 [out/2, in] rows (the layout is device-specific, so the engine dir keeps the checkpoint's tensors).
@@ -7,6 +8,7 @@ Both PyTorch kernels want their own packed layout, made here at load time from t
 import torch
 from torch import nn
 
+from pipeline.engine import kernels
 from pipeline.engine.quant.matmul_ops import int4_inner_k_tiles, probe
 from pipeline.engine.quant.primitives import (
     dequantize_groupwise,
@@ -55,6 +57,15 @@ class Int4GroupwiseLinear(nn.Module):
         )
         self.register_buffer("bias", bias, persistent=False)
         self.is_cuda = q.device.type == "cuda"
+        # CUDA 16-bit: our Triton kernel on the checkpoint's rows (tinygemm, tuned for a few
+        # rows, ran prompt steps 15x slower than bf16 on the H100)
+        self.triton = kernels.load("weight_only_matmul", q.device) if dtype.itemsize == 2 else None
+        if self.triton:
+            self.is_packed = False
+            self.kernel = "triton w4a16"
+            self.register_buffer("packed_rows", pack_int4_rows(q), persistent=False)
+            self.register_buffer("scale", scale.to(dtype), persistent=False)
+            return
         reason = self._try_pack(q, scale, dtype)
         self.is_packed = reason is None
         self.kernel = self._kernel_name() if reason is None else f"dequant ({reason})"
@@ -96,7 +107,11 @@ class Int4GroupwiseLinear(nn.Module):
         # [T, in] -> [T, out]
         if self.prequant is not None:
             x = x * self.prequant
-        if self.is_packed:
+        if self.triton:
+            y = self.triton.weight_only_matmul(
+                x, self.packed_rows, self.scale, bits=4, group=self.group
+            )
+        elif self.is_packed:
             y = self._packed_mm(x.to(self.act_dtype)).to(x.dtype)
         else:
             w = dequantize_groupwise(unpack_int4_rows(self.packed_rows), self.scale)
