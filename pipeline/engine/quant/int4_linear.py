@@ -1,5 +1,5 @@
-"""int4 groupwise weight-only linear (W4A16_AWQ): our Triton kernel on CUDA (16-bit), else
-tinygemm on CUDA and its CPU twin on CPU.
+"""int4 groupwise weight-only linear (W4A16_AWQ): tinygemm on CUDA (decode-sized steps; prompt
+steps dequantize for one dense GEMM), its CPU twin on CPU.
 
 Both PyTorch kernels want their own packed layout, made here at load time from the checkpoint's
 [out/2, in] rows (the layout is device-specific, so the engine dir keeps the checkpoint's tensors).
@@ -8,7 +8,6 @@ Both PyTorch kernels want their own packed layout, made here at load time from t
 import torch
 from torch import nn
 
-from pipeline.engine import kernels
 from pipeline.engine.quant.matmul_ops import int4_inner_k_tiles, probe
 from pipeline.engine.quant.primitives import (
     dequantize_groupwise,
@@ -19,6 +18,7 @@ from pipeline.engine.quant.primitives import (
 )
 
 TINYGEMM_GROUPS = (32, 64, 128, 256)
+PACKED_MAX_ROWS = 64
 
 
 def _pack_cuda(q: torch.Tensor, scale: torch.Tensor, tiles: int) -> tuple[torch.Tensor, ...]:
@@ -57,19 +57,14 @@ class Int4GroupwiseLinear(nn.Module):
         )
         self.register_buffer("bias", bias, persistent=False)
         self.is_cuda = q.device.type == "cuda"
-        # CUDA 16-bit: our Triton kernel on the checkpoint's rows (tinygemm, tuned for a few
-        # rows, ran prompt steps 15x slower than bf16 on the H100)
-        self.triton = kernels.load("weight_only_matmul", q.device) if dtype.itemsize == 2 else None
-        if self.triton:
-            self.is_packed = False
-            self.kernel = "triton w4a16"
-            self.register_buffer("packed_rows", pack_int4_rows(q), persistent=False)
-            self.register_buffer("scale", scale.to(dtype), persistent=False)
-            return
         reason = self._try_pack(q, scale, dtype)
         self.is_packed = reason is None
         self.kernel = self._kernel_name() if reason is None else f"dequant ({reason})"
-        if reason is not None:
+        # tinygemm is built for a few rows: prompt steps ran 15x slower than bf16 on the H100.
+        # On CUDA, steps past PACKED_MAX_ROWS dequantize the checkpoint rows for one dense GEMM
+        # (an extra copy of the int4 weights, 0.5 byte a parameter)
+        self.max_packed_rows = PACKED_MAX_ROWS if self.is_cuda else None
+        if reason is not None or self.is_cuda:
             self.register_buffer("packed_rows", pack_int4_rows(q), persistent=False)
             self.register_buffer("scale", scale.float(), persistent=False)
 
@@ -107,11 +102,8 @@ class Int4GroupwiseLinear(nn.Module):
         # [T, in] -> [T, out]
         if self.prequant is not None:
             x = x * self.prequant
-        if self.triton:
-            y = self.triton.weight_only_matmul(
-                x, self.packed_rows, self.scale, bits=4, group=self.group
-            )
-        elif self.is_packed:
+        is_few_rows = self.max_packed_rows is None or x.shape[0] <= self.max_packed_rows
+        if self.is_packed and is_few_rows:
             y = self._packed_mm(x.to(self.act_dtype)).to(x.dtype)
         else:
             w = dequantize_groupwise(unpack_int4_rows(self.packed_rows), self.scale)

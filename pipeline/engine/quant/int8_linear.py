@@ -30,9 +30,7 @@ class Int8WeightOnlyLinear(nn.Module):
         _buffer(self, "bias", bias)  # [out] or None
         self.output_sizes = output_sizes
         # CUDA 16-bit: our Triton kernel (aten's CUDA int8pack_mm has no tensor cores)
-        self.triton = (
-            kernels.load("weight_only_matmul", weight.device) if dtype.itemsize == 2 else None
-        )
+        self.triton = kernels.load("int8_matmul", weight.device) if dtype.itemsize == 2 else None
         x = torch.zeros(1, weight.shape[1], dtype=dtype, device=weight.device)
         reason = probe(
             "torch._weight_int8pack_mm",
@@ -46,7 +44,7 @@ class Int8WeightOnlyLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # [T, in] -> [T, out]
         if self.triton:
-            y = self.triton.weight_only_matmul(x, self.weight, self.scale, bits=8)
+            y = self.triton.w8a16_matmul(x, self.weight, self.scale)
         elif self.is_packed_mm:
             y = torch._weight_int8pack_mm(x, self.weight, self.scale)
         else:

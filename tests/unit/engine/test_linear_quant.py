@@ -107,3 +107,20 @@ def test_quantized_linear_on_cuda_uses_a_fast_kernel_and_matches_reference(algo,
     # weight-only one), no dequant fallback
     if torch.cuda.get_device_capability() >= (9, 0):
         assert not linear.kernel.startswith("dequant"), linear.kernel
+
+
+def test_int4_steps_past_the_packed_row_limit_dequantize_to_the_same_result():
+    """CUDA sends steps above PACKED_MAX_ROWS rows (prompts) through a dequantized dense GEMM;
+    the same switch, forced on CPU, agrees with the packed kernel."""
+    torch.manual_seed(0)
+    q, scale = quantize_int4_groupwise(torch.randn(64, 128), group=32)
+    tensors = {"l.o.weight": pack_int4_rows(q), "l.o.weights_scaling_factor": scale}
+    linear = build_linear(tensors, ["l.o"], QUANT["W4A16_AWQ"], torch.float32, "cpu")
+    assert linear.is_packed
+    x = torch.randn(3, 128)
+    packed = linear(x)
+    linear.register_buffer("packed_rows", pack_int4_rows(q), persistent=False)
+    linear.register_buffer("scale", scale.float(), persistent=False)
+    linear.max_packed_rows = 2
+    torch.testing.assert_close(linear(x), packed, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(linear(x), x @ dequantize_groupwise(q, scale).t())

@@ -170,33 +170,19 @@ def test_varlen_attention_grid_bounds_every_batch_of_the_same_shape():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("num_rows", [1, 5, 33, 130])
-@pytest.mark.parametrize("bits", [8, 4])
-def test_weight_only_matmul_matches_dequantized_matmul(kernel_device, dtype, num_rows, bits):
+def test_w8a16_matmul_matches_dequantized_matmul(kernel_device, dtype, num_rows):
     """Decode rows (split K, atomic fp32 sums) and prompt rows (one pass), with N and K that
-    leave partial tiles; int8 per channel and int4 rows packed two a byte with group scales;
-    against x @ dequant(w).T in float32."""
-    from pipeline.engine.kernels import weight_only_matmul
-    from pipeline.engine.quant.primitives import pack_int4_rows
+    leave partial tiles; against x @ (q * scale).T in float32."""
+    from pipeline.engine.kernels import int8_matmul
 
     g = torch.Generator().manual_seed(num_rows)
-    n, k, group = 200, 1088, 64
-    if bits == 8:
-        q = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
-        scale = torch.rand(n, generator=g) / 100 + 1e-3
-        w, stored = q.float() * scale[:, None], q
-    else:
-        q = torch.randint(-8, 8, (n, k), generator=g, dtype=torch.int8)
-        scale = torch.rand(n, k // group, generator=g) / 10 + 1e-2
-        w, stored = q.float() * scale.repeat_interleave(group, 1), pack_int4_rows(q)
+    n, k = 200, 1088
+    q = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+    scale = torch.rand(n, generator=g) / 100 + 1e-3
     x = torch.randn(num_rows, k, generator=g)
-    expected = x @ w.T
-    out = weight_only_matmul.weight_only_matmul(
-        x.to(kernel_device, dtype),
-        stored.to(kernel_device),
-        scale.to(kernel_device, dtype),
-        bits=bits,
-        group=group if bits == 4 else 0,
-    )
+    expected = x @ (q.float() * scale[:, None]).T
+    x, q = x.to(kernel_device, dtype), q.to(kernel_device)
+    out = int8_matmul.w8a16_matmul(x, q, scale.to(kernel_device, dtype))
     assert out.dtype == dtype and out.shape == (num_rows, n)
     rel = (out.float().cpu() - expected).norm() / expected.norm()
     assert rel < 1e-2, rel

@@ -1,8 +1,8 @@
-"""Weight-only quantized matmuls in Triton: y = x @ dequant(w).T, the weights dequantized in
-registers. W8A16: int8 [N, K] with a per-channel scale [N]. W4A16: the checkpoint's int4 rows
-packed two per byte ([N / 2, K]; row 2i in the low nibble) with a group scale [N, K / group].
+"""W8A16 matmul in Triton: y = x @ (q * scale).T, int8 weights [N, K] converted in registers,
+the per-channel scale [N] applied to the sums. (aten's CUDA _weight_int8pack_mm converts to fp32
+without tensor cores.)
 
-Decode reads the weights once per step, so fewer weight bytes are the speed-up; that needs
+Decode reads the weights once per step, so half the bytes of bf16 is the speed-up; that needs
 enough programs in flight to keep HBM busy, and a decode batch has few row tiles. So K is split
 (SPLIT_K programs per output tile adding fp32 partial sums atomically), and the tile shape and
 split are autotuned per (N, K, row tile) the first time a shape runs, which the engine does
@@ -17,7 +17,7 @@ DECODE_MAX_ROWS = 64
 
 
 @triton.jit(do_not_specialize=["M"])  # varies per step: one compile per config
-def _weight_only_kernel(
+def _w8a16_kernel(
     x_ptr,
     w_ptr,
     scale_ptr,
@@ -27,14 +27,11 @@ def _weight_only_kernel(
     K,
     stride_xm,
     stride_wn,
-    stride_sn,
     stride_om,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr,
-    BITS: tl.constexpr,
-    GROUP: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
 ):
     pid_n, pid_m, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -53,24 +50,13 @@ def _weight_only_kernel(
             mask=row_mask[:, None] & k_mask[None, :],
             other=0.0,
         ).to(DOT_DTYPE)  # [BM, BK]
-        w_mask = col_mask[:, None] & k_mask[None, :]
-        if BITS == 8:
-            w = tl.load(w_ptr + cols[:, None] * stride_wn + ks[None, :], mask=w_mask, other=0)
-            w = w.to(DOT_DTYPE)  # [BN, BK]; the channel scale is applied to the sums
-        else:
-            packed = tl.load(
-                w_ptr + (cols // 2)[:, None] * stride_wn + ks[None, :], mask=w_mask, other=0
-            ).to(tl.int32)
-            nibble = (packed >> ((cols % 2) * 4)[:, None]) & 0xF
-            scale = tl.load(
-                scale_ptr + cols[:, None] * stride_sn + (ks // GROUP)[None, :],
-                mask=w_mask,
-                other=0.0,
-            )
-            w = (((nibble ^ 8) - 8).to(tl.float32) * scale).to(DOT_DTYPE)  # [BN, BK]
+        w = tl.load(
+            w_ptr + cols[:, None] * stride_wn + ks[None, :],
+            mask=col_mask[:, None] & k_mask[None, :],
+            other=0,
+        ).to(DOT_DTYPE)  # [BN, BK]
         acc += tl.dot(x, tl.trans(w))
-    if BITS == 8:
-        acc *= tl.load(scale_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
+    acc *= tl.load(scale_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)[None, :]
     out = out_ptr + rows[:, None] * stride_om + cols[None, :]
     mask = row_mask[:, None] & col_mask[None, :]
     if SPLIT_K > 1:
@@ -90,19 +76,16 @@ DECODE_CONFIGS = [
 PROMPT_CONFIGS = [_config(128, 64, 1, 8, 3), _config(128, 32, 1, 4, 4), _config(64, 64, 1, 4, 4)]
 INTERPRETER_CONFIG = {"BLOCK_N": 64, "BLOCK_K": 128}
 _decode = triton.autotune(DECODE_CONFIGS, key=["N", "K", "BLOCK_M"], reset_to_zero=["out_ptr"])(
-    _weight_only_kernel
+    _w8a16_kernel
 )
-_prompt = triton.autotune(PROMPT_CONFIGS, key=["N", "K"])(_weight_only_kernel)
+_prompt = triton.autotune(PROMPT_CONFIGS, key=["N", "K"])(_w8a16_kernel)
 
 
-def weight_only_matmul(
-    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bits: int, group: int = 0
-) -> torch.Tensor:
-    # x [M, K] fp16/bf16; bits 8: weight [N, K] int8, scale [N]; bits 4: weight [N / 2, K] int8
-    # (two rows a byte), scale [N, K / group] -> [M, N] in x.dtype
+def w8a16_matmul(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    # x [M, K] fp16/bf16; weight [N, K] int8; scale [N] -> [M, N] in x.dtype
     num_rows, k = x.shape
-    n = weight.shape[0] * (2 if bits == 4 else 1)
-    assert x.stride(1) == 1 and weight.stride(1) == 1 and scale.stride(-1) == 1
+    n = weight.shape[0]
+    assert x.stride(1) == 1 and weight.stride(1) == 1
     is_decode = num_rows <= DECODE_MAX_ROWS
     block_m = max(16, triton.next_power_of_2(num_rows)) if is_decode else 128
     # split-K adds fp32 partial sums into zeros (cast after); prompt tiles store x.dtype
@@ -113,7 +96,7 @@ def weight_only_matmul(
     is_interpreted = x.device.type == "cpu"
     if is_interpreted:
         # decode splits K there too, so the CPU tests cover the atomic sums
-        kernel, tuned = _weight_only_kernel, {**INTERPRETER_CONFIG, "SPLIT_K": 1 + is_decode}
+        kernel, tuned = _w8a16_kernel, {**INTERPRETER_CONFIG, "SPLIT_K": 1 + is_decode}
     else:
         kernel, tuned = (_decode if is_decode else _prompt), {}
     grid = lambda meta: (  # noqa: E731
@@ -131,11 +114,8 @@ def weight_only_matmul(
         k,
         x.stride(0),
         weight.stride(0),
-        scale.stride(0),
         out.stride(0),
         BLOCK_M=block_m,
-        BITS=bits,
-        GROUP=group or 1,
         # triton's CPU interpreter (tests) gets 16-bit tl.dot wrong: fp32 operands there
         DOT_DTYPE=tl.float32
         if is_interpreted
