@@ -1,0 +1,31 @@
+"""scripts/bench_ab.py --tiny: the GPU A/B run's code path on CPU (a subprocess, as the GPU
+machine runs it), with this tree as both sides of the comparison."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+
+@pytest.mark.slow
+def test_bench_ab_tiny_measures_both_trees_and_a_quantized_format(tmp_path):
+    argv = ["--tiny", "--num-requests", "3", "--before-tree", str(REPO), "--quant", "int8_wo"]
+    done = subprocess.run(
+        [sys.executable, "scripts/bench_ab.py", "--out", str(tmp_path), *argv],
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        timeout=300,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads((tmp_path / "bench_ab.json").read_text())["runs"]
+    assert sorted(runs) == ["tiny/after bf16", "tiny/after int8_wo", "tiny/before bf16"]
+    for key, run in runs.items():
+        assert "error" not in run, (key, run.get("error"))
+        assert run["decode_tok_s"] > 0 and run["out_tok_s"] > 0 and run["ttft_p50_s"] >= 0
+    assert any("int8" in kernel for kernel in runs["tiny/after int8_wo"]["kernels"])
+    assert "| tiny | after bf16 |" in (tmp_path / "bench_ab.md").read_text()
