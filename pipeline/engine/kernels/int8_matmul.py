@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from pipeline.engine.kernels.dot_operands import dot_dtype
+
 DECODE_MAX_ROWS = 64
 
 
@@ -116,10 +118,7 @@ def w8a16_matmul(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> 
         weight.stride(0),
         out.stride(0),
         BLOCK_M=block_m,
-        # triton's CPU interpreter (tests) gets 16-bit tl.dot wrong: fp32 operands there
-        DOT_DTYPE=tl.float32
-        if is_interpreted
-        else {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[x.dtype],
+        DOT_DTYPE=dot_dtype(x),
         **tuned,
     )
     return out.to(x.dtype)

@@ -10,6 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
+from pipeline.engine.kernels.dot_operands import dot_dtype, dot_precision
+
 MIN_DOT = 16  # tl.dot needs every dimension >= 16
 TARGET_PROGRAMS = 264  # ~2 waves of 132 SMs (H100): split a sequence when the batch is small
 
@@ -167,13 +169,7 @@ def paged_decode_attention(
     max_blocks = block_tables.shape[1]
     num_splits = num_splits_for(batch, num_kv_heads, max_blocks)
     blocks_per_split = triton.cdiv(max_blocks, num_splits)
-    # triton's CPU interpreter (tests) computes bf16 tl.dot wrongly: it gets fp32 operands
-    is_interpreted_bf16 = q.device.type == "cpu" and q.dtype == torch.bfloat16
-    dot_dtype = (
-        tl.float32
-        if is_interpreted_bf16 or q.dtype == torch.float32
-        else {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[q.dtype]
-    )
+    dot_type = dot_dtype(q)
     out = torch.empty_like(q)
     if batch == 0:
         return out
@@ -210,8 +206,8 @@ def paged_decode_attention(
         HEAD_DIM=head_dim,
         GROUP_PAD=max(MIN_DOT, triton.next_power_of_2(group)),
         BLOCKS_PER_SPLIT=blocks_per_split,
-        DOT_PRECISION="ieee" if dot_dtype == tl.float32 else "tf32",
-        DOT_DTYPE=dot_dtype,
+        DOT_PRECISION=dot_precision(dot_type),
+        DOT_DTYPE=dot_type,
     )
     _merge_kernel[(batch, num_heads)](
         partial,

@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from pipeline.engine.kernels.dot_operands import dot_dtype, dot_precision
+
 LOG2_E = 1.4426950408889634
 MIN_DOT = 16  # tl.dot needs every dimension >= 16
 
@@ -164,13 +166,7 @@ def varlen_attention(
     num_seqs = context_lens.shape[0]
     group = num_heads // num_kv_heads
     block_m, block_q = tile_shape(group)
-    # triton's CPU interpreter computes bf16 tl.dot wrongly: it gets fp32 operands there
-    is_interpreted_bf16 = q.device.type == "cpu" and q.dtype == torch.bfloat16
-    dot_dtype = (
-        tl.float32
-        if is_interpreted_bf16 or q.dtype == torch.float32
-        else {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[q.dtype]
-    )
+    dot_type = dot_dtype(q)
     out = torch.empty_like(q)
     if num_tokens == 0:
         return out
@@ -203,7 +199,7 @@ def varlen_attention(
         BLOCK_M=block_m,
         BLOCK_N=64 if head_dim <= 128 else 32,
         HEAD_DIM=max(MIN_DOT, triton.next_power_of_2(head_dim)),
-        DOT_PRECISION="ieee" if dot_dtype == tl.float32 else "tf32",
-        DOT_DTYPE=dot_dtype,
+        DOT_PRECISION=dot_precision(dot_type),
+        DOT_DTYPE=dot_type,
     )
     return out
