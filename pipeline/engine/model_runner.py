@@ -1,5 +1,6 @@
 """Runs one scheduled step on the device: packs the batch, runs the model, samples."""
 
+import itertools
 import logging
 import math
 from types import ModuleType
@@ -153,10 +154,11 @@ class ModelRunner:
         np.cumsum(lens_np, out=query_start[1:])
         num_tokens = len(ids)
         positions = np.arange(num_tokens) - np.repeat(query_start[:-1] - starts_np, lens_np)
-        width = max(len(t) for t in tables)
+        table_lens = np.fromiter(map(len, tables), np.int64, num_seqs)
+        width = int(table_lens.max())
         table_np = np.zeros((num_seqs, width), np.int64)  # padding is past context_lens: unread
-        for i, table in enumerate(tables):
-            table_np[i, : len(table)] = table
+        flat = np.fromiter(itertools.chain.from_iterable(tables), np.int64, int(table_lens.sum()))
+        table_np[np.arange(width) < table_lens[:, None]] = flat  # row-major: each row's prefix
         seq_of_token = np.repeat(np.arange(num_seqs), lens_np)
         slots = table_np[seq_of_token, positions // bs] * bs + positions % bs
         samples_all = num_tokens == num_seqs and all(ends)  # every token's logits row
