@@ -64,19 +64,18 @@ def paged_decode_attention(
     scale: float,
 ) -> torch.Tensor:
     # q [B, H, D]; caches [NB, BS, Hkv, D]; block_tables [B, M] int32; context_lens [B] int32
-    # -> [B, H, D]: each sequence's one query attends to its first context_lens keys
-    block_size = k_cache.shape[1]
-    out = torch.empty_like(q)
-    for b in range(q.shape[0]):
-        ctx = int(context_lens[b])
-        blocks = block_tables[b, : -(-ctx // block_size)].long()
-        k = k_cache[blocks].flatten(0, 1)[:ctx].transpose(0, 1).float()  # [Hkv, ctx, D]
-        v = v_cache[blocks].flatten(0, 1)[:ctx].transpose(0, 1).float()
-        o = F.scaled_dot_product_attention(
-            q[b].float().unsqueeze(1), k, v, scale=scale, enable_gqa=True
-        )  # [H, 1, D]
-        out[b] = o.squeeze(1).to(q.dtype)
-    return out
+    # -> [B, H, D]: each sequence's one query attends to its first context_lens keys, in fp32
+    one_token_each = torch.arange(q.shape[0] + 1, dtype=torch.int32, device=q.device)
+    out = varlen_attention(
+        q.float(),
+        k_cache.float(),
+        v_cache.float(),
+        block_tables,
+        one_token_each,
+        context_lens,
+        scale,
+    )
+    return out.to(q.dtype)
 
 
 def varlen_attention(
