@@ -1,7 +1,10 @@
-"""The tl.dot operand type and precision a kernel uses for a tensor's dtype."""
+"""What tl.dot needs: the operand type and precision for a tensor's dtype, the smallest
+dimension."""
 
 import torch
 import triton.language as tl
+
+MIN_DOT = 16  # tl.dot needs every dimension >= 16
 
 
 def dot_dtype(x: torch.Tensor) -> tl.dtype:

@@ -10,9 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
-from pipeline.engine.kernels.dot_operands import dot_dtype, dot_precision
+from pipeline.engine.kernels.dot_operands import MIN_DOT, dot_dtype, dot_precision
 
-MIN_DOT = 16  # tl.dot needs every dimension >= 16
 TARGET_PROGRAMS = 264  # ~2 waves of 132 SMs (H100): split a sequence when the batch is small
 
 

@@ -18,10 +18,9 @@ import torch
 import triton
 import triton.language as tl
 
-from pipeline.engine.kernels.dot_operands import dot_dtype, dot_precision
+from pipeline.engine.kernels.dot_operands import MIN_DOT, dot_dtype, dot_precision
 
 LOG2_E = 1.4426950408889634
-MIN_DOT = 16  # tl.dot needs every dimension >= 16
 
 
 @triton.jit
