@@ -134,9 +134,10 @@ class ModelRunner:
 
     def _prepare(
         self, scheduled: list[ScheduledSequence]
-    ) -> tuple[torch.Tensor, BatchMetadata, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, BatchMetadata, torch.Tensor | None, list[Sequence]]:
         """Pack the step: (input_ids [T], metadata, rows to turn into logits [S]: None when
-        every token's row samples). Built with numpy on the host, sent in one pinned copy."""
+        every token's row samples, the S sequences that sample). Built with numpy on the host,
+        sent in one pinned copy."""
         bs = self.block_size
         num_seqs = len(scheduled)
         ids, tables, starts, query_lens, ends = [], [], [], [], []
@@ -178,7 +179,8 @@ class ModelRunner:
             query_start=qstart_t,
             is_decode=num_tokens == num_seqs,
         )
-        return input_ids, meta, None if samples_all else rows_t
+        sampling = list(itertools.compress((e.seq for e in scheduled), ends))
+        return input_ids, meta, None if samples_all else rows_t, sampling
 
     def _sampling_tensors(self, seqs: list[Sequence]) -> SamplingTensors:
         for seq in seqs:
@@ -195,13 +197,13 @@ class ModelRunner:
         if not all(is_greedy):  # greedy batches need no knobs on the device
             vocab = self.model.vocab_size
             tensors.temperatures = torch.tensor(
-                [1.0 if p.is_greedy else p.temperature for p in params], dtype=torch.float32
-            ).to(self.device, non_blocking=True)
-            tensors.top_ks = torch.tensor([p.top_k or vocab for p in params]).to(
-                self.device, non_blocking=True
+                [1.0 if p.is_greedy else p.temperature for p in params],
+                dtype=torch.float32,
+                device=self.device,
             )
-            tensors.top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32).to(
-                self.device, non_blocking=True
+            tensors.top_ks = torch.tensor([p.top_k or vocab for p in params], device=self.device)
+            tensors.top_ps = torch.tensor(
+                [p.top_p for p in params], dtype=torch.float32, device=self.device
             )
         return tensors
 
@@ -223,10 +225,9 @@ class ModelRunner:
         """One forward step. Returns the next token of every sequence whose step reaches the end
         of its tokens, in batch order (a prompt chunk that does not samples nothing)."""
         with record_function("engine.prepare"):
-            input_ids, meta, logits_rows = self._prepare(scheduled)
+            input_ids, meta, logits_rows, seqs = self._prepare(scheduled)
         with record_function("engine.forward"):
             logits = self._forward(input_ids, meta, logits_rows)
-        seqs = [e.seq for e in scheduled if e.seq.reaches_end(e.num_tokens)]
         if not seqs:
             return []
         with record_function("engine.sample"):
