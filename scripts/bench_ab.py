@@ -5,22 +5,21 @@
         [--models llama-3.1-8b-shape smollm2-135m-shape] [--quant int8_wo,int4_awq,fp8]
 
 Each model's checkpoint and engine dir are written once (bench_engine.py's shapes and build);
-every measurement then runs in a fresh process that imports `pipeline` from its tree (this one,
-or --before-tree), so both see the same weights, engine limits and workload: batch-1 decode
-tok/s (median of 3), then --num-requests prompts of 128 tokens x 128 new tokens all at t=0
-(out tok/s, TTFT p50/p99, wall). --quant adds this tree's engine on each quantized format of
-the first model's weights. Writes bench_ab.json + bench_ab.md after every measurement.
---tiny runs the same code on CPU with a tiny fp32 model (the unit test).
+every measurement then runs bench_engine.bench_engine in a fresh process that imports `pipeline`
+from its tree (this one, or --before-tree), so both see the same weights, engine limits and
+workload: batch-1 decode tok/s (median of 3), then --num-requests prompts of 128 tokens x 128
+new tokens all at t=0 (out tok/s, TTFT p50/p99, wall). --quant adds this tree's engine on each
+quantized format of the first model's weights. Writes bench_ab.json + bench_ab.md after every
+measurement. --tiny runs the same code on CPU with a tiny fp32 model (the unit test).
 """
 
 import argparse
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -31,47 +30,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 MODELS = ("llama-3.1-8b-shape", "smollm2-135m-shape")
 
 
-def measure(tree: str, engine_dir: str, device: str, dtype: str, n: int) -> dict:
-    """Runs in the child process, with `tree` first on sys.path."""
-    from pipeline.engine import LLMEngine, SamplingParams
-    from pipeline.engine.layers.linear import kernel_counts
-
-    engine = LLMEngine.from_engine_dir(engine_dir, device=device, dtype=dtype)
-    vocab = engine.vocab_size
-    prompts = torch.randint(0, vocab, (n, 128), generator=torch.Generator().manual_seed(2))
-    params = SamplingParams(max_tokens=128, ignore_eos=True)
-    engine.generate(prompts[:4].tolist(), params)  # warm-up
-    decode = []
-    for prompt in prompts[:3].tolist():
-        out = engine.generate([prompt], params)[0]
-        decode.append((len(out.token_ids) - 1) / (out.finish_time_s - out.first_token_time_s))
-    sync = torch.cuda.synchronize if device == "cuda" else lambda: None
-    sync()
-    start = time.perf_counter()
-    outs = engine.generate(prompts.tolist(), params)
-    sync()
-    wall_s = time.perf_counter() - start
-    ttfts = sorted(o.first_token_time_s - o.arrival_time_s for o in outs)
-    return {
-        "tree": tree,
-        "decode_tok_s": statistics.median(decode),
-        "out_tok_s": sum(len(o.token_ids) for o in outs) / wall_s,
-        "ttft_p50_s": ttfts[len(ttfts) // 2],
-        "ttft_p99_s": ttfts[int(len(ttfts) * 0.99)],
-        "wall_s": wall_s,
-        "max_batch_size": engine.max_batch_size,
-        "kernels": kernel_counts(engine.model_runner.model),
-    }
+CHILD = """
+import json, sys
+from dataclasses import asdict
+from pathlib import Path
+import torch
+tree, scripts, engine_dir, device, dtype, work, vocab = sys.argv[1:]
+sys.path[:0] = [tree, scripts]
+import pipeline.engine  # the tree's package, in sys.modules before bench_engine puts REPO first
+from bench_engine import Workload, bench_engine
+work = Workload(**json.loads(work))
+result = bench_engine(Path(engine_dir), torch.device(device), dtype, work, int(vocab))
+print("RESULT", json.dumps({"tree": tree, **result}))
+"""
 
 
-def run_child(tree: Path, engine_dir: Path, args: argparse.Namespace) -> dict:
-    code = (
-        f"import sys, json; sys.path[:0] = [{str(tree)!r}, {str(REPO / 'scripts')!r}]; "
-        f"from bench_ab import measure; print('RESULT', json.dumps(measure("
-        f"{str(tree)!r}, {str(engine_dir)!r}, {args.device!r}, {args.dtype!r}, "
-        f"{args.num_requests})))"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+def run_child(tree: Path, engine_dir: Path, args: argparse.Namespace, work, vocab: int) -> dict:
+    """bench_engine.bench_engine in a fresh process that imports `pipeline` from `tree`."""
+    argv = [str(tree), str(REPO / "scripts"), str(engine_dir), args.device, args.dtype]
+    argv += [json.dumps(asdict(work)), str(vocab)]
+    proc = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     return json.loads(lines[0][7:]) if lines else {"error": proc.stderr[-2000:]}
 
@@ -86,8 +64,9 @@ def markdown(results: dict) -> str:
             rows.append(f"| {key.replace('/', ' | ')} | error | | | |")
             continue
         rows.append(
-            f"| {key.replace('/', ' | ')} | {r['decode_tok_s']:.0f} | {r['out_tok_s']:,.0f} | "
-            f"{r['ttft_p50_s']:.2f} / {r['ttft_p99_s']:.2f} | {r['wall_s']:.1f} |"
+            f"| {key.replace('/', ' | ')} | {r['decode_tok_s']:.0f} | "
+            f"{r['throughput_out_tok_s']:,.0f} | {r['ttft_p50_s']:.2f} / {r['ttft_p99_s']:.2f} | "
+            f"{r['throughput_wall_s']:.1f} |"
         )
     return "\n".join(rows)
 
@@ -104,27 +83,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--quant", default="", help="formats for the first model, e.g. int8_wo")
     parser.add_argument("--num-requests", type=int, default=512)
-    parser.add_argument("--max-batch-size", type=int, default=512)
+    parser.add_argument("--max-batch-size", type=int, help="default: the workload's (512)")
     parser.add_argument("--tiny", action="store_true", help="CPU, tiny model: tests the script")
     args = parser.parse_args(argv)
-    # here, not at the top: bench_engine puts this tree first on sys.path, and the children
-    # import `measure` from this file with their own tree first
+    # here, not at the top: importing bench_engine binds `pipeline` to this tree, and CHILD
+    # must bind it to its own first
     from bench_engine import (
         LLAMA_8B,
         SMOLLM2,
         TINY,
+        TINY_WORKLOAD,
         Workload,
         build_engine,
         write_checkpoint,
         write_tokenizer,
     )
-    from bench_hf_baselines import hf_to_trtllm, random_hf_model
+    from bench_hf_baselines import hf_to_trtllm, prompts_for, random_hf_model
     from bench_quant import activation_amax, write_quantized_checkpoint
 
     args.device, args.dtype = ("cpu", "float32") if args.tiny else ("cuda", "bfloat16")
     shapes = {"tiny": TINY} if args.tiny else {MODELS[0]: LLAMA_8B, MODELS[1]: SMOLLM2}
     names = ["tiny"] if args.tiny else args.models
-    work = Workload(max_batch_size=args.max_batch_size)
+    work = replace(
+        TINY_WORKLOAD if args.tiny else Workload(),
+        num_requests=args.num_requests,
+        **({"max_batch_size": args.max_batch_size} if args.max_batch_size else {}),
+    )
     trees = {"after": REPO, **({"before": args.before_tree} if args.before_tree else {})}
     args.out.mkdir(parents=True, exist_ok=True)
     results = {"device": args.device, "num_requests": args.num_requests, "runs": {}}
@@ -135,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             model = random_hf_model(shape, dtype, torch.device(args.device))
             ckpt = write_checkpoint(hf_to_trtllm(model), shape, args.dtype, tmp / f"{name}-ckpt")
             tokenizer = write_tokenizer(shape["vocab_size"], tmp / f"{name}-tokenizer")
-            prompts = torch.randint(0, shape["vocab_size"], (4, 128)).tolist()
+            prompts = prompts_for(shape["vocab_size"], work, 4, seed=3)
             amax = activation_amax(model, prompts) if args.quant and i == 0 else {}
             del model
             engines = {"bf16": build_engine(ckpt, tokenizer, tmp / f"{name}-engine", work)}
@@ -148,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             for fmt, engine_dir in engines.items():
                 for label, tree in trees.items() if fmt == "bf16" else [("after", REPO)]:
                     key = f"{name}/{label} {fmt}"
-                    results["runs"][key] = run_child(tree, engine_dir, args)
+                    run = run_child(tree, engine_dir, args, work, shape["vocab_size"])
+                    results["runs"][key] = run
                     print(key, json.dumps(results["runs"][key])[:300], flush=True)
                     write(results, args.out)
                 shutil.rmtree(engine_dir)

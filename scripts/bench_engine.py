@@ -226,6 +226,7 @@ def offline_throughput(
         "num_requests": len(prompts),
         "num_out_tokens": num_out,
         "ttft_p50_s": ttft_list[len(ttft_list) // 2],
+        "ttft_p99_s": ttft_list[int(len(ttft_list) * 0.99)],
     }
 
 
