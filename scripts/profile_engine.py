@@ -165,7 +165,7 @@ def profile_batch(
     trace of its first profiled step)."""
 
     def prompts(seed: int) -> list[list[int]]:
-        return prompts_for(engine.vocab_size, settings, batch_size, seed=seed)
+        return prompts_for(engine.limits.vocab_size, settings, batch_size, seed=seed)
 
     run_round(engine, prompts(0), settings, device, None)  # Triton JIT, allocator growth
     timed = run_round(engine, prompts(1), settings, device, None)

@@ -86,6 +86,10 @@ class AsyncLLMEngine:
             self._cancels.append(request_id)
             self._lock.notify()
 
+    def stats(self) -> dict:
+        """The engine's counters (read from another thread: plain ints, a racy read is harmless)."""
+        return self.engine.stats()
+
     def shutdown(self) -> None:
         """Stop the thread; unfinished requests end with finish_reason "cancelled"."""
         with self._lock:

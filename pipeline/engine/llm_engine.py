@@ -17,6 +17,7 @@ from pipeline.engine.block_manager import BlockManager
 from pipeline.engine.engine_config import EngineConfig, load_engine_config
 from pipeline.engine.model_runner import ModelRunner
 from pipeline.engine.outputs import RequestOutput, StreamDelta
+from pipeline.engine.request_limits import RequestLimits
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.scheduler import ScheduledSequence, Scheduler
 from pipeline.engine.scoring import prompt_logits
@@ -67,11 +68,17 @@ class LLMEngine:
             config.scheduler_policy,
             config.enable_chunked_prefill,
         )
-        self.max_input_len, self.max_seq_len = config.max_input_len, config.max_seq_len
+        self.limits = RequestLimits(
+            max_input_len=config.max_input_len,
+            max_seq_len=config.max_seq_len,
+            max_num_tokens=config.max_num_tokens,
+            vocab_size=config.model.vocab_size,
+            block_size=config.block_size,
+            num_kv_blocks=block_manager.num_total_blocks,
+            enable_chunked_prefill=config.enable_chunked_prefill,
+        )
         self.max_batch_size, self.max_num_tokens = config.max_batch_size, config.max_num_tokens
-        self.enable_chunked_prefill = config.enable_chunked_prefill
         self.scheduler_policy = config.scheduler_policy
-        self.vocab_size = config.model.vocab_size
         self._requests: dict[str, Sequence] = {}  # unfinished, by request id
         self._cancelled: list[StreamDelta] = []  # reported by the next step()
         self._num_steps = self._num_scheduled_tokens = self._num_generated_tokens = 0
@@ -81,41 +88,8 @@ class LLMEngine:
         return cls(load_engine_config(Path(path), device, runtime))
 
     def validate_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        """Raise ValueError for a request this engine can never serve. Reads only fixed state,
-        so any thread may call it."""
-        num_prompt = len(prompt_token_ids)
-        if num_prompt == 0:
-            raise ValueError("request: the prompt is empty")
-        if num_prompt > self.max_input_len:
-            raise ValueError(
-                f"request: prompt has {num_prompt} tokens, above the engine's "
-                f"max_input_len={self.max_input_len} (shorten it or rebuild with "
-                f"build.max_input_len)"
-            )
-        if num_prompt + params.max_tokens > self.max_seq_len:
-            raise ValueError(
-                f"request: prompt ({num_prompt} tokens) + max_tokens "
-                f"({params.max_tokens}) exceeds the engine's max_seq_len="
-                f"{self.max_seq_len}; lower max_tokens"
-            )
-        bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(
-                f"request: token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})"
-            )
-        blocks = self.scheduler.block_manager
-        needed = blocks.num_blocks_for(num_prompt + params.max_tokens - 1)
-        if needed > blocks.num_total_blocks:
-            raise ValueError(
-                f"request: needs {needed} KV blocks of {blocks.block_size} tokens "
-                f"but the cache has {blocks.num_total_blocks}; "
-                f"it can never fit (lower max_tokens or raise num_kv_blocks)"
-            )
-        if not self.enable_chunked_prefill and num_prompt > self.max_num_tokens:
-            raise ValueError(
-                f"request: prompt has {num_prompt} tokens, above max_num_tokens="
-                f"{self.max_num_tokens} with chunked prefill off (enable it)"
-            )
+        """Raise ValueError for a request this engine can never serve (any thread may call it)."""
+        self.limits.check(prompt_token_ids, params)
 
     def add_request(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None

@@ -10,10 +10,15 @@ Coalescing: Triton's python backend passes on a few thousand responses a second 
 H100 host: ~2.5k/s through the ensemble), fewer than the engine makes tokens at high
 concurrency. When steps queue up behind the responder, it merges them, so a stream gets all its
 new tokens in one response: throughput follows the engine instead of the response rate.
+
+engine_process: the engine runs in a child process (pipeline.engine.engine_process), so the
+responder's work no longer holds the GIL that the engine's host work needs between steps.
 """
 
 import logging
 import queue
+import shutil
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable
@@ -24,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.engine import AsyncLLMEngine, LLMEngine, StreamDelta
+from pipeline.engine.engine_process import EngineProcess
 from pipeline.triton_repo.llm_request import LLMRequest, from_arrays
 
 log = logging.getLogger(__name__)
@@ -79,6 +85,7 @@ class LLMService:
         enable_chunked_prefill: bool,
         exclude_input_in_output: bool,
         coalesce_stream: bool,
+        engine_process: bool,
         respond: Respond,
     ):
         runtime = {
@@ -86,9 +93,15 @@ class LLMService:
             "enable_chunked_prefill": enable_chunked_prefill,
             "num_kv_blocks": num_kv_blocks or None,
         }
-        self.engine = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.async_engine = AsyncLLMEngine(self.engine, outbox=self._outbox)
+        if engine_process:
+            # the python stub's sys.executable is the stub binary; python3 on its PATH is the
+            # interpreter it embeds (pipeline.server.stub_python)
+            python = shutil.which("python3") or sys.executable
+            self.async_engine = EngineProcess(engine_dir, device, runtime, self._outbox, python)
+        else:
+            engine = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)
+            self.async_engine = AsyncLLMEngine(engine, outbox=self._outbox)
         self.exclude_input_in_output = exclude_input_in_output
         self.coalesce_stream = coalesce_stream
         self._respond = respond
@@ -157,8 +170,7 @@ class LLMService:
             self.async_engine.cancel(request_id)
 
     def stats(self) -> dict:
-        """Engine counters (read from another thread: plain ints, a racy read is harmless)."""
-        return self.engine.stats()
+        return self.async_engine.stats()
 
     def shutdown(self) -> None:
         """Unfinished requests get a final (cancelled) chunk, then the responder stops."""

@@ -72,9 +72,19 @@ def arrays(prompt: list[int], streaming: bool, exclude_input: bool = True, **ext
     }
 
 
-def service(smollm_engine_dir, respond, coalesce: bool = False) -> LLMService:
+def service(
+    smollm_engine_dir, respond, coalesce: bool = False, engine_process: bool = False
+) -> LLMService:
     return LLMService(
-        smollm_engine_dir, "cpu", "guaranteed_no_evict", 0, True, True, coalesce, respond
+        smollm_engine_dir,
+        "cpu",
+        "guaranteed_no_evict",
+        0,
+        True,
+        True,
+        coalesce,
+        engine_process,
+        respond,
     )
 
 
@@ -142,7 +152,7 @@ def test_an_engine_failure_reaches_every_open_request(smollm_engine_dir, prompts
         both_in.wait(60)  # fail only once both requests are in
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    monkeypatch.setattr(svc.engine, "step", broken_step)
+    monkeypatch.setattr(svc.async_engine.engine, "step", broken_step)
     svc.generate(arrays(prompts[0], streaming=True), "a")
     svc.generate(arrays(prompts[1], streaming=False), "b")
     both_in.set()
@@ -153,6 +163,38 @@ def test_an_engine_failure_reaches_every_open_request(smollm_engine_dir, prompts
     with pytest.raises(RuntimeError, match="failed"):
         svc.generate(arrays(prompts[0], streaming=True), "late")
     svc.shutdown()
+
+
+def test_an_engine_process_answers_alike_and_its_death_fails_every_open_request(
+    smollm_engine_dir, prompts, greedy
+):
+    recorder = Recorder()
+    svc = service(smollm_engine_dir, recorder, engine_process=True)
+    try:
+        svc.generate(arrays(prompts[0], streaming=True), "stream")
+        svc.generate(arrays(prompts[1], streaming=False), "whole")
+        recorder.wait_final(["stream", "whole"])
+        assert [t for c in recorder.chunks["stream"] for t in c.token_ids.tolist()] == greedy[0]
+        assert recorder.chunks["whole"][0].token_ids.tolist() == greedy[1]
+        deadline = time.monotonic() + 30
+        while svc.stats()["num_generated_tokens"] < 2 * NUM_TOKENS:  # stats cross over too
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+        svc.generate(arrays(prompts[0], streaming=True, max_tokens=100), "a")
+        svc.generate(arrays(prompts[1], streaming=False, max_tokens=100), "b")
+        with recorder.finished:
+            assert recorder.finished.wait_for(lambda: "a" in recorder.chunks, 60)
+        svc.async_engine._process.kill()  # as the OOM killer would
+        recorder.wait_final(["a", "b"])
+        for context in ("a", "b"):
+            assert "engine process exited" in repr(recorder.chunks[context][-1])
+        with pytest.raises(RuntimeError, match="failed"):
+            svc.generate(arrays(prompts[0], streaming=True), "late")
+        with pytest.raises(ValueError, match="max_input_len"):  # limits still checked up front
+            svc.generate(arrays(list(range(5000)), streaming=True), "too-long")
+    finally:
+        svc.shutdown()
 
 
 def test_merged_keeps_each_requests_tokens_in_order():

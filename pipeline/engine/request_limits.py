@@ -1,0 +1,51 @@
+"""What an engine can ever serve: fixed at load, so any thread or process can check a request."""
+
+from dataclasses import dataclass
+
+from pipeline.engine.sampling_params import SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    max_input_len: int
+    max_seq_len: int
+    max_num_tokens: int
+    vocab_size: int
+    block_size: int
+    num_kv_blocks: int
+    enable_chunked_prefill: bool
+
+    def check(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Raise ValueError, naming the limit and the way out, for a request never servable."""
+        num_prompt = len(prompt_token_ids)
+        if num_prompt == 0:
+            raise ValueError("request: the prompt is empty")
+        if num_prompt > self.max_input_len:
+            raise ValueError(
+                f"request: prompt has {num_prompt} tokens, above the engine's "
+                f"max_input_len={self.max_input_len} (shorten it or rebuild with "
+                f"build.max_input_len)"
+            )
+        if num_prompt + params.max_tokens > self.max_seq_len:
+            raise ValueError(
+                f"request: prompt ({num_prompt} tokens) + max_tokens "
+                f"({params.max_tokens}) exceeds the engine's max_seq_len="
+                f"{self.max_seq_len}; lower max_tokens"
+            )
+        bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(
+                f"request: token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})"
+            )
+        needed = -(-(num_prompt + params.max_tokens - 1) // self.block_size)
+        if needed > self.num_kv_blocks:
+            raise ValueError(
+                f"request: needs {needed} KV blocks of {self.block_size} tokens "
+                f"but the cache has {self.num_kv_blocks}; "
+                f"it can never fit (lower max_tokens or raise num_kv_blocks)"
+            )
+        if not self.enable_chunked_prefill and num_prompt > self.max_num_tokens:
+            raise ValueError(
+                f"request: prompt has {num_prompt} tokens, above max_num_tokens="
+                f"{self.max_num_tokens} with chunked prefill off (enable it)"
+            )
