@@ -53,8 +53,9 @@ update-baseline: $(STAMP)  ## store the current results as the new baseline
 demo: $(STAMP)  ## the main job: fetch -> convert -> build -> deploy -> serve SmolLM2, stream answers
 	$(call STAGE,demo)
 
+# two workers: half the tests wait on subprocesses (tritonserver, CLI stages), so 2 cores fit 2
 test: $(STAMP)  ## the test suite (unit + integration, real tritonserver; GPU tests skip on CPU)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

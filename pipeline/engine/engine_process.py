@@ -40,6 +40,8 @@ def _portable(exc: BaseException) -> RuntimeError:
 def _child_main(conn: Connection) -> None:
     from pipeline.engine.llm_engine import LLMEngine
 
+    # its log lines (model runner: kernels, graphs, KV blocks) join the server's log via stderr
+    logging.basicConfig(level=logging.INFO, format="[engine process] %(levelname)s %(message)s")
     engine_dir, device, runtime = conn.recv()
     try:
         engine = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)

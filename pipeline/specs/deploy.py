@@ -10,6 +10,8 @@ class TorchDeployOptions:
     enable_chunked_prefill: bool = True
     # a stream's tokens that queued while its responses were being sent go out as one response
     coalesce_stream: bool = True
+    # responses a second the model sends at most (coalescing on): more queue in the ensemble
+    max_response_rate: float = 2000.0
     # the engine in a child process: responses sent by the model do not hold up engine steps
     engine_process: bool = True
 

@@ -42,6 +42,7 @@ def model_config(engine_dir: Path, deploy: DeploySpec, device: str):
             "num_kv_blocks": deploy.torch.num_kv_blocks,
             "enable_chunked_prefill": deploy.torch.enable_chunked_prefill,
             "coalesce_stream": deploy.torch.coalesce_stream,
+            "max_response_rate": deploy.torch.max_response_rate,
             "engine_process": deploy.torch.engine_process,
             # the stub imports this checkout's pipeline package, whatever is installed in the venv
             "python_path": Path(pipeline.__file__).resolve().parent.parent,

@@ -7,8 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from pipeline.engine import LLMEngine, SamplingParams, StreamDelta
-from pipeline.triton_repo.llm_service import LLMService, OutputChunk, merged
+from pipeline.engine import LLMEngine, SamplingParams
+from pipeline.triton_repo.llm_service import LLMService, OutputChunk
 
 PROMPTS = ["The capital of France is", "Water boils at", "To make tea, first"]
 NUM_TOKENS = 8
@@ -73,7 +73,11 @@ def arrays(prompt: list[int], streaming: bool, exclude_input: bool = True, **ext
 
 
 def service(
-    smollm_engine_dir, respond, coalesce: bool = False, engine_process: bool = False
+    smollm_engine_dir,
+    respond,
+    coalesce: bool = False,
+    engine_process: bool = False,
+    max_response_rate: float = 0,
 ) -> LLMService:
     return LLMService(
         smollm_engine_dir,
@@ -83,6 +87,7 @@ def service(
         True,
         True,
         coalesce,
+        max_response_rate,
         engine_process,
         respond,
     )
@@ -197,23 +202,14 @@ def test_an_engine_process_answers_alike_and_its_death_fails_every_open_request(
         svc.shutdown()
 
 
-def test_merged_keeps_each_requests_tokens_in_order():
-    deltas = [
-        StreamDelta("a", [1], False),
-        StreamDelta("b", [7], False),
-        StreamDelta("a", [2, 3], False),
-        StreamDelta("b", [], True, "stop"),
-        StreamDelta("a", [4], True, "length"),
-    ]
-    assert merged(deltas) == [
-        StreamDelta("a", [1, 2, 3, 4], True, "length"),
-        StreamDelta("b", [7], True, "stop"),
-    ]
-
-
-def test_a_slow_responder_gets_a_streams_queued_tokens_at_once(smollm_engine_dir, prompts, greedy):
-    recorder = Recorder(delay_s=0.3)
-    svc = service(smollm_engine_dir, recorder, coalesce=True)
+@pytest.mark.parametrize(
+    "delay_s, max_response_rate", [(0.3, 0), (0, 4)], ids=["slow-responder", "paced"]
+)
+def test_queued_tokens_of_a_stream_go_out_at_once(
+    smollm_engine_dir, prompts, greedy, delay_s, max_response_rate
+):
+    recorder = Recorder(delay_s=delay_s)
+    svc = service(smollm_engine_dir, recorder, coalesce=True, max_response_rate=max_response_rate)
     try:
         svc.generate(arrays(prompts[0], streaming=True), "stream")
         svc.generate(arrays(prompts[1], streaming=False), "whole")
@@ -222,6 +218,8 @@ def test_a_slow_responder_gets_a_streams_queued_tokens_at_once(smollm_engine_dir
         svc.shutdown()
     stream = recorder.chunks["stream"]
     assert len(stream) < NUM_TOKENS  # some responses carried several tokens
+    if max_response_rate:  # a stream's first token is not held back
+        assert len(stream[0].token_ids) == 1
     assert [t for c in stream for t in c.token_ids.tolist()] == greedy[0]
     assert [c.is_final for c in stream] == [False] * (len(stream) - 1) + [True]
     (whole,) = recorder.chunks["whole"]

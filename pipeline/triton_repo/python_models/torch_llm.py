@@ -68,6 +68,7 @@ class TritonPythonModel:
             enable_chunked_prefill=params["enable_chunked_prefill"] == "true",
             exclude_input_in_output=params["exclude_input_in_output"] == "true",
             coalesce_stream=params["coalesce_stream"] == "true",
+            max_response_rate=float(params["max_response_rate"]),
             engine_process=params["engine_process"] == "true",
             respond=self._respond,
         )
