@@ -49,3 +49,26 @@ def test_key_numbers_reads_the_written_results(tmp_path):
     assert keys["saturation.gpu_peaks"] == {"gpu0": {"mem_used_bytes_max": 7e10}}
     assert keys["sweep_small_kv"]["threshold_size"] == 16
     assert "low_load.server" not in keys
+
+
+def test_shape_of_builds_random_weights_with_the_tokenizer(tmp_path):
+    from transformers import LlamaConfig
+
+    shape = tmp_path / "shape"
+    shape.mkdir()
+    LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+    ).save_pretrained(shape)
+    (shape / "tokenizer.json").write_text("{}")
+    (shape / "model.safetensors").write_bytes(b"not weights")  # never copied
+    out = script.random_weights_dir(shape, "float32", tmp_path / "random")
+    config = json.loads((out / "config.json").read_text())
+    assert (config["hidden_size"], config["num_key_value_heads"]) == (32, 2)
+    assert (out / "tokenizer.json").read_text() == "{}"
+    assert (out / "model.safetensors").stat().st_size > 1000  # the random weights
+    assert script.random_weights_dir(shape, "float32", out) == out  # built once
