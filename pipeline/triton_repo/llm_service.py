@@ -14,7 +14,7 @@ when the stream is due, so a response carries every token made since the stream'
 - max_response_rate: a stream is due again len(streams) / rate seconds after its last response,
   so all streams together stay within the rate; its first tokens and its end go out at once.
   Without it the responder never falls behind while Triton queues a response per token (H100,
-  SmolLM2, concurrency 64: 0.19x of the direct engine's tokens/s, 0.63x with the rate at 2000).
+  SmolLM2, concurrency 64: 0.19x of the direct engine's tokens/s, 0.56-0.69x at rate 2000).
 
 engine_process: the engine runs in a child process (pipeline.engine.engine_process), so the
 responder's work no longer holds the GIL that the engine's host work needs between steps.
