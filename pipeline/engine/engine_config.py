@@ -99,6 +99,9 @@ class RuntimeOptions:
     use_cuda_graph: bool | None = None  # None: the build's torch.use_cuda_graph
     compile: bool | None = None  # None: the build's torch.compile
     dtype: str | None = None  # None: the checkpoint's dtype
+    # launch step N+1 before reading step N's tokens; None: on CUDA (the CPU computes in the
+    # host's own time, so there is nothing to overlap)
+    overlap_scheduling: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +121,7 @@ class EngineConfig:
     enable_chunked_prefill: bool
     use_cuda_graph: bool
     compile: bool
+    overlap_scheduling: bool
 
 
 def resolve_device(device: str) -> torch.device:
@@ -189,10 +193,11 @@ def _engine_config(
     _check_runtime(opts, build, where)
     model = ModelConfig.from_pretrained_config(cfg["pretrained_config"], where)
     torch_opts = build["torch"]
+    resolved = resolve_device(device)
     return EngineConfig(
         engine_dir=engine_dir,
         model=model,
-        device=resolve_device(device),
+        device=resolved,
         dtype=DTYPES[opts.dtype or model.dtype],
         max_batch_size=opts.max_batch_size or build["max_batch_size"],
         max_input_len=build["max_input_len"],
@@ -207,4 +212,9 @@ def _engine_config(
             torch_opts["use_cuda_graph"] if opts.use_cuda_graph is None else opts.use_cuda_graph
         ),
         compile=torch_opts["compile"] if opts.compile is None else opts.compile,
+        overlap_scheduling=(
+            resolved.type == "cuda"
+            if opts.overlap_scheduling is None
+            else opts.overlap_scheduling
+        ),
     )

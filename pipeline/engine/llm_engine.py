@@ -3,7 +3,6 @@
 import json
 import logging
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -15,7 +14,7 @@ from transformers import AutoTokenizer
 
 from pipeline.engine.block_manager import BlockManager
 from pipeline.engine.engine_config import EngineConfig, load_engine_config
-from pipeline.engine.model_runner import ModelRunner
+from pipeline.engine.model_runner import ModelRunner, SampledTokens
 from pipeline.engine.outputs import RequestOutput, StreamDelta
 from pipeline.engine.request_limits import RequestLimits
 from pipeline.engine.sampling_params import SamplingParams
@@ -81,6 +80,8 @@ class LLMEngine:
         self.scheduler_policy = config.scheduler_policy
         self._requests: dict[str, Sequence] = {}  # unfinished, by request id
         self._cancelled: list[StreamDelta] = []  # reported by the next step()
+        self.overlap_scheduling = config.overlap_scheduling
+        self._in_flight: SampledTokens | None = None  # launched, not postprocessed (overlap)
         self._num_steps = self._num_scheduled_tokens = self._num_generated_tokens = 0
 
     @classmethod
@@ -109,7 +110,9 @@ class LLMEngine:
         return seq
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished() or bool(self._cancelled)
+        return (
+            self.scheduler.has_unfinished() or bool(self._cancelled) or self._in_flight is not None
+        )
 
     def abort(self, request_id: str) -> bool:
         """Cancel a request; its final delta (finish_reason "cancelled") comes with the next
@@ -122,30 +125,47 @@ class LLMEngine:
         return True
 
     def step(self) -> list[StreamDelta]:
+        """Schedule and launch a step; return the deltas of the step the host has finished.
+
+        With overlap scheduling, step N+1 is launched before step N's tokens are read, so the
+        host's scheduling, packing and bookkeeping run while the device computes: each call
+        reports the previous step, and a sequence that step N ends has a wasted row in N+1.
+        Without it, each call launches a step and reports it."""
         deltas, self._cancelled = self._cancelled, []
         with record_function("engine.schedule"):
             scheduled = self.scheduler.schedule()
-        if not scheduled:
-            return deltas
-        token_ids = iter(self.model_runner.run(scheduled))
-        self._num_steps += 1
-        with record_function("engine.postprocess"):
-            self._postprocess(scheduled, token_ids, deltas)
+        launched = self._launch(scheduled) if scheduled else None
+        if self._in_flight is not None:
+            with record_function("engine.postprocess"):
+                self._postprocess(self._in_flight, deltas)
+        self._in_flight = launched
+        if launched is not None and not self.overlap_scheduling:
+            self._postprocess(launched, deltas)
+            self._in_flight = None
         return deltas
 
-    def _postprocess(
-        self, scheduled: list[ScheduledSequence], token_ids: Iterator[int], deltas: list
-    ) -> None:
-        """Advance every scheduled sequence; append each sampled token and its delta."""
+    def _launch(self, scheduled: list[ScheduledSequence]) -> SampledTokens:
+        """Queue the step on the device; every scheduled sequence advances now, and each one
+        that samples owes one pending token until its step is postprocessed."""
+        sampled = self.model_runner.launch(scheduled)
+        self._num_steps += 1
         for entry in scheduled:
-            seq = entry.seq
-            reaches_end = seq.reaches_end(entry.num_tokens)
-            seq.num_computed_tokens += entry.num_tokens
+            entry.seq.num_computed_tokens += entry.num_tokens
             self._num_scheduled_tokens += entry.num_tokens
-            if not reaches_end:
+        for row, seq in enumerate(sampled.seqs):
+            seq.num_pending_tokens += 1
+            seq.pending_row = row
+        return sampled
+
+    def _postprocess(self, sampled: SampledTokens, deltas: list[StreamDelta]) -> None:
+        """Append each sampled token and its delta; a sequence that ended (or was cancelled)
+        since its step was launched drops the token."""
+        for seq, token_id in zip(sampled.seqs, sampled.tolist(), strict=True):
+            seq.num_pending_tokens -= 1
+            if seq.is_finished:
                 continue
             num_before = seq.num_tokens
-            reason = seq.append_token(next(token_ids))
+            reason = seq.append_token(token_id)
             self._num_generated_tokens += 1
             if reason is not None:
                 self.scheduler.finish(seq, reason)
@@ -202,6 +222,7 @@ class LLMEngine:
             "max_batch_size": self.max_batch_size,
             "max_num_tokens": self.max_num_tokens,
             "scheduler_policy": self.scheduler_policy,
+            "overlap_scheduling": self.overlap_scheduling,
             "device": str(runner.device),
             "dtype": str(runner.dtype).removeprefix("torch."),
             "cuda_graph_batch_sizes": runner.graphs.batch_sizes if runner.graphs else [],

@@ -3,6 +3,7 @@
 import itertools
 import logging
 import math
+from dataclasses import dataclass
 from types import ModuleType
 
 import numpy as np
@@ -45,6 +46,7 @@ class ModelRunner:
         generator = torch.Generator(device=self.device)
         generator.seed()
         self.sampler = Sampler(generator)
+        self._last_sampled: torch.Tensor | None = None  # [S] the last launched step's tokens
         self.graphs = None
         if config.compile and self.device.type == "cuda":
             _drop_triton_kernels(self.model)
@@ -137,18 +139,24 @@ class ModelRunner:
     ) -> tuple[torch.Tensor, BatchMetadata, torch.Tensor | None, list[Sequence]]:
         """Pack the step: (input_ids [T], metadata, rows to turn into logits [S]: None when
         every token's row samples, the S sequences that sample). Built with numpy on the host,
-        sent in one pinned copy."""
+        sent in one pinned copy; input tokens still pending on the device come from the last
+        step's sampled tokens."""
         bs = self.block_size
         num_seqs = len(scheduled)
         ids, tables, starts, query_lens, ends = [], [], [], [], []
+        pending_at, pending_rows = [], []  # input index <- row of the last step's tokens
         for entry in scheduled:
             seq, start = entry.seq, entry.seq.num_computed_tokens
             end = start + entry.num_tokens
             ids += seq.token_ids[start:end]
+            if end > len(seq.token_ids):  # its newest token is pending: a decode step
+                pending_at.append(len(ids))
+                pending_rows.append(seq.pending_row)
+                ids.append(0)
             tables.append(seq.block_table[: -(-end // bs)])
             starts.append(start)
             query_lens.append(entry.num_tokens)
-            ends.append(end == seq.num_tokens)
+            ends.append(seq.reaches_end(entry.num_tokens))
         starts_np, lens_np = np.array(starts), np.array(query_lens)
         context_lens = starts_np + lens_np
         query_start = np.zeros(num_seqs + 1, np.int64)
@@ -164,13 +172,25 @@ class ModelRunner:
         slots = table_np[seq_of_token, positions // bs] * bs + positions % bs
         samples_all = num_tokens == num_seqs and all(ends)  # every token's logits row
         logits_rows = np.zeros(0, np.int64) if samples_all else (query_start[1:] - 1)[ends]
-        parts = (ids, positions, slots, logits_rows, context_lens, query_start, table_np.ravel())
+        parts = (
+            ids,
+            positions,
+            slots,
+            logits_rows,
+            context_lens,
+            query_start,
+            table_np.ravel(),
+            np.array(pending_at, np.int64),  # often empty: a list would concatenate as float
+            np.array(pending_rows, np.int64),
+        )
         packed = torch.from_numpy(np.concatenate(parts, dtype=np.int64))
         if self.device.type == "cuda":
             packed = packed.pin_memory().to(self.device, non_blocking=True)
-        input_ids, positions_t, slots_t, rows_t, ctx_t, qstart_t, tables_t = packed.split(
-            [len(p) for p in parts]
+        input_ids, positions_t, slots_t, rows_t, ctx_t, qstart_t, tables_t, at_t, from_t = (
+            packed.split([len(p) for p in parts])
         )
+        if pending_at:
+            input_ids[at_t] = self._last_sampled[from_t]
         meta = BatchMetadata(
             positions=positions_t,
             slot_mapping=slots_t,
@@ -221,17 +241,42 @@ class ModelRunner:
         return self.model.compute_logits(hidden if logits_rows is None else hidden[logits_rows])
 
     @torch.inference_mode()
-    def run(self, scheduled: list[ScheduledSequence]) -> list[int]:
-        """One forward step. Returns the next token of every sequence whose step reaches the end
-        of its tokens, in batch order (a prompt chunk that does not samples nothing)."""
+    def launch(self, scheduled: list[ScheduledSequence]) -> "SampledTokens":
+        """Queue one forward step and its sampling on the device; returns without waiting. The
+        sequences whose step reaches the end of their tokens sample, in batch order (a prompt
+        chunk that does not, samples nothing); the next launch may read these tokens as inputs
+        before the host has them."""
         with record_function("engine.prepare"):
             input_ids, meta, logits_rows, seqs = self._prepare(scheduled)
         with record_function("engine.forward"):
             logits = self._forward(input_ids, meta, logits_rows)
         if not seqs:
-            return []
+            return SampledTokens([], None, None)
         with record_function("engine.sample"):
-            return self.sampler(logits, self._sampling_tensors(seqs)).tolist()
+            tokens = self.sampler(logits, self._sampling_tensors(seqs))
+        self._last_sampled = tokens
+        if self.device.type != "cuda":
+            return SampledTokens(seqs, tokens, None)
+        done = torch.cuda.Event()
+        host = tokens.to("cpu", non_blocking=True)  # into pinned memory
+        done.record()
+        return SampledTokens(seqs, host, done)
+
+
+@dataclass(slots=True)
+class SampledTokens:
+    """One launched step's sampled tokens, on their way to the host."""
+
+    seqs: list[Sequence]  # the sequences that sampled, row by row
+    tokens: torch.Tensor | None  # [S] int64 on the host, valid once `done` has passed
+    done: torch.cuda.Event | None
+
+    def tolist(self) -> list[int]:
+        if self.tokens is None:
+            return []
+        if self.done is not None:
+            self.done.synchronize()
+        return self.tokens.tolist()
 
 
 def _drop_triton_kernels(model: torch.nn.Module) -> None:

@@ -91,6 +91,8 @@ class Scheduler:
         return scheduled
 
     def _num_tokens_to_run(self, seq: Sequence, budget: int) -> int:
+        if seq.num_pending_tokens and (seq.is_ending or seq.needs_host_tokens):
+            return 0  # wait for the host to see its pending token (overlap scheduling)
         remaining = seq.num_uncomputed_tokens
         if remaining <= budget:
             return remaining
@@ -131,7 +133,8 @@ class Scheduler:
         self.num_preemptions += 1
 
     def finish(self, seq: Sequence, reason: str) -> None:
-        self.running.remove(seq)
+        # waiting: preempted while its last step was still in flight (overlap scheduling)
+        (self.running if seq.status == SequenceStatus.RUNNING else self.waiting).remove(seq)
         self.block_manager.free(seq)
         seq.mark_finished(reason)
 

@@ -1,4 +1,8 @@
-"""Per-request state: tokens, progress through the KV cache, block table, stop rules, timings."""
+"""Per-request state: tokens, progress through the KV cache, block table, stop rules, timings.
+
+Tokens sampled on the device but not yet on the host are "pending": with overlap scheduling the
+engine launches step N+1 before it reads step N's tokens, so a sequence's next input token may
+exist only in the previous step's output tensor (row pending_row)."""
 
 import time
 from enum import Enum
@@ -33,7 +37,12 @@ class Sequence:
         self.num_prompt_tokens = len(self.token_ids)
         self.status = SequenceStatus.WAITING
         self.block_table: list[int] = []
-        self.num_computed_tokens = 0  # tokens whose K/V is in the cache
+        self.num_computed_tokens = 0  # tokens whose K/V is in the cache (or is being written)
+        self.num_pending_tokens = 0  # sampled by launched steps, not appended yet
+        self.pending_row = 0  # row of the newest pending token in its step's sampled tokens
+        # a bad sequence of 2+ tokens bans its last token only after the others: the sampler
+        # needs this sequence's latest token on the host
+        self.needs_host_tokens = any(len(bad) > 1 for bad in params.bad_sequences)
         self.num_preemptions = 0
         self.finish_reason: str | None = None
         self.generator: torch.Generator | None = None
@@ -65,7 +74,16 @@ class Sequence:
 
     @property
     def num_uncomputed_tokens(self) -> int:
-        return len(self.token_ids) - self.num_computed_tokens
+        return len(self.token_ids) + self.num_pending_tokens - self.num_computed_tokens
+
+    @property
+    def is_ending(self) -> bool:
+        """Its pending token ends it whatever the token is (max_tokens reached): a further
+        step would be wasted, and would need a KV slot past max_kv_tokens."""
+        return (
+            self.num_pending_tokens > 0
+            and self.num_completion_tokens + self.num_pending_tokens >= self.params.max_tokens
+        )
 
     @property
     def max_kv_tokens(self) -> int:
@@ -78,7 +96,9 @@ class Sequence:
 
     def reaches_end(self, num_scheduled_tokens: int) -> bool:
         """True when a step over this many tokens yields logits for the next token."""
-        return self.num_computed_tokens + num_scheduled_tokens == len(self.token_ids)
+        return self.num_computed_tokens + num_scheduled_tokens == (
+            len(self.token_ids) + self.num_pending_tokens
+        )
 
     def banned_token_ids(self) -> list[int]:
         """Last tokens of bad_sequences whose other tokens end the sequence right now."""

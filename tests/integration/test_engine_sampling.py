@@ -11,9 +11,13 @@ PROMPT = "My favourite animal is the"
 NUM_TOKENS = 8
 
 
-@pytest.fixture(scope="module")
-def engine(smollm_engine_dir) -> LLMEngine:
-    return LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu")
+# overlap: step N+1 launches before step N's tokens are read (CUDA's default), so stop rules,
+# bans and cancels act one step late and must drop the extra token
+@pytest.fixture(scope="module", params=[False, True], ids=["sync", "overlap"])
+def engine(smollm_engine_dir, request) -> LLMEngine:
+    return LLMEngine.from_engine_dir(
+        smollm_engine_dir, device="cpu", overlap_scheduling=request.param
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +81,32 @@ def test_bad_sequences_are_never_generated(engine, prompt, greedy):
     assert out.token_ids[0] != greedy[0]
     out = one(engine, prompt, max_tokens=2, bad_sequences=[greedy[:2]], ignore_eos=True)
     assert out.token_ids[0] == greedy[0] and out.token_ids[1] != greedy[1]
+
+
+def test_overlap_reports_a_step_one_call_later_and_wastes_one_row_on_a_stop(
+    engine, prompt, greedy
+):
+    def run(**params) -> tuple[list[list[int]], int, int]:
+        before = engine.stats()
+        engine.add_request(prompt, SamplingParams(max_tokens=NUM_TOKENS, **params))
+        per_call = [[t for d in engine.step() for t in d.token_ids]]
+        while engine.has_unfinished():
+            per_call.append([t for d in engine.step() for t in d.token_ids])
+        after = engine.stats()
+        steps = after["num_steps"] - before["num_steps"]
+        return per_call, steps, after["num_scheduled_tokens"] - before["num_scheduled_tokens"]
+
+    late = int(engine.overlap_scheduling)
+    per_call, steps, scheduled = run(ignore_eos=True)
+    assert per_call[0] == greedy[:1] * (1 - late) and sum(per_call, []) == greedy
+    # a step whose token must reach max_tokens is the last one launched, in either mode
+    assert (steps, scheduled) == (NUM_TOKENS, len(prompt) + NUM_TOKENS - 1)
+    end = greedy.index(greedy[2])
+    per_call, steps, scheduled = run(end_id=greedy[2])
+    assert sum(per_call, []) == greedy[:end]
+    # the end token is known one step late: that step was launched for nothing
+    assert (steps, scheduled) == (end + 1 + late, len(prompt) + end + late)
+    assert engine.stats()["num_free_blocks"] == engine.stats()["num_total_blocks"]
 
 
 def test_abort_cancels_and_frees_blocks(engine, prompt):

@@ -1,5 +1,9 @@
 """The torch engine on the real SmolLM2 (fp32, CPU): parity with transformers, in-flight batching
-with chunked prefill, and a KV cache too small for the load under both scheduler policies."""
+with chunked prefill, and a KV cache too small for the load under both scheduler policies.
+
+Every engine here runs with overlap scheduling (step N+1 launched before step N's tokens are
+read, as on CUDA), so preemption and chunking are checked with tokens pending on the device; the
+other engine tests run the CPU's default, one step at a time."""
 
 import pytest
 import torch
@@ -22,7 +26,7 @@ NUM_NEW_TOKENS = 32
 
 @pytest.fixture(scope="module")
 def engine(smollm_engine_dir) -> LLMEngine:
-    return LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu")
+    return LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu", overlap_scheduling=True)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +79,9 @@ def test_inflight_chunked_batching_equals_one_at_a_time(engine, smollm_engine_di
     # a 16-token budget per step: the 20+ token prompt can only run in chunks, decodes share
     # steps with prompt chunks, and half the requests arrive while the others are decoding
     assert max(len(ids) for ids in prompt_ids) > 16
-    inflight = LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu", max_num_tokens=16)
+    inflight = LLMEngine.from_engine_dir(
+        smollm_engine_dir, device="cpu", max_num_tokens=16, overlap_scheduling=True
+    )
     ids_by_request, tokens = {}, {}
     for ids in prompt_ids[:4]:
         ids_by_request[inflight.add_request(ids, params)] = ids
@@ -101,7 +107,11 @@ def test_small_kv_cache_queues_or_preempts_and_stays_correct(
 ):
     # 5 blocks of 16 tokens; each request needs 2-3 blocks for prompt + 20 new tokens
     small = LLMEngine.from_engine_dir(
-        smollm_engine_dir, device="cpu", num_kv_blocks=5, scheduler_policy=policy
+        smollm_engine_dir,
+        device="cpu",
+        num_kv_blocks=5,
+        scheduler_policy=policy,
+        overlap_scheduling=True,
     )
     chosen = [0, 2, 3, 6]
     for i in chosen:

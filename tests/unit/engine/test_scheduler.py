@@ -1,8 +1,9 @@
 import pytest
 
 from pipeline.engine.block_manager import BlockManager
+from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.scheduler import Scheduler
-from pipeline.engine.sequence import SequenceStatus
+from pipeline.engine.sequence import Sequence, SequenceStatus
 from tests.unit.engine.fake_sequences import make_seq, run_to_completion, step
 
 
@@ -118,3 +119,35 @@ def test_many_requests_on_a_small_cache_all_finish(policy):
     assert all(seq.finish_reason == "length" for seq in seqs)
     assert all(sum(n for _, n in entries) <= 12 for entries in history)
     assert s.block_manager.num_free_blocks == 10
+
+
+def _launch(s: Scheduler) -> list[tuple[str, int]]:
+    """Schedule a step and do the engine's launch bookkeeping, its tokens left pending."""
+    scheduled = s.schedule()
+    for entry in scheduled:
+        entry.seq.num_computed_tokens += entry.num_tokens
+        entry.seq.num_pending_tokens += entry.seq.num_uncomputed_tokens == 0
+    return [(e.seq.request_id, e.num_tokens) for e in scheduled]
+
+
+def test_pending_tokens_run_as_decodes_unless_they_end_the_sequence_or_need_the_host():
+    s = scheduler()
+    banned_after_7 = SamplingParams(max_tokens=4, bad_sequences=[[7, 9]])
+    s.add(make_seq("a", 4, max_tokens=3))
+    s.add(make_seq("b", 4, max_tokens=1))
+    s.add(Sequence("c", [7] * 4, banned_after_7, eos_token_ids=(2,)))
+    assert _launch(s) == [("a", 4), ("b", 4), ("c", 4)]
+    # b's pending token is its last whatever it is; c's ban depends on its pending token
+    assert _launch(s) == [("a", 1)]
+    assert [seq.request_id for seq in s.running] == ["a", "b", "c"]  # none finished yet
+
+
+def test_finish_takes_a_preempted_sequence_out_of_the_waiting_queue():
+    s = scheduler()
+    seq = make_seq("a", 4)
+    s.add(seq)
+    s.schedule()
+    s._preempt(seq)  # while its last step was in flight
+    s.finish(seq, "stop")
+    assert not s.has_unfinished() and seq.is_finished
+    assert s.block_manager.num_free_blocks == s.block_manager.num_total_blocks
