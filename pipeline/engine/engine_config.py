@@ -213,8 +213,6 @@ def _engine_config(
         ),
         compile=torch_opts["compile"] if opts.compile is None else opts.compile,
         overlap_scheduling=(
-            resolved.type == "cuda"
-            if opts.overlap_scheduling is None
-            else opts.overlap_scheduling
+            resolved.type == "cuda" if opts.overlap_scheduling is None else opts.overlap_scheduling
         ),
     )

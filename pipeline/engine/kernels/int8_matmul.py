@@ -1,6 +1,7 @@
 """W8A16 matmul in Triton: y = x @ (q * scale).T, int8 weights [N, K] converted in registers,
 the per-channel scale [N] applied to the sums. (aten's CUDA _weight_int8pack_mm converts to fp32
-without tensor cores.)
+without tensor cores.) Steps of up to int8_gemv.MAX_ROWS rows go to int8_gemv's CUDA-core GEMV;
+the tl.dot kernel here takes the rest.
 
 Decode reads the weights once per step, so half the bytes of bf16 is the speed-up; that needs
 enough programs in flight to keep HBM busy, and a decode batch has few row tiles. So K is split
@@ -13,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from pipeline.engine.kernels import int8_gemv
 from pipeline.engine.kernels.dot_operands import dot_dtype
 
 DECODE_MAX_ROWS = 64
@@ -85,6 +87,13 @@ _prompt = triton.autotune(PROMPT_CONFIGS, key=["N", "K"])(_w8a16_kernel)
 
 def w8a16_matmul(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     # x [M, K] fp16/bf16; weight [N, K] int8; scale [N] -> [M, N] in x.dtype
+    if x.shape[0] <= int8_gemv.MAX_ROWS:
+        return int8_gemv.w8a16_gemv(x, weight, scale)
+    return w8a16_dot(x, weight, scale)
+
+
+def w8a16_dot(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    # x [M, K] fp16/bf16; weight [N, K] int8; scale [N] -> [M, N] in x.dtype, on tensor cores
     num_rows, k = x.shape
     n = weight.shape[0]
     assert x.stride(1) == 1 and weight.stride(1) == 1

@@ -13,8 +13,8 @@ def _buffer(module: nn.Module, name: str, value: torch.Tensor | None) -> None:
 
 
 class Int8WeightOnlyLinear(nn.Module):
-    """y = x @ (q * scale).T + bias: Triton on CUDA (16-bit), else torch._weight_int8pack_mm
-    where it runs, else dequantize + matmul."""
+    """y = x @ (q * scale).T + bias: Triton on CUDA (16-bit: a GEMV for batch-1 decode, tl.dot
+    for more rows), else torch._weight_int8pack_mm where it runs, else dequantize + matmul."""
 
     def __init__(
         self,
@@ -39,7 +39,8 @@ class Int8WeightOnlyLinear(nn.Module):
         self.is_packed_mm = reason is None
         self.kernel = "torch._weight_int8pack_mm" if reason is None else f"dequant ({reason})"
         if self.triton:
-            self.kernel = "triton w8a16"
+            max_rows = self.triton.int8_gemv.MAX_ROWS
+            self.kernel = f"triton w8a16 (gemv <= {max_rows} row, tl.dot above)"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # [T, in] -> [T, out]

@@ -36,3 +36,16 @@ def assert_close(kernel_device):
         torch.testing.assert_close(actual, expected, **tolerances)
 
     return check
+
+
+@pytest.fixture(autouse=True)
+def few_gemv_configs(monkeypatch):
+    """CUDA: the decode GEMV autotunes over two configs (the smallest and largest tile), not
+    all of them: results do not depend on the pick, and compiling every config for every test
+    shape and row bucket takes minutes. (scripts/bench_linear_quant.py checks the real pick.)"""
+    if importlib.util.find_spec("triton") is None:
+        return
+    from pipeline.engine.kernels import int8_gemv
+
+    configs = [int8_gemv.CONFIGS[0], int8_gemv.CONFIGS[-1]]
+    monkeypatch.setattr(int8_gemv._tuned, "configs", configs)

@@ -171,8 +171,8 @@ def test_varlen_attention_grid_bounds_every_batch_of_the_same_shape():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("num_rows", [1, 5, 33, 130])
 def test_w8a16_matmul_matches_dequantized_matmul(kernel_device, dtype, num_rows):
-    """Decode rows (split K, atomic fp32 sums) and prompt rows (one pass), with N and K that
-    leave partial tiles; against x @ (q * scale).T in float32."""
+    """One row (int8_gemv), decode rows (split K, atomic fp32 sums) and prompt rows (one pass),
+    with N and K that leave partial tiles; against x @ (q * scale).T in float32."""
     from pipeline.engine.kernels import int8_matmul
 
     g = torch.Generator().manual_seed(num_rows)
