@@ -12,6 +12,9 @@ class TorchDeployOptions:
     coalesce_stream: bool = True
     # responses a second the model sends at most (coalescing on): more queue in the ensemble
     max_response_rate: float = 2000.0
+    # tensorrt_llm returns text_output itself (detokenized in its responder thread), and the
+    # ensemble takes it from there: no postprocessing execution per streamed response
+    detokenize: bool = True
     # the engine in a child process: responses sent by the model do not hold up engine steps
     engine_process: bool = True
 

@@ -2,8 +2,11 @@
 
 preprocessing -> tensorrt_llm -> postprocessing, chained by `ensemble` (and by the python BLS model
 `tensorrt_llm_bls`). Both engine backends write their own `tensorrt_llm`; the other four models and
-their python sources (python_models/) are shared. Configs are built as `ModelConfig` protobufs
-(model_config.py), validated as a whole (validate*.py), then swapped in atomically (repo_writer.py).
+their python sources (python_models/) are shared. The torch backend's `tensorrt_llm` detokenizes
+itself (deploy.torch.detokenize): its ensemble is preprocessing -> tensorrt_llm, so a streamed
+response runs no postprocessing model (interface.ensemble_steps). Configs are built as
+`ModelConfig` protobufs (model_config.py), validated as a whole (validate*.py), then swapped in
+atomically (repo_writer.py).
 
 Named triton_repo to keep it apart from the OpenAI Triton kernel language.
 """

@@ -85,45 +85,53 @@ POSTPROCESSING_INPUTS = (
 )
 POSTPROCESSING_OUTPUTS = (t("OUTPUT", "STRING", (-1,)), t("OUT_SEQUENCE_LENGTH", "INT32", (-1,)))
 
+# text_output of the torch backend's `tensorrt_llm` (ours; the tensorrtllm backend cannot
+# detokenize): each response's text, as postprocessing would write it for its tokens, except that a
+# stream's character split over responses comes whole in the later one
+LLM_TEXT_OUTPUT = t("text_output", "STRING", (-1,))
+
 # Ensemble steps: (model, {model input: ensemble tensor}, {model output: ensemble tensor}).
-ENSEMBLE_STEPS = (
-    (
-        "preprocessing",
-        {
-            "QUERY": "text_input",
-            "REQUEST_OUTPUT_LEN": "max_tokens",
-            "BAD_WORDS_DICT": "bad_words",
-            "STOP_WORDS_DICT": "stop_words",
-            "END_ID": "end_id",
-            "PAD_ID": "pad_id",
-        },
-        {
-            "INPUT_ID": "_INPUT_ID",
-            "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
-            "BAD_WORDS_IDS": "_BAD_WORDS_IDS",
-            "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
-            "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN",
-            "OUT_END_ID": "_PREPROCESSOR_END_ID",
-            "OUT_PAD_ID": "_PREPROCESSOR_PAD_ID",
-        },
-    ),
+PREPROCESSING_STEP = (
+    "preprocessing",
+    {
+        "QUERY": "text_input",
+        "REQUEST_OUTPUT_LEN": "max_tokens",
+        "BAD_WORDS_DICT": "bad_words",
+        "STOP_WORDS_DICT": "stop_words",
+        "END_ID": "end_id",
+        "PAD_ID": "pad_id",
+    },
+    {
+        "INPUT_ID": "_INPUT_ID",
+        "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
+        "BAD_WORDS_IDS": "_BAD_WORDS_IDS",
+        "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
+        "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN",
+        "OUT_END_ID": "_PREPROCESSOR_END_ID",
+        "OUT_PAD_ID": "_PREPROCESSOR_PAD_ID",
+    },
+)
+LLM_STEP_INPUTS = {
+    "input_ids": "_INPUT_ID",
+    "input_lengths": "_REQUEST_INPUT_LEN",
+    "request_output_len": "_REQUEST_OUTPUT_LEN",
+    "end_id": "_PREPROCESSOR_END_ID",
+    "pad_id": "_PREPROCESSOR_PAD_ID",
+    "stop_words_list": "_STOP_WORDS_IDS",
+    "bad_words_list": "_BAD_WORDS_IDS",
+    "runtime_top_k": "top_k",
+    "runtime_top_p": "top_p",
+    "temperature": "temperature",
+    "seed": "seed",
+    "streaming": "stream",
+    "exclude_input_in_output": "exclude_input_in_output",
+}
+# upstream: every response of tensorrt_llm is one execution of postprocessing
+UPSTREAM_ENSEMBLE_STEPS = (
+    PREPROCESSING_STEP,
     (
         "tensorrt_llm",
-        {
-            "input_ids": "_INPUT_ID",
-            "input_lengths": "_REQUEST_INPUT_LEN",
-            "request_output_len": "_REQUEST_OUTPUT_LEN",
-            "end_id": "_PREPROCESSOR_END_ID",
-            "pad_id": "_PREPROCESSOR_PAD_ID",
-            "stop_words_list": "_STOP_WORDS_IDS",
-            "bad_words_list": "_BAD_WORDS_IDS",
-            "runtime_top_k": "top_k",
-            "runtime_top_p": "top_p",
-            "temperature": "temperature",
-            "seed": "seed",
-            "streaming": "stream",
-            "exclude_input_in_output": "exclude_input_in_output",
-        },
+        LLM_STEP_INPUTS,
         {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"},
     ),
     (
@@ -132,5 +140,19 @@ ENSEMBLE_STEPS = (
         {"OUTPUT": "text_output", "OUT_SEQUENCE_LENGTH": "sequence_length"},
     ),
 )
+# tensorrt_llm detokenizes (backend=torch): its responses are the ensemble's
+DETOKENIZING_LLM_ENSEMBLE_STEPS = (
+    PREPROCESSING_STEP,
+    (
+        "tensorrt_llm",
+        LLM_STEP_INPUTS,
+        {"text_output": "text_output", "sequence_length": "sequence_length"},
+    ),
+)
+
+
+def ensemble_steps(is_llm_detokenizing: bool) -> tuple:
+    return DETOKENIZING_LLM_ENSEMBLE_STEPS if is_llm_detokenizing else UPSTREAM_ENSEMBLE_STEPS
+
 
 MODEL_NAMES = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")

@@ -6,7 +6,11 @@ requests share engine steps (in-flight batching). One responder thread takes eac
 from the engine's outbox and hands every request its chunk through `respond`: a thread per
 request would wake once per token and fight the engine thread for the GIL.
 
-Coalescing: Triton's python backend passes on a few thousand responses a second through the
+Text: a request that wants text_output gets each chunk's text from the responder thread
+(detokenizer.TextStream, in the stub's process, not the engine's), so the torch backend's
+ensemble needs no postprocessing execution per streamed response.
+
+Coalescing: Triton passes on a few thousand streamed responses a second through the upstream
 ensemble (each response is one execution of the postprocessing model), fewer than the engine
 makes tokens at high concurrency. Each stream keeps its unsent tokens; the responder sends them
 when the stream is due, so a response carries every token made since the stream's last one.
@@ -14,7 +18,8 @@ when the stream is due, so a response carries every token made since the stream'
 - max_response_rate: a stream is due again len(streams) / rate seconds after its last response,
   so all streams together stay within the rate; its first tokens and its end go out at once.
   Without it the responder never falls behind while Triton queues a response per token (H100,
-  SmolLM2, concurrency 64: 0.19x of the direct engine's tokens/s, 0.56-0.69x at rate 2000).
+  SmolLM2, concurrency 64, upstream ensemble: 0.19x of the direct engine's tokens/s, 0.56-0.69x
+  at rate 2000).
 
 engine_process: the engine runs in a child process (pipeline.engine.engine_process), so the
 responder's work no longer holds the GIL that the engine's host work needs between steps.
@@ -36,6 +41,7 @@ import numpy as np
 
 from pipeline.engine import AsyncLLMEngine, LLMEngine, StreamDelta
 from pipeline.engine.engine_process import EngineProcess
+from pipeline.triton_repo.detokenizer import Detokenizer, TextStream
 from pipeline.triton_repo.llm_request import LLMRequest, from_arrays
 
 log = logging.getLogger(__name__)
@@ -46,6 +52,7 @@ _STOP = object()
 class OutputChunk:
     token_ids: np.ndarray  # [n] int32: new tokens when streaming, else the whole output
     is_final: bool
+    text: str | None = None  # the text these tokens complete; None: the caller wants no text
 
 
 # respond(context, chunk or the engine's failure) -> False when the caller is gone (cancelled)
@@ -58,6 +65,7 @@ class _Live:
 
     request: LLMRequest
     context: Any
+    text: TextStream | None = None  # when the caller wants text
     tokens: list[int] = field(default_factory=list)
     is_finished: bool = False
     sent_at: float = 0.0  # of its last response; 0: none yet, so the first goes out at once
@@ -73,10 +81,12 @@ class _Live:
 
     def chunk(self) -> OutputChunk:
         if self.request.is_streaming:  # TensorRT-LLM streams new tokens only, prompt or not
-            out, self.tokens = OutputChunk(np.asarray(self.tokens, np.int32), self.is_finished), []
-            return out
-        prompt = [] if self.request.is_input_excluded else self.request.prompt_token_ids
-        return OutputChunk(np.asarray([*prompt, *self.tokens], np.int32), True)
+            ids, self.tokens = self.tokens, []
+        else:
+            prompt = [] if self.request.is_input_excluded else self.request.prompt_token_ids
+            ids = [*prompt, *self.tokens]
+        text = None if self.text is None else self.text.add(ids, self.is_finished)
+        return OutputChunk(np.asarray(ids, np.int32), self.is_finished, text)
 
 
 class LLMService:
@@ -92,6 +102,8 @@ class LLMService:
         max_response_rate: float,
         engine_process: bool,
         respond: Respond,
+        tokenizer_dir: Path | None = None,
+        skip_special_tokens: bool = True,
     ):
         runtime = {
             "scheduler_policy": scheduler_policy,
@@ -108,6 +120,9 @@ class LLMService:
             engine = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)
             self.async_engine = AsyncLLMEngine(engine, outbox=self._outbox)
         self.exclude_input_in_output = exclude_input_in_output
+        self.detokenizer = (
+            None if tokenizer_dir is None else Detokenizer(tokenizer_dir, skip_special_tokens)
+        )
         self.coalesce_stream = coalesce_stream
         pace = coalesce_stream and max_response_rate > 0
         self._response_gap_s = 1.0 / max_response_rate if pace else 0.0
@@ -117,13 +132,19 @@ class LLMService:
         self._responder = threading.Thread(target=self._run, name="llm-responder", daemon=True)
         self._responder.start()
 
-    def generate(self, arrays: dict[str, np.ndarray], context: Any) -> None:
-        """Submit now; its chunks go to respond(context, ...). ValueError for inputs the engine
-        can never serve (limits, bad values), RuntimeError once the engine is gone."""
+    def generate(
+        self, arrays: dict[str, np.ndarray], context: Any, wants_text: bool = False
+    ) -> None:
+        """Submit now; its chunks go to respond(context, ...), with their text if wants_text.
+        ValueError for inputs the engine can never serve (limits, bad values), RuntimeError once
+        the engine is gone."""
         request = from_arrays(arrays, self.exclude_input_in_output)
+        if wants_text and self.detokenizer is None:
+            raise ValueError("text_output needs the model's tokenizer_dir parameter")
+        text = self.detokenizer.stream() if wants_text else None
         request_id = uuid.uuid4().hex
         with self._lock:  # known before the engine can answer it
-            self._live[request_id] = _Live(request, context)
+            self._live[request_id] = _Live(request, context, text)
         try:
             self.async_engine.submit(request.prompt_token_ids, request.params, request_id)
         except BaseException:
@@ -183,7 +204,15 @@ class LLMService:
             if live.is_due(now, gap_s):
                 del unsent[request_id]
                 live.sent_at = now
-                self._answer(request_id, live, live.chunk())
+                try:
+                    out = live.chunk()
+                except Exception as exc:  # a failed decode ends this request only
+                    log.exception("detokenizing request %s failed", request_id)
+                    self._answer(request_id, live, exc)
+                    if not live.is_finished:
+                        self._drop(request_id)
+                    continue
+                self._answer(request_id, live, out)
 
     def _answer(self, request_id: str | None, live: _Live, out) -> None:
         try:
@@ -192,9 +221,12 @@ class LLMService:
             log.exception("responding to request %s failed; cancelling it", request_id)
             wanted = False
         if not wanted and isinstance(out, OutputChunk) and not out.is_final:
-            with self._lock:
-                self._live.pop(request_id, None)
-            self.async_engine.cancel(request_id)
+            self._drop(request_id)
+
+    def _drop(self, request_id: str) -> None:
+        with self._lock:
+            self._live.pop(request_id, None)
+        self.async_engine.cancel(request_id)
 
     def stats(self) -> dict:
         return self.async_engine.stats()

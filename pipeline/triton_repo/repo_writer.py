@@ -46,8 +46,14 @@ def write_repository(
         shared_models.postprocessing(deploy, max_batch_size, tokenizer_dir),
         "postprocessing.py",
     )
-    _write_model(repo, shared_models.ensemble(max_batch_size), None)
-    _write_model(repo, shared_models.bls(deploy, max_batch_size), "tensorrt_llm_bls.py")
+    # the tensorrtllm backend cannot detokenize: its ensemble keeps the postprocessing step
+    is_llm_detokenizing = backend.name == "torch" and deploy.torch.detokenize
+    _write_model(repo, shared_models.ensemble(max_batch_size, is_llm_detokenizing), None)
+    _write_model(
+        repo,
+        shared_models.bls(deploy, max_batch_size, is_llm_detokenizing),
+        "tensorrt_llm_bls.py",
+    )
     llm_dir = repo / "tensorrt_llm"
     text = backend.triton_llm_model(Path(engine_dir).resolve(), tokenizer_dir, llm_dir)
     written = llm_dir / "config.pbtxt"
@@ -63,6 +69,7 @@ def write_repository(
         "engine_max_batch_size": engine.max_batch_size,
         "decoupled_mode": deploy.decoupled_mode,
         "world_size": engine.world_size,
+        "is_llm_detokenizing": is_llm_detokenizing,
     }
 
 

@@ -40,25 +40,30 @@ def postprocessing(deploy: DeploySpec, max_batch_size: int, tokenizer_dir: Path)
     return cfg
 
 
-def ensemble(max_batch_size: int):
-    """Triton marks the ensemble decoupled by itself when `tensorrt_llm` is."""
+def ensemble(max_batch_size: int, is_llm_detokenizing: bool):
+    """Triton marks the ensemble decoupled by itself when `tensorrt_llm` is. is_llm_detokenizing:
+    text_output comes from `tensorrt_llm` itself, not from a postprocessing step."""
     cfg = mcfg.new_config("ensemble", max_batch_size, platform="ensemble")
     mcfg.add_inputs(cfg, io.ENSEMBLE_INPUTS)
     mcfg.add_outputs(cfg, io.ENSEMBLE_OUTPUTS)
-    for model_name, input_map, output_map in io.ENSEMBLE_STEPS:
+    for model_name, input_map, output_map in io.ensemble_steps(is_llm_detokenizing):
         step = cfg.ensemble_scheduling.step.add(model_name=model_name, model_version=-1)
         step.input_map.update(input_map)
         step.output_map.update(output_map)
     return cfg
 
 
-def bls(deploy: DeploySpec, max_batch_size: int):
+def bls(deploy: DeploySpec, max_batch_size: int, is_llm_detokenizing: bool):
     cfg = mcfg.new_config("tensorrt_llm_bls", max_batch_size, backend="python")
     mcfg.add_inputs(cfg, io.ENSEMBLE_INPUTS)
     mcfg.add_outputs(cfg, io.ENSEMBLE_OUTPUTS)
     mcfg.set_parameters(
         cfg,
-        {"accumulate_tokens": deploy.accumulate_tokens, "tensorrt_llm_model_name": "tensorrt_llm"},
+        {
+            "accumulate_tokens": deploy.accumulate_tokens,
+            "tensorrt_llm_model_name": "tensorrt_llm",
+            "llm_text_output": is_llm_detokenizing,
+        },
     )
     mcfg.set_decoupled(cfg, deploy.decoupled_mode)
     mcfg.set_cpu_instances(cfg, deploy.bls_instance_count)

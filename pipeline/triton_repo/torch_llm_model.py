@@ -1,8 +1,9 @@
 """The `tensorrt_llm` model for backend=torch: a decoupled python-backend model hosting the engine.
 
-Same inputs/outputs as the tensorrtllm backend's model, so the shared ensemble/BLS drive it
-unchanged. One instance (one engine, one KV cache); concurrent Triton requests are batched in
-flight by the engine's scheduler, not by Triton.
+Same inputs/outputs as the tensorrtllm backend's model, plus text_output (ours: the model
+detokenizes, so the torch backend's ensemble needs no postprocessing step). One instance (one
+engine, one KV cache); concurrent Triton requests are batched in flight by the engine's
+scheduler, not by Triton.
 """
 
 import shutil
@@ -17,12 +18,12 @@ from pipeline.triton_repo.engine_info import EngineInfo, triton_max_batch_size
 MODEL_SOURCE = Path(__file__).parent / "python_models" / "torch_llm.py"
 
 
-def model_config(engine_dir: Path, deploy: DeploySpec, device: str):
+def model_config(engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, device: str):
     engine = EngineInfo.read(engine_dir)
     max_batch_size = triton_max_batch_size(deploy, engine)
     cfg = mcfg.new_config("tensorrt_llm", max_batch_size, backend="python")
     mcfg.add_inputs(cfg, io.LLM_INPUTS)
-    mcfg.add_outputs(cfg, io.LLM_OUTPUTS)
+    mcfg.add_outputs(cfg, (*io.LLM_OUTPUTS, io.LLM_TEXT_OUTPUT))
     mcfg.set_decoupled(cfg, deploy.decoupled_mode)
     mcfg.set_dynamic_batching(
         cfg,
@@ -35,6 +36,8 @@ def model_config(engine_dir: Path, deploy: DeploySpec, device: str):
         cfg,
         {
             "engine_dir": Path(engine_dir).resolve(),
+            "tokenizer_dir": Path(tokenizer_dir).resolve(),  # as postprocessing's
+            "skip_special_tokens": deploy.skip_special_tokens,
             "device": device,
             "exclude_input_in_output": deploy.exclude_input_in_output,
             "batch_scheduler_policy": deploy.batch_scheduler_policy,
@@ -59,11 +62,10 @@ def write(
     deploy: DeploySpec | None = None,
     device: str = "auto",
 ) -> str:
-    """Write model_dir/{config.pbtxt, 1/model.py}; return the config text.
-
-    tokenizer_dir is unused: the model takes and returns token ids (pre/postprocessing tokenize).
-    """
-    text = mcfg.render(model_config(Path(engine_dir), deploy or DeploySpec(), device))
+    """Write model_dir/{config.pbtxt, 1/model.py}; return the config text."""
+    text = mcfg.render(
+        model_config(Path(engine_dir), Path(tokenizer_dir), deploy or DeploySpec(), device)
+    )
     version_dir = Path(model_dir) / "1"
     version_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(MODEL_SOURCE, version_dir / "model.py")

@@ -11,7 +11,11 @@ from google.protobuf import text_format
 from pipeline.errors import ConfigError
 from pipeline.triton_repo import model_config as mcfg
 from pipeline.triton_repo.interface import MODEL_NAMES
-from pipeline.triton_repo.validate_ensemble import check_bls_interface, check_ensemble
+from pipeline.triton_repo.validate_ensemble import (
+    check_bls_interface,
+    check_ensemble,
+    check_text_source,
+)
 
 GPT_MODEL_TYPES = ("inflight_fused_batching", "inflight_batching", "V1")
 SCHEDULER_POLICIES = ("max_utilization", "guaranteed_no_evict")
@@ -184,6 +188,7 @@ def check_repository(repo_dir: Path, engine_max_batch_size: int, backend: str) -
     errors += check_batching(configs, engine_max_batch_size)
     errors += check_decoupled(configs, backend)
     errors += check_ensemble(configs)
+    errors += check_text_source(configs, backend)
     errors += check_bls_interface(configs)
     if errors:
         raise ConfigError(

@@ -109,3 +109,35 @@ def check_bls_interface(configs: dict) -> list[str]:
             diff = sorted(set(want.items()) ^ set(got.items()))
             errors.append(f"tensorrt_llm_bls: {kind}s differ from the ensemble's ({diff})")
     return errors
+
+
+def check_text_source(configs: dict, backend: str) -> list[str]:
+    """Who makes text_output: postprocessing (upstream) or tensorrt_llm itself (backend=torch)."""
+    ensemble = configs.get("ensemble")
+    if ensemble is None:
+        return []
+    producers = {
+        tensor: step.model_name
+        for step in ensemble.ensemble_scheduling.step
+        for tensor in step.output_map.values()
+    }
+    steps = sorted({producers[t.name] for t in ensemble.output if t.name in producers})
+    errors = []
+    if len(steps) > 1:
+        errors.append(
+            f"ensemble: its outputs come from steps {steps}; one step must make them all "
+            f"(each of its responses is one client response)"
+        )
+    if producers.get("text_output") != "tensorrt_llm":
+        return errors
+    if backend != "torch":
+        errors.append(
+            f"ensemble: takes text_output from tensorrt_llm, but backend={backend}'s "
+            f"tensorrt_llm cannot detokenize; keep the postprocessing step"
+        )
+    llm = configs.get("tensorrt_llm")
+    if llm is not None and "tokenizer_dir" not in llm.parameters:
+        errors.append(
+            "tensorrt_llm: gives the ensemble text_output but has no tokenizer_dir parameter"
+        )
+    return errors

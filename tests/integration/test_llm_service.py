@@ -3,6 +3,7 @@ every request through `respond`, streaming or not, and a caller that is gone is 
 
 import threading
 import time
+from functools import partial
 
 import numpy as np
 import pytest
@@ -78,6 +79,7 @@ def service(
     coalesce: bool = False,
     engine_process: bool = False,
     max_response_rate: float = 0,
+    **kwargs,
 ) -> LLMService:
     return LLMService(
         smollm_engine_dir,
@@ -90,6 +92,7 @@ def service(
         max_response_rate,
         engine_process,
         respond,
+        **kwargs,
     )
 
 
@@ -224,3 +227,25 @@ def test_queued_tokens_of_a_stream_go_out_at_once(
     assert [c.is_final for c in stream] == [False] * (len(stream) - 1) + [True]
     (whole,) = recorder.chunks["whole"]
     assert whole.token_ids.tolist() == greedy[1]
+
+
+def test_text_of_split_characters_comes_whole_from_the_responder(smollm_engine_dir, engine):
+    prompt = engine.tokenizer.encode("日本の首都は")
+    recorder = Recorder()
+    tokenizer_dir = smollm_engine_dir / "tokenizer"
+    svc = service(smollm_engine_dir, recorder, tokenizer_dir=tokenizer_dir)
+    try:
+        svc.generate(arrays(prompt, streaming=True), "stream", wants_text=True)
+        svc.generate(arrays(prompt, streaming=False, exclude_input=False), "whole", True)
+        svc.generate(arrays(prompt, streaming=True), "ids")
+        recorder.wait_final(["stream", "whole", "ids"])
+    finally:
+        svc.shutdown()
+    stream, (whole,) = recorder.chunks["stream"], recorder.chunks["whole"]
+    tokens = [t for c in stream for t in c.token_ids.tolist()]
+    decode = partial(engine.tokenizer.decode, skip_special_tokens=True)  # as postprocessing
+    assert "".join(c.text for c in stream) == decode(tokens)
+    assert "" in [c.text for c in stream[:-1]]  # a character's first bytes waited for the rest
+    assert not any("\ufffd" in c.text for c in stream[:-1])
+    assert whole.text == decode(prompt + tokens)
+    assert all(c.text is None for c in recorder.chunks["ids"])

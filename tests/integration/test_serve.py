@@ -33,6 +33,8 @@ PROMPTS = [
     "To make tea, first",
     "The opposite of hot is",
 ]
+# greedy SmolLM2 continues these in scripts whose characters span several tokens
+MULTIBYTE_PROMPTS = ["日本の首都は", "中文：你好，世界。我喜欢", "Emoji story: 🙂🙂"]
 MAX_TOKENS = 16
 BURST_TOKENS = 8
 NUM_BURST_REQUESTS = 64
@@ -119,6 +121,28 @@ def test_http_generate_and_generate_stream(http, expected):
     deltas = list(http.stream(GenerateRequest(prompt, max_tokens=MAX_TOKENS)))
     assert 1 < len([d for d in deltas if d]) <= expected[prompt][1]
     assert "".join(deltas) == expected[prompt][0]
+
+
+def test_streamed_split_characters_come_whole_without_postprocessing(server, grpc, engine):
+    """The LLM model detokenizes each stream (the ensemble runs no postprocessing): a character
+    whose bytes span tokens comes whole, and the pieces join to the non-streamed text."""
+    outputs = engine.generate(MULTIBYTE_PROMPTS, SamplingParams(max_tokens=MAX_TOKENS))
+    bls = GrpcClient(server.endpoints.grpc_url, model="tensorrt_llm_bls", timeout_s=120)
+    before = postprocessing_requests(server)
+    for prompt, output in zip(MULTIBYTE_PROMPTS, outputs, strict=True):
+        split = [t for t in output.token_ids if "\ufffd" in engine.tokenizer.decode([t])]
+        assert split, prompt  # the prompt makes characters split over tokens
+        request = GenerateRequest(prompt, max_tokens=MAX_TOKENS)
+        pieces = list(grpc.stream(request))
+        assert "".join(pieces) == grpc.generate(request) == output.text
+        assert not any("\ufffd" in piece for piece in pieces[:-1])
+        assert "".join(bls.stream(request)) == output.text
+    assert postprocessing_requests(server) == before
+
+
+def postprocessing_requests(server) -> float:
+    samples = fetch_metrics(server.endpoints.metrics_url)
+    return metric_value(samples, "nv_inference_request_success", model="postprocessing")
 
 
 def test_bls_answers_like_the_ensemble(server, expected):
@@ -230,57 +254,25 @@ def test_cancelled_request_leaves_the_engine(server, engine):
 
 def test_cli_as_the_readme_shows(server, expected, capsys):
     grpc_url, http_url = server.endpoints.grpc_url, server.endpoints.http_url
-    prompt = PROMPTS[6]
-    assert cli.main(["--url", grpc_url, "ready"]) == 0
-    assert capsys.readouterr().out == f"ready: ensemble at {grpc_url}\n"
-    assert (
-        cli.main(
-            ["--url", grpc_url, "generate", prompt, "--stream", "--max-tokens", str(MAX_TOKENS)]
-        )
-        == 0
-    )
-    assert capsys.readouterr().out == expected[prompt][0] + "\n"
-    assert (
-        cli.main(
-            [
-                "--protocol",
-                "http",
-                "--url",
-                http_url,
-                "generate",
-                prompt,
-                "--max-tokens",
-                str(MAX_TOKENS),
-            ]
-        )
-        == 0
-    )
-    assert capsys.readouterr().out == expected[prompt][0] + "\n"
-    assert (
-        cli.main(
-            [
-                "--protocol",
-                "http",
-                "--url",
-                http_url,
-                "infer",
-                "preprocessing",
-                "QUERY=Hello",
-                "REQUEST_OUTPUT_LEN=4",
-            ]
-        )
-        == 0
-    )
-    assert "REQUEST_INPUT_LEN: [[1]]" in capsys.readouterr().out
-    assert (
-        cli.main(
-            ["metrics", "pipeline_engine_batch_size", "--metrics-url", server.endpoints.metrics_url]
-        )
-        == 0
-    )
-    assert "pipeline_engine_batch_size" in capsys.readouterr().out
-    assert cli.main(["--url", grpc_url, "generate", ""]) == 1
-    assert "error: client: ensemble at" in capsys.readouterr().err
+    prompt, max_tokens = PROMPTS[6], str(MAX_TOKENS)
+
+    def run(*argv: str):
+        return cli.main(list(argv)), capsys.readouterr()
+
+    code, out = run("--url", grpc_url, "ready")
+    assert code == 0 and out.out == f"ready: ensemble at {grpc_url}\n"
+    code, out = run("--url", grpc_url, "generate", prompt, "--stream", "--max-tokens", max_tokens)
+    assert code == 0 and out.out == expected[prompt][0] + "\n"
+    http = ("--protocol", "http", "--url", http_url)
+    code, out = run(*http, "generate", prompt, "--max-tokens", max_tokens)
+    assert code == 0 and out.out == expected[prompt][0] + "\n"
+    code, out = run(*http, "infer", "preprocessing", "QUERY=Hello", "REQUEST_OUTPUT_LEN=4")
+    assert code == 0 and "REQUEST_INPUT_LEN: [[1]]" in out.out
+    metrics_url = server.endpoints.metrics_url
+    code, out = run("metrics", "pipeline_engine_batch_size", "--metrics-url", metrics_url)
+    assert code == 0 and "pipeline_engine_batch_size" in out.out
+    code, out = run("--url", grpc_url, "generate", "")
+    assert code == 1 and "error: client: ensemble at" in out.err
 
 
 def test_python_models_run_in_the_stub_env(server, stub_python3):

@@ -3,6 +3,8 @@
 Each request is served from its own thread when decoupled, so one instance keeps many requests in
 flight and the LLM model batches them. accumulate_tokens: when streaming, detokenize all tokens
 so far and send the new text (multi-byte characters split over tokens come out whole).
+llm_text_output: the LLM model returns text_output itself (backend=torch), whole characters
+included; its responses are passed on and postprocessing is not called.
 """
 
 import json
@@ -57,6 +59,8 @@ class TritonPythonModel:
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self.llm_name = _param(params, "tensorrt_llm_model_name", "tensorrt_llm")
         self.accumulate = _param(params, "accumulate_tokens", "false").lower() in ("true", "1")
+        self.llm_text = _param(params, "llm_text_output", "false").lower() in ("true", "1")
+        self.llm_outputs = ["text_output" if self.llm_text else "output_ids", "sequence_length"]
 
     def execute(self, requests):
         if not self.decoupled:
@@ -103,10 +107,10 @@ class TritonPythonModel:
         llm_request = pb_utils.InferenceRequest(
             model_name=self.llm_name,
             inputs=llm_inputs,
-            requested_output_names=["output_ids", "sequence_length"],
+            requested_output_names=self.llm_outputs,
         )
         if not self.decoupled:
-            return [self._text_response(self._tokens(_check(llm_request.exec())))]
+            return [self._llm_response(_check(llm_request.exec()))]
         responses = llm_request.exec(decoupled=True)
         return self._deltas(responses, stream, sender)
 
@@ -115,6 +119,10 @@ class TritonPythonModel:
         for response in responses:
             if sender.is_cancelled():
                 return
+            if self.llm_text:
+                if pb_utils.get_output_tensor_by_name(_check(response), "text_output") is not None:
+                    yield self._llm_response(response)
+                continue
             new = self._tokens(_check(response))
             if new is None:
                 continue  # an empty final response
@@ -172,6 +180,14 @@ class TritonPythonModel:
         )
         text = pb_utils.get_output_tensor_by_name(_check(request.exec()), "OUTPUT").as_numpy()
         return text.reshape(-1)[0].decode()
+
+    def _llm_response(self, response):
+        """The client's response for one LLM response (its tokens decoded unless it has text)."""
+        if not self.llm_text:
+            return self._text_response(self._tokens(response))
+        text = pb_utils.get_output_tensor_by_name(response, "text_output").as_numpy()
+        length = pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy()
+        return self._string_response(text.reshape(-1)[0].decode(), int(length.reshape(-1)[0]))
 
     def _text_response(self, tokens: np.ndarray):
         return self._string_response(self._decode(tokens), len(tokens))

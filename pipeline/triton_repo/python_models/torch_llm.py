@@ -1,9 +1,13 @@
 """tensorrt_llm for backend=torch: the torch engine behind the tensorrtllm backend's interface.
 
 Decoupled: execute() submits each request to the engine and returns at once; the service's one
-responder thread sends every request's responses as the engine produces tokens. Engine counters
-are exported as Triton custom metrics (pipeline_engine_*), since Triton's own counters can't see
-in-flight batching: generated_tokens > steps proves that steps served several requests at once.
+responder thread sends every request's responses as the engine produces tokens. A response
+carries the outputs its request asked for: output_ids and sequence_length as the tensorrtllm
+backend's, and text_output (ours), detokenized in the responder thread.
+
+Engine counters are exported as Triton custom metrics (pipeline_engine_*), since Triton's own
+counters can't see in-flight batching: generated_tokens > steps proves that steps served several
+requests at once.
 """
 
 import json
@@ -71,6 +75,8 @@ class TritonPythonModel:
             max_response_rate=float(params["max_response_rate"]),
             engine_process=params["engine_process"] == "true",
             respond=self._respond,
+            tokenizer_dir=params.get("tokenizer_dir") or None,
+            skip_special_tokens=params.get("skip_special_tokens", "true") == "true",
         )
         labels = {"model": args["model_name"], "version": args["model_version"]}
         # a Metric needs its MetricFamily alive: keep both
@@ -93,8 +99,9 @@ class TritonPythonModel:
                 for name in INPUT_NAMES
                 if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None
             }
+            outputs = frozenset(request.requested_output_names())
             try:
-                self.service.generate(arrays, sender)
+                self.service.generate(arrays, (sender, outputs), "text_output" in outputs)
             except (ValueError, RuntimeError) as exc:  # bad input, or the engine is gone
                 sender.send(
                     pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm: {exc}")),
@@ -103,8 +110,9 @@ class TritonPythonModel:
         return None
 
     @staticmethod
-    def _respond(sender, out) -> bool:
+    def _respond(context, out) -> bool:
         """One chunk (or the engine's failure) to one request; False once its client is gone."""
+        sender, outputs = context
         if isinstance(out, BaseException):  # every open request must hear it, and close
             sender.send(
                 pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm: {out!r}")),
@@ -114,15 +122,19 @@ class TritonPythonModel:
         if sender.is_cancelled():  # still needs the final flag to release the request
             sender.send(flags=FINAL)
             return False
-        ids = out.token_ids.reshape(1, 1, -1)  # [batch, beam, tokens]
+        tensors = []  # [batch, beam, ...]: only the outputs the request asked for
+        if "sequence_length" in outputs:
+            tensors.append(
+                pb_utils.Tensor("sequence_length", np.array([[out.token_ids.size]], np.int32))
+            )
+        if "output_ids" in outputs:
+            tensors.append(pb_utils.Tensor("output_ids", out.token_ids.reshape(1, 1, -1)))
+        if out.text is not None:
+            tensors.append(
+                pb_utils.Tensor("text_output", np.array([[out.text.encode()]], np.object_))
+            )
         sender.send(
-            pb_utils.InferenceResponse(
-                output_tensors=[
-                    pb_utils.Tensor("output_ids", ids),
-                    pb_utils.Tensor("sequence_length", np.array([[ids.shape[-1]]], np.int32)),
-                ]
-            ),
-            flags=FINAL if out.is_final else 0,
+            pb_utils.InferenceResponse(output_tensors=tensors), flags=FINAL if out.is_final else 0
         )
         return True
 

@@ -18,6 +18,12 @@ def repo(tmp_path):
     return write_repo(tmp_path)
 
 
+@pytest.fixture
+def upstream_repo(tmp_path):
+    """The ensemble with the postprocessing step (as backend=trtllm's)."""
+    return write_repo(tmp_path, "deploy.torch.detokenize=false")
+
+
 def problems(repo, backend: str = "torch") -> str:
     with pytest.raises(ConfigError) as info:
         check_repository(repo, ENGINE_MAX_BATCH_SIZE, backend)
@@ -101,13 +107,14 @@ def test_instance_count_below_one(repo):
     assert "preprocessing: instance_group count 0 < 1" in problems(repo)
 
 
-def test_ensemble_step_names_a_missing_model(repo):
+def test_ensemble_step_names_a_missing_model(upstream_repo):
     edit(
-        repo,
+        upstream_repo,
         "ensemble",
         lambda c: setattr(c.ensemble_scheduling.step[2], "model_name", "detokenizer"),
     )
-    assert "step names model 'detokenizer', which is not in the repository" in problems(repo)
+    message = problems(upstream_repo)
+    assert "step names model 'detokenizer', which is not in the repository" in message
 
 
 def test_required_input_left_unmapped(repo):
@@ -132,23 +139,23 @@ def test_dtype_disagreement(repo):
     ) in problems(repo)
 
 
-def test_dims_disagreement(repo):
+def test_dims_disagreement(upstream_repo):
     def one_dim(cfg):
         del cfg.input[0].dims[1:]
 
-    edit(repo, "postprocessing", one_dim)
+    edit(upstream_repo, "postprocessing", one_dim)
     assert (
         "input 'TOKENS_BATCH' <- '_TOKENS_BATCH': dims [-1, -1] but postprocessing wants [-1]"
-    ) in problems(repo)
+    ) in problems(upstream_repo)
 
 
-def test_output_map_of_an_undeclared_output(repo):
+def test_output_map_of_an_undeclared_output(upstream_repo):
     edit(
-        repo,
+        upstream_repo,
         "ensemble",
         lambda c: c.ensemble_scheduling.step[2].output_map.update({"LOGITS": "logits"}),
     )
-    assert "maps output 'LOGITS', which postprocessing does not declare" in problems(repo)
+    assert "maps output 'LOGITS', which postprocessing does not declare" in problems(upstream_repo)
 
 
 def test_tensor_produced_twice(repo):
@@ -173,10 +180,15 @@ def test_triton_batch_size_above_the_engine(tmp_path):
     assert "> the engine's 8; set deploy.triton_max_batch_size <= 8" in message
 
 
-def test_ensemble_batch_size_above_a_composing_model(repo):
-    edit(repo, "postprocessing", lambda c: setattr(c, "max_batch_size", 4))
-    edit(repo, "postprocessing", lambda c: c.dynamic_batching.ClearField("preferred_batch_size"))
-    assert "ensemble: max_batch_size 8 > postprocessing's 4; Triton refuses" in problems(repo)
+def test_ensemble_batch_size_above_a_composing_model(upstream_repo):
+    edit(upstream_repo, "postprocessing", lambda c: setattr(c, "max_batch_size", 4))
+    edit(
+        upstream_repo,
+        "postprocessing",
+        lambda c: c.dynamic_batching.ClearField("preferred_batch_size"),
+    )
+    message = problems(upstream_repo)
+    assert "ensemble: max_batch_size 8 > postprocessing's 4; Triton refuses" in message
 
 
 def test_preferred_batch_size_above_max(tmp_path):
