@@ -83,9 +83,7 @@ def test_bad_sequences_are_never_generated(engine, prompt, greedy):
     assert out.token_ids[0] == greedy[0] and out.token_ids[1] != greedy[1]
 
 
-def test_overlap_reports_a_step_one_call_later_and_wastes_one_row_on_a_stop(
-    engine, prompt, greedy
-):
+def test_overlap_reports_a_step_one_call_later_and_wastes_one_row_on_a_stop(engine, prompt, greedy):
     def run(**params) -> tuple[list[list[int]], int, int]:
         before = engine.stats()
         engine.add_request(prompt, SamplingParams(max_tokens=NUM_TOKENS, **params))
