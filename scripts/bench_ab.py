@@ -15,6 +15,7 @@ measurement. --tiny runs the same code on CPU with a tiny fp32 model (the unit t
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -41,7 +42,7 @@ import pipeline.engine  # the tree's package, in sys.modules before bench_engine
 from bench_engine import Workload, bench_engine
 work = Workload(**json.loads(work))
 result = bench_engine(Path(engine_dir), torch.device(device), dtype, work, int(vocab))
-print("RESULT", json.dumps({"tree": tree, **result}))
+print("RESULT", json.dumps(result))
 """
 
 
@@ -51,7 +52,9 @@ def run_child(tree: Path, engine_dir: Path, args: argparse.Namespace, work, voca
     argv += [json.dumps(asdict(work)), str(vocab)]
     proc = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    return json.loads(lines[0][7:]) if lines else {"error": proc.stderr[-2000:]}
+    result = json.loads(lines[0][7:]) if lines else {"error": proc.stderr[-2000:]}
+    # relative to this tree: results are committed, and machine paths mean nothing elsewhere
+    return {"tree": os.path.relpath(tree, REPO), **result}
 
 
 def markdown(results: dict) -> str:
