@@ -135,13 +135,12 @@ class LLMEngine:
         with record_function("engine.schedule"):
             scheduled = self.scheduler.schedule()
         launched = self._launch(scheduled) if scheduled else None
-        if self._in_flight is not None:
+        finished, self._in_flight = (
+            (self._in_flight, launched) if self.overlap_scheduling else (launched, None)
+        )
+        if finished is not None:
             with record_function("engine.postprocess"):
-                self._postprocess(self._in_flight, deltas)
-        self._in_flight = launched
-        if launched is not None and not self.overlap_scheduling:
-            self._postprocess(launched, deltas)
-            self._in_flight = None
+                self._postprocess(finished, deltas)
         return deltas
 
     def _launch(self, scheduled: list[ScheduledSequence]) -> SampledTokens:
