@@ -12,6 +12,8 @@ class TorchDeployOptions:
     coalesce_stream: bool = True
     # responses a second the model sends at most (coalescing on): more queue in the ensemble
     max_response_rate: float = 2000.0
+    # threads that send responses (each send is a round trip to the server); a stream keeps one
+    response_lanes: int = 4
     # tensorrt_llm returns text_output itself (detokenized in its responder thread), and the
     # ensemble takes it from there: no postprocessing execution per streamed response
     detokenize: bool = True

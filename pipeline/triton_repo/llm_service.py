@@ -3,8 +3,8 @@
 Triton glue (tensors, response senders, metrics) stays in python_models/torch_llm.py; this part
 runs without Triton. Every Triton request becomes one AsyncLLMEngine submission, so concurrent
 requests share engine steps (in-flight batching). One responder thread takes each step's deltas
-from the engine's outbox and hands every request its chunk through `respond`: a thread per
-request would wake once per token and fight the engine thread for the GIL.
+from the engine's outbox and makes each request's chunks, which a few lane threads hand on through
+`respond`: a thread per request would wake once per token and fight for the GIL.
 
 Text: a request that wants text_output gets each chunk's text from the responder thread
 (detokenizer.TextStream, in the stub's process, not the engine's), so the torch backend's
@@ -23,6 +23,12 @@ when the stream is due, so a response carries every token made since the stream'
 
 engine_process: the engine runs in a child process (pipeline.engine.engine_process), so the
 responder's work no longer holds the GIL that the engine's host work needs between steps.
+
+response_lanes: a python-backend send is a round trip to the server process (the stub waits until
+the server has taken the response; the GIL is released meanwhile), so one thread sending every
+stream's responses waits out each round trip in turn. Each stream is pinned to one of N lane
+threads, whose sends overlap in the server's thread pool; a stream keeps its order, and its
+tokens that arrive while its last response is still in its lane wait and go out merged.
 """
 
 import logging
@@ -46,6 +52,7 @@ from pipeline.triton_repo.llm_request import LLMRequest, from_arrays
 
 log = logging.getLogger(__name__)
 _STOP = object()
+_WAKE = object()  # a lane sent a stream's response while more of its tokens waited
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +72,13 @@ class _Live:
 
     request: LLMRequest
     context: Any
+    lane: int
     text: TextStream | None = None  # when the caller wants text
     tokens: list[int] = field(default_factory=list)
     is_finished: bool = False
     sent_at: float = 0.0  # of its last response; 0: none yet, so the first goes out at once
+    is_sending: bool = False  # its last response is still in its lane
+    is_gone: bool = False  # its caller hung up or failed: nothing more goes out
 
     def take(self, delta: StreamDelta) -> None:
         self.tokens.extend(delta.token_ids)
@@ -104,6 +114,7 @@ class LLMService:
         respond: Respond,
         tokenizer_dir: Path | None = None,
         skip_special_tokens: bool = True,
+        response_lanes: int = 1,
     ):
         runtime = {
             "scheduler_policy": scheduler_policy,
@@ -129,6 +140,14 @@ class LLMService:
         self._respond = respond
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
+        self._lanes = [queue.SimpleQueue() for _ in range(max(1, response_lanes))]
+        self._lane_threads = [
+            threading.Thread(target=self._lane, args=(lane,), name=f"llm-lane-{i}", daemon=True)
+            for i, lane in enumerate(self._lanes)
+        ]
+        for thread in self._lane_threads:
+            thread.start()
+        self._num_requests = 0  # pins each request to a lane, round robin
         self._responder = threading.Thread(target=self._run, name="llm-responder", daemon=True)
         self._responder.start()
 
@@ -144,7 +163,9 @@ class LLMService:
         text = self.detokenizer.stream() if wants_text else None
         request_id = uuid.uuid4().hex
         with self._lock:  # known before the engine can answer it
-            self._live[request_id] = _Live(request, context, text)
+            lane = self._num_requests % len(self._lanes)
+            self._num_requests += 1
+            self._live[request_id] = _Live(request, context, lane, text)
         try:
             self.async_engine.submit(request.prompt_token_ids, request.params, request_id)
         except BaseException:
@@ -166,13 +187,16 @@ class LLMService:
                     break
             for item in items:
                 if item is _STOP:
+                    self._stop_lanes(unsent)
                     return
+                if item is _WAKE:
+                    continue
                 if isinstance(item, BaseException):
                     with self._lock:
                         lives, self._live = list(self._live.items()), {}
                     unsent.clear()
                     for request_id, live in lives:
-                        self._answer(request_id, live, item)
+                        self._lanes[live.lane].put((request_id, live, item))
                     continue
                 for delta in item:
                     with self._lock:
@@ -187,40 +211,71 @@ class LLMService:
                     self._send_due(unsent)
             self._send_due(unsent)
 
+    def _lane(self, inbox: queue.SimpleQueue) -> None:
+        """Send one lane's responses in order; wake the responder when a stream's tokens waited
+        for this send to finish."""
+        while (item := inbox.get()) is not _STOP:
+            request_id, live, out = item
+            self._answer(request_id, live, out)
+            live.is_sending = False
+            is_more = isinstance(out, OutputChunk) and not out.is_final
+            if is_more and (live.tokens or live.is_finished):
+                self._outbox.put(_WAKE)
+
+    def _stop_lanes(self, unsent: dict[str, _Live]) -> None:
+        """Let every lane finish, then send what still waited (the cancelled ends at shutdown)."""
+        for lane, thread in zip(self._lanes, self._lane_threads, strict=True):
+            lane.put(_STOP)
+            thread.join()
+        for request_id, live in unsent.items():
+            if not live.is_gone:
+                self._answer(request_id, live, live.chunk())
+
     def _gap_s(self) -> float:
         """Time between two responses of one stream that keeps all within max_response_rate."""
         return len(self._live) * self._response_gap_s
 
     def _until_due(self, unsent: dict[str, _Live]) -> float | None:
-        """Seconds until the first stream waiting in unsent is due; None: nothing waits."""
-        if not unsent:
+        """Seconds until the first stream waiting in unsent is due; None: nothing waits (a
+        stream whose last response is still in its lane waits for the lane's _WAKE)."""
+        sent_at = [live.sent_at for live in unsent.values() if not live.is_sending]
+        if not sent_at:
             return None
-        first = min(live.sent_at for live in unsent.values())
-        return max(0.0, first + self._gap_s() - time.perf_counter())
+        return max(0.0, min(sent_at) + self._gap_s() - time.perf_counter())
 
     def _send_due(self, unsent: dict[str, _Live]) -> None:
         now, gap_s = time.perf_counter(), self._gap_s()
         for request_id, live in list(unsent.items()):
-            if live.is_due(now, gap_s):
+            if live.is_gone:
                 del unsent[request_id]
-                live.sent_at = now
-                try:
-                    out = live.chunk()
-                except Exception as exc:  # a failed decode ends this request only
-                    log.exception("detokenizing request %s failed", request_id)
-                    self._answer(request_id, live, exc)
-                    if not live.is_finished:
-                        self._drop(request_id)
-                    continue
-                self._answer(request_id, live, out)
+                continue
+            if (self.coalesce_stream and live.is_sending) or not live.is_due(now, gap_s):
+                continue
+            del unsent[request_id]
+            live.sent_at = now
+            try:
+                out = live.chunk()
+            except Exception as exc:  # a failed decode ends this request only
+                log.exception("detokenizing request %s failed", request_id)
+                out = exc
+                if not live.is_finished:
+                    self._drop(request_id)
+            live.is_sending = True
+            self._lanes[live.lane].put((request_id, live, out))
 
-    def _answer(self, request_id: str | None, live: _Live, out) -> None:
+    def _answer(self, request_id: str, live: _Live, out) -> None:
+        """In live's lane (or after the lanes stopped): send out; cancel a caller that is gone."""
+        if live.is_gone:
+            return
         try:
             wanted = self._respond(live.context, out)
         except Exception:  # one caller's failure must not stop the others' answers
             log.exception("responding to request %s failed; cancelling it", request_id)
             wanted = False
-        if not wanted and isinstance(out, OutputChunk) and not out.is_final:
+        if isinstance(out, BaseException) or out.is_final:
+            live.is_gone = True
+        elif not wanted:
+            live.is_gone = True
             self._drop(request_id)
 
     def _drop(self, request_id: str) -> None:

@@ -46,6 +46,7 @@ def model_config(engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, devi
             "enable_chunked_prefill": deploy.torch.enable_chunked_prefill,
             "coalesce_stream": deploy.torch.coalesce_stream,
             "max_response_rate": deploy.torch.max_response_rate,
+            "response_lanes": deploy.torch.response_lanes,
             "engine_process": deploy.torch.engine_process,
             # the stub imports this checkout's pipeline package, whatever is installed in the venv
             "python_path": Path(pipeline.__file__).resolve().parent.parent,

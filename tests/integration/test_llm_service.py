@@ -42,13 +42,20 @@ class Recorder:
         self.hang_up_after = hang_up_after or {}
         self.fail_for = fail_for or set()
         self.finished = threading.Condition()
+        self.threads: dict[str, set[str]] = {}  # context -> names of the threads that sent
+        self.in_flight = self.most_in_flight = 0
 
     def __call__(self, context, out) -> bool:
         if context in self.fail_for:
             raise OSError("client connection reset")
+        with self.finished:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
         time.sleep(self.delay_s)  # a slow transport: the engine runs ahead
         with self.finished:
+            self.in_flight -= 1
             self.chunks.setdefault(context, []).append(out)
+            self.threads.setdefault(context, set()).add(threading.current_thread().name)
             self.finished.notify_all()
         return len(self.chunks[context]) <= self.hang_up_after.get(context, 10**9)
 
@@ -227,6 +234,26 @@ def test_queued_tokens_of_a_stream_go_out_at_once(
     assert [c.is_final for c in stream] == [False] * (len(stream) - 1) + [True]
     (whole,) = recorder.chunks["whole"]
     assert whole.token_ids.tolist() == greedy[1]
+
+
+def test_lanes_send_streams_side_by_side_each_in_order(smollm_engine_dir, prompts, greedy):
+    recorder = Recorder(delay_s=0.2)  # a send waits on the server, as a python-backend send does
+    svc = service(smollm_engine_dir, recorder, coalesce=True, response_lanes=3)
+    try:
+        for i, prompt in enumerate(prompts):
+            svc.generate(arrays(prompt, streaming=True), f"stream{i}")
+        recorder.wait_final([f"stream{i}" for i in range(len(prompts))])
+    finally:
+        svc.shutdown()
+    assert recorder.most_in_flight > 1  # sends overlapped
+    lanes = [recorder.threads[f"stream{i}"] for i in range(len(prompts))]
+    assert all(len(names) == 1 for names in lanes)  # a stream keeps its lane: its order holds
+    assert len(set.union(*lanes)) == len(prompts)
+    for i, expected in enumerate(greedy):
+        stream = recorder.chunks[f"stream{i}"]
+        assert [t for c in stream for t in c.token_ids.tolist()] == expected
+        assert [c.is_final for c in stream] == [False] * (len(stream) - 1) + [True]
+        assert len(stream) < NUM_TOKENS  # tokens that came while a send was out went merged
 
 
 def test_text_of_split_characters_comes_whole_from_the_responder(smollm_engine_dir, engine):

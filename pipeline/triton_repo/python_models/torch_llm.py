@@ -13,6 +13,7 @@ requests at once.
 import json
 import sys
 import threading
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -49,6 +50,25 @@ METRICS = {  # engine stats key -> (metric family, description)
     "num_free_blocks": ("pipeline_engine_free_kv_blocks", "free paged-KV blocks now"),
 }
 METRICS_PERIOD_S = 0.05
+# is_cancelled() is a round trip to the server process, as each send is: asked before every
+# response it doubled the cost of a streamed token; a hang-up is noticed this much later instead
+CANCEL_CHECK_S = 0.1
+
+
+class _Caller:
+    """One request's sender, the outputs it asked for, and when it was last asked is_cancelled."""
+
+    __slots__ = ("sender", "outputs", "checked_at")
+
+    def __init__(self, sender, outputs: frozenset):
+        self.sender, self.outputs, self.checked_at = sender, outputs, -CANCEL_CHECK_S
+
+    def is_cancelled(self) -> bool:
+        now = time.monotonic()
+        if now - self.checked_at < CANCEL_CHECK_S:
+            return False
+        self.checked_at = now
+        return self.sender.is_cancelled()
 
 
 class TritonPythonModel:
@@ -77,6 +97,7 @@ class TritonPythonModel:
             respond=self._respond,
             tokenizer_dir=params.get("tokenizer_dir") or None,
             skip_special_tokens=params.get("skip_special_tokens", "true") == "true",
+            response_lanes=int(params["response_lanes"]),
         )
         labels = {"model": args["model_name"], "version": args["model_version"]}
         # a Metric needs its MetricFamily alive: keep both
@@ -101,7 +122,7 @@ class TritonPythonModel:
             }
             outputs = frozenset(request.requested_output_names())
             try:
-                self.service.generate(arrays, (sender, outputs), "text_output" in outputs)
+                self.service.generate(arrays, _Caller(sender, outputs), "text_output" in outputs)
             except (ValueError, RuntimeError) as exc:  # bad input, or the engine is gone
                 sender.send(
                     pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm: {exc}")),
@@ -110,16 +131,16 @@ class TritonPythonModel:
         return None
 
     @staticmethod
-    def _respond(context, out) -> bool:
+    def _respond(caller: _Caller, out) -> bool:
         """One chunk (or the engine's failure) to one request; False once its client is gone."""
-        sender, outputs = context
+        sender, outputs = caller.sender, caller.outputs
         if isinstance(out, BaseException):  # every open request must hear it, and close
             sender.send(
                 pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm: {out!r}")),
                 flags=FINAL,
             )
             return False
-        if sender.is_cancelled():  # still needs the final flag to release the request
+        if not out.is_final and caller.is_cancelled():  # the final flag releases the request
             sender.send(flags=FINAL)
             return False
         tensors = []  # [batch, beam, ...]: only the outputs the request asked for
