@@ -30,7 +30,8 @@ class ServerTarget:
         from pipeline.client import GrpcClient
 
         self.url = url
-        self.client = GrpcClient(url, model=model, timeout_s=timeout_s)
+        # the load generator's threads keep their streams open between requests (close() them)
+        self.client = GrpcClient(url, model=model, timeout_s=timeout_s, keep_streams=True)
         self.count_tokens = False  # set by wait_ready, from the model's outputs
 
     def wait_ready(self, timeout_s: float) -> None:
@@ -38,6 +39,10 @@ class ServerTarget:
 
         self.client.wait_ready(timeout_s)
         self.count_tokens = COUNT_OUTPUT in self.client.output_names()
+
+    def close(self) -> None:
+        """Close the streams the load generator kept open: the server stops only then."""
+        self.client.close()
 
     def generator(self, bench, origin_s: float) -> LoadGenerator:
         return LoadGenerator(
@@ -97,7 +102,10 @@ def server_target(spec, sampler: Sampler | None = None) -> Iterator[ServerTarget
     if bench.server_url:
         target = ServerTarget(bench.server_url, bench.request_timeout_s)
         target.wait_ready(spec.deploy.startup_timeout_s)
-        yield target
+        try:
+            yield target
+        finally:
+            target.close()
         return
     server = _launch(spec)
     with contextlib.ExitStack() as stack:
@@ -108,5 +116,6 @@ def server_target(spec, sampler: Sampler | None = None) -> Iterator[ServerTarget
                 sampler.watch_process("server", server.process.pid)
             server.wait_ready()
         target = ServerTarget(server.endpoints.grpc_url, bench.request_timeout_s)
+        stack.callback(target.close)  # before server.stop
         target.wait_ready(spec.deploy.startup_timeout_s)
         yield target

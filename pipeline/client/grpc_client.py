@@ -1,7 +1,16 @@
 """gRPC: every call goes through ModelStreamInfer, which serves decoupled and plain models alike
-(ModelInfer refuses decoupled ones). A request is done when `triton_final_response` is set."""
+(ModelInfer refuses decoupled ones). A request is done when `triton_final_response` is set.
+
+keep_streams: each thread keeps one open stream and sends its requests down it one after another,
+where by default every request opens and closes its own (a channel, a stream and its reader
+thread each time: milliseconds of every request's TTFT across a load generator's 64 threads). A
+request abandoned midway closes its stream, cancelling it; the thread's next request opens a new
+one. Not the default: tritonserver does not stop gracefully while a client holds a stream open,
+so a kept stream must be closed (`close()`, or its thread ending) before the server stops.
+"""
 
 import queue
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,11 +32,73 @@ class StreamResponse:
     num_tokens: int = 0  # tokens behind text (sequence_length), when asked for with count_tokens
 
 
+class _Stream:
+    """A client with its bidirectional stream open; responses land in `results`."""
+
+    def __init__(self, url: str):
+        self.client = grpcclient.InferenceServerClient(url)
+        self.results = results = queue.Queue()
+        # the callback must not hold self: the stream's reader thread keeps it alive
+        self.client.start_stream(callback=lambda result, error: results.put((result, error)))
+        self.is_busy = True
+        self.is_closed = False
+
+    def close(self, cancel_requests: bool) -> None:
+        # cancel only an abandoned request: cancelling finished streams leaks server state
+        self.is_closed = True
+        self.client.stop_stream(cancel_requests=cancel_requests)
+        self.client.close()
+
+
 class GrpcClient:
     def __init__(
-        self, url: str = "127.0.0.1:8001", model: str = "ensemble", timeout_s: float = 60.0
+        self,
+        url: str = "127.0.0.1:8001",
+        model: str = "ensemble",
+        timeout_s: float = 60.0,
+        keep_streams: bool = False,
     ):
         self.url, self.model, self.timeout_s = url, model, timeout_s
+        self.keep_streams = keep_streams
+        self._local = threading.local()  # .stream: this thread's kept _Stream
+        self._kept: list[_Stream] = []  # every thread's, for close()
+        self._kept_lock = threading.Lock()
+
+    def _take_stream(self) -> _Stream:
+        """This thread's kept stream, or a new one (kept when keep_streams and none is)."""
+        kept = getattr(self._local, "stream", None)
+        if kept is not None and kept.is_closed:
+            kept = self._local.stream = None
+        if kept is not None and not kept.is_busy:
+            kept.is_busy = True
+            return kept
+        stream = _Stream(self.url)
+        if self.keep_streams and kept is None:
+            self._local.stream = stream
+            with self._kept_lock:
+                self._kept.append(stream)
+        return stream
+
+    def _release(self, stream: _Stream, is_done: bool, is_clean: bool) -> None:
+        """After a request: a clean finish leaves the thread's stream open for its next one; an
+        error may have broken it, and an abandoned request (not done) is cancelled by closing."""
+        kept = getattr(self._local, "stream", None) is stream
+        if is_clean and kept:
+            stream.is_busy = False
+            return
+        if kept:
+            self._local.stream = None
+            with self._kept_lock:
+                self._kept.remove(stream)
+        stream.close(cancel_requests=not is_done)
+
+    def close(self) -> None:
+        """Close every thread's kept stream that is idle (before the server stops)."""
+        with self._kept_lock:
+            idle = [s for s in self._kept if not s.is_busy]
+            self._kept = [s for s in self._kept if s.is_busy]
+        for stream in idle:
+            stream.close(cancel_requests=False)
 
     def _client(self) -> grpcclient.InferenceServerClient:
         return grpcclient.InferenceServerClient(self.url)
@@ -65,13 +136,11 @@ class GrpcClient:
             tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
             tensor.set_data_from_numpy(array)
             inputs.append(tensor)
-        results: queue.Queue = queue.Queue()
-        client = self._client()
-        is_done = False
+        stream = self._take_stream()
+        is_done = is_clean = False
         try:
-            client.start_stream(callback=lambda result, error: results.put((result, error)))
             try:
-                client.async_stream_infer(
+                stream.client.async_stream_infer(
                     self.model,
                     inputs,
                     request_id=uuid.uuid4().hex,
@@ -81,8 +150,8 @@ class GrpcClient:
             except InferenceServerException:
                 pass  # the stream broke; its callback got the reason, _drain raises it
             try:
-                for response in self._drain(results, output):
-                    is_done = response.is_final
+                for response in self._drain(stream.results, output):
+                    is_done = is_clean = response.is_final
                     yield response
             except ClientTimeout:
                 raise  # still in flight: cancel it
@@ -90,9 +159,7 @@ class GrpcClient:
                 is_done = True  # the server ended it with an error
                 raise
         finally:
-            # cancel only an abandoned request: cancelling finished streams leaks server state
-            client.stop_stream(cancel_requests=not is_done)
-            client.close()
+            self._release(stream, is_done, is_clean)
 
     def _drain(self, results: queue.Queue, output: str) -> Iterator[StreamResponse]:
         while True:

@@ -115,6 +115,23 @@ def test_grpc_stream_sends_tokens_as_made_with_their_count_then_final(grpc, expe
     assert "".join(r.text or "" for r in responses) == text
 
 
+def test_a_thread_keeps_its_stream_and_an_abandoned_request_spares_the_next(server, expected):
+    client = GrpcClient(server.endpoints.grpc_url, timeout_s=120, keep_streams=True)
+    prompt = PROMPTS[1]
+    request = GenerateRequest(prompt, max_tokens=MAX_TOKENS)
+    assert client.generate(request) == expected[prompt][0]
+    stream = client._local.stream
+    assert "".join(client.stream(request)) == expected[prompt][0]
+    assert client._local.stream is stream  # one stream served both requests
+    abandoned = client.responses(request.arrays(stream=True))
+    next(abandoned)
+    abandoned.close()  # cancels it by closing its stream
+    assert client._local.stream is None
+    assert client.generate(request) == expected[prompt][0]
+    client.close()
+    assert client._local.stream.is_closed
+
+
 def test_http_generate_and_generate_stream(http, expected):
     prompt = PROMPTS[3]
     assert http.generate(GenerateRequest(prompt, max_tokens=MAX_TOKENS)) == expected[prompt][0]
