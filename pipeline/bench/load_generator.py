@@ -33,6 +33,14 @@ def check_load_shape(mode: str, concurrency: int) -> None:
         )
 
 
+def arrival_offsets(mode: str, num_requests: int, request_rate: float, seed: int) -> list[float]:
+    """Seconds after the start each request is due: Poisson arrivals (rate), all at once
+    (concurrency: the slots pace them)."""
+    if mode == "rate":
+        return poisson_arrival_times(num_requests, request_rate, seed)
+    return [0.0] * num_requests
+
+
 class LoadGenerator:
     def __init__(
         self,
@@ -60,12 +68,21 @@ class LoadGenerator:
 
     def run(self, requests: Sequence[BenchRequest], phase: str) -> list[RequestRecord]:
         """Send every request, wait for all of them, return their records in request order."""
+        offsets = arrival_offsets(self.mode, len(requests), self.request_rate, self.seed)
+        return self.run_at(requests, offsets, self.now(), phase)
+
+    def run_at(
+        self,
+        requests: Sequence[BenchRequest],
+        offsets: Sequence[float],
+        start: float,
+        phase: str,
+        show_progress: bool | None = None,
+    ) -> list[RequestRecord]:
+        """run(), each request sent at start + its offset (or once a slot is free); None shows
+        progress where the output is a terminal."""
         if not requests:
             return []
-        if self.mode == "rate":
-            offsets = poisson_arrival_times(len(requests), self.request_rate, self.seed)
-        else:
-            offsets = [0.0] * len(requests)
         records: list[RequestRecord] = []
         lock = threading.Lock()
         with (
@@ -74,11 +91,10 @@ class LoadGenerator:
                 desc=f"{self.target.name}:{phase}",
                 unit="req",
                 leave=False,
-                disable=None,
+                disable=None if show_progress is None else not show_progress,
             ) as bar,
             ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"bench-{phase}") as pool,
         ):
-            start = self.now()
             futures = []
             for request, offset in zip(requests, offsets, strict=True):
                 delay = start + offset - self.now()

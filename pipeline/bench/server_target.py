@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
+from pipeline.bench.client_processes import ClientProcesses, auto_client_processes
 from pipeline.bench.load_generator import LoadGenerator
 from pipeline.bench.target import Chunk
 from pipeline.bench.workload import BenchRequest
@@ -33,6 +34,7 @@ class ServerTarget:
         # the load generator's threads keep their streams open between requests (close() them)
         self.client = GrpcClient(url, model=model, timeout_s=timeout_s, keep_streams=True)
         self.count_tokens = False  # set by wait_ready, from the model's outputs
+        self._generators: list[ClientProcesses] = []
 
     def wait_ready(self, timeout_s: float) -> None:
         from pipeline.client.grpc_client import COUNT_OUTPUT
@@ -41,19 +43,35 @@ class ServerTarget:
         self.count_tokens = COUNT_OUTPUT in self.client.output_names()
 
     def close(self) -> None:
-        """Close the streams the load generator kept open: the server stops only then."""
+        """Stop the client processes and close the streams kept open: the server stops only
+        then."""
+        for generator in self._generators:
+            generator.close()
+        self._generators = []
         self.client.close()
 
-    def generator(self, bench, origin_s: float) -> LoadGenerator:
-        return LoadGenerator(
-            self,
-            bench.mode,
-            bench.concurrency,
-            bench.request_rate,
-            bench.temperature,
-            bench.seed,
-            origin_s,
+    def generator(self, bench, origin_s: float) -> LoadGenerator | ClientProcesses:
+        num_processes = bench.client_processes or auto_client_processes(bench.concurrency)
+        settings = {
+            "mode": bench.mode,
+            "concurrency": bench.concurrency,
+            "request_rate": bench.request_rate,
+            "temperature": bench.temperature,
+            "seed": bench.seed,
+            "origin_s": origin_s,
+        }
+        if num_processes == 1:
+            return LoadGenerator(self, **settings)
+        generator = ClientProcesses(
+            num_processes,
+            self.url,
+            self.client.model,
+            self.client.timeout_s,
+            self.count_tokens,
+            **settings,
         )
+        self._generators.append(generator)
+        return generator
 
     def stream(self, request: BenchRequest, temperature: float, seed: int) -> Iterator[Chunk]:
         from pipeline.client import GenerateRequest

@@ -54,6 +54,9 @@ class BenchSpec:
     request_rate: float = 2.0  # req/s, mode=rate
     temperature: float = 0.0
     request_timeout_s: float = 600.0
+    # server target: processes the load generator's streams are spread over (the Python client
+    # takes a GIL per process); 0 = one per 8 concurrent requests, on at most half the cores
+    client_processes: int = 0
     profile: ProfileOptions = field(default_factory=ProfileOptions)
     sweep: SweepOptions = field(default_factory=SweepOptions)
     regress: RegressOptions = field(default_factory=RegressOptions)

@@ -10,6 +10,10 @@ from tests.conftest import make_spec
 pytestmark = [pytest.mark.slow, pytest.mark.triton]
 
 
+def timeline_phases(bench_profile_dir) -> list[dict]:
+    return json.loads((bench_profile_dir / "timeline.json").read_text())["phases"]
+
+
 def test_profile_writes_bench_json_markdown_plots_and_timeline(bench_profile_dir):
     report = json.loads((bench_profile_dir / "bench.json").read_text())
     assert set(report["targets"]) == {"direct", "server"}
@@ -27,6 +31,15 @@ def test_profile_writes_bench_json_markdown_plots_and_timeline(bench_profile_dir
     assert report["triton_vs_direct"]["output_tok_s_ratio"] > 0
     requests = json.loads((bench_profile_dir / "requests.json").read_text())
     assert [r["num_output_tokens"] for r in requests["server"]] == [8] * 6
+    # the two client processes' records merge back in request order, on the bench's clock
+    assert [r["request_id"] for r in requests["server"]] == [
+        r["request_id"] for r in requests["direct"]
+    ]
+    measure = next(p for p in timeline_phases(bench_profile_dir) if p["name"] == "server:measure")
+    assert all(
+        measure["start_s"] <= r["start_s"] < r["end_s"] <= measure["end_s"] + 0.01
+        for r in requests["server"]
+    )
     markdown = (bench_profile_dir / "bench.md").read_text()
     assert "| TTFT p99 (ms) |" in markdown and "Triton vs direct" in markdown
     for name in ("latency_cdf.png", "request_timeline.png", "timeline.png"):

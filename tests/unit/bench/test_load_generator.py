@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from pipeline.bench.client_processes import auto_client_processes, shares
 from pipeline.bench.load_generator import LoadGenerator
 from pipeline.bench.target import Chunk
 from pipeline.bench.workload import BenchRequest
@@ -72,3 +73,17 @@ def test_bad_mode_and_concurrency_are_config_errors():
         LoadGenerator(CountingTarget(), "burst", 1, 1.0, 0.0, 0, 0.0)
     with pytest.raises(ConfigError, match="bench.concurrency"):
         LoadGenerator(CountingTarget(), "rate", 0, 1.0, 0.0, 0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "concurrency, cores, expected",
+    [(2, 2, 1), (64, 2, 1), (64, 16, 8), (64, 64, 8), (256, 16, 8), (15, 16, 1), (16, 16, 2)],
+)
+def test_client_processes_one_per_8_streams_on_half_the_cores(concurrency, cores, expected):
+    assert auto_client_processes(concurrency, cores) == expected
+
+
+def test_shares_split_evenly_and_add_up():
+    assert shares(64, 8) == [8] * 8
+    assert shares(10, 4) == [3, 3, 2, 2]
+    assert sum(shares(7, 3)) == 7
