@@ -31,6 +31,7 @@ threads, whose sends overlap in the server's thread pool; a stream keeps its ord
 tokens that arrive while its last response is still in its lane wait and go out merged.
 """
 
+import collections
 import logging
 import queue
 import shutil
@@ -53,6 +54,7 @@ from pipeline.triton_repo.llm_request import LLMRequest, from_arrays
 log = logging.getLogger(__name__)
 _STOP = object()
 _WAKE = object()  # a lane sent a stream's response while more of its tokens waited
+HOPS_KEPT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +79,15 @@ class _Live:
     tokens: list[int] = field(default_factory=list)
     is_finished: bool = False
     sent_at: float = 0.0  # of its last response; 0: none yet, so the first goes out at once
+    submitted_at: float = 0.0  # perf_counter() when the engine was given it
+    first_token_at: float = 0.0  # when its first token reached the responder
+    is_timed: bool = False  # its first token's hops are recorded
     is_sending: bool = False  # its last response is still in its lane
     is_gone: bool = False  # its caller hung up or failed: nothing more goes out
 
-    def take(self, delta: StreamDelta) -> None:
+    def take(self, delta: StreamDelta, now: float) -> None:
+        if not self.first_token_at and delta.token_ids:
+            self.first_token_at = now
         self.tokens.extend(delta.token_ids)
         self.is_finished = delta.finished
 
@@ -148,6 +155,8 @@ class LLMService:
         for thread in self._lane_threads:
             thread.start()
         self._num_requests = 0  # pins each request to a lane, round robin
+        # the last streams' (submit -> first token at the responder, -> its response sent), s
+        self._first_token_hops: collections.deque = collections.deque(maxlen=HOPS_KEPT)
         self._responder = threading.Thread(target=self._run, name="llm-responder", daemon=True)
         self._responder.start()
 
@@ -165,7 +174,8 @@ class LLMService:
         with self._lock:  # known before the engine can answer it
             lane = self._num_requests % len(self._lanes)
             self._num_requests += 1
-            self._live[request_id] = _Live(request, context, lane, text)
+            self._live[request_id] = live = _Live(request, context, lane, text)
+        live.submitted_at = time.perf_counter()
         try:
             self.async_engine.submit(request.prompt_token_ids, request.params, request_id)
         except BaseException:
@@ -198,13 +208,14 @@ class LLMService:
                     for request_id, live in lives:
                         self._lanes[live.lane].put((request_id, live, item))
                     continue
+                now = time.perf_counter()
                 for delta in item:
                     with self._lock:
                         live = self._live.get(delta.request_id)
                         if live is not None and delta.finished:
                             del self._live[delta.request_id]
                     if live is not None:
-                        live.take(delta)
+                        live.take(delta, now)
                         if live.request.is_streaming or live.is_finished:
                             unsent[delta.request_id] = live
                 if not self.coalesce_stream:
@@ -217,6 +228,10 @@ class LLMService:
         while (item := inbox.get()) is not _STOP:
             request_id, live, out = item
             self._answer(request_id, live, out)
+            if live.first_token_at and not live.is_timed and live.request.is_streaming:
+                live.is_timed = True
+                sent = time.perf_counter() - live.first_token_at
+                self._first_token_hops.append((live.first_token_at - live.submitted_at, sent))
             live.is_sending = False
             is_more = isinstance(out, OutputChunk) and not out.is_final
             if is_more and (live.tokens or live.is_finished):
@@ -285,6 +300,20 @@ class LLMService:
 
     def stats(self) -> dict:
         return self.async_engine.stats()
+
+    def first_token_hops(self) -> dict[str, float]:
+        """Where the last streams' TTFT went inside this model, p50/p99 in ms: submit -> the
+        first token at the responder (engine queue, prompt step, the way back from the engine),
+        then -> its response sent (responder, lane, the round trip to the server)."""
+        hops = list(self._first_token_hops)
+        if not hops:
+            return {}
+        out = {}
+        for i, name in enumerate(("engine_first_token", "first_response_sent")):
+            values = np.array([h[i] for h in hops]) * 1e3
+            out[f"{name}_ms_p50"] = float(np.percentile(values, 50))
+            out[f"{name}_ms_p99"] = float(np.percentile(values, 99))
+        return out
 
     def shutdown(self) -> None:
         """Unfinished requests get a final (cancelled) chunk, then the responder stops."""

@@ -235,6 +235,14 @@ def test_64_concurrent_streams_complete_and_are_batched_in_the_engine(server, gr
     # one request at a time would generate at most one token per step
     assert tokens > 2 * steps, (tokens, steps)
     assert after["pipeline_engine_batch_size"] > 1
+    # where the streams' TTFT went inside the model: both hops measured, p50 <= p99
+    samples = fetch_metrics(server.endpoints.metrics_url)
+    for hop in ("engine_first_token", "first_response_sent"):
+        p50, p99 = (
+            metric_value(samples, f"pipeline_{hop}_ms_{q}", model="tensorrt_llm")
+            for q in ("p50", "p99")
+        )
+        assert 0 < p50 <= p99, hop
 
 
 def test_errors_reach_the_client(grpc, http):

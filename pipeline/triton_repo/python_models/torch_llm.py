@@ -49,6 +49,14 @@ METRICS = {  # engine stats key -> (metric family, description)
     "num_preemptions": ("pipeline_engine_preemptions", "sequences preempted since start"),
     "num_free_blocks": ("pipeline_engine_free_kv_blocks", "free paged-KV blocks now"),
 }
+HOP_METRICS = {  # LLMService.first_token_hops key -> (metric family, description)
+    f"{hop}_ms_{q}": (f"pipeline_{hop}_ms_{q}", f"{q} over the last streams: {text}")
+    for hop, text in (
+        ("engine_first_token", "ms from submit to the first token back from the engine"),
+        ("first_response_sent", "ms from the first token back to its response sent"),
+    )
+    for q in ("p50", "p99")
+}
 METRICS_PERIOD_S = 0.05
 # is_cancelled() is a round trip to the server process, as each send is: asked before every
 # response it doubled the cost of a streamed token; a hang-up is noticed this much later instead
@@ -105,7 +113,7 @@ class TritonPythonModel:
             key: pb_utils.MetricFamily(
                 name=name, description=text, kind=pb_utils.MetricFamily.GAUGE
             )
-            for key, (name, text) in METRICS.items()
+            for key, (name, text) in (METRICS | HOP_METRICS).items()
         }
         self.gauges = {key: family.Metric(labels) for key, family in self.families.items()}
         self.stopped = threading.Event()
@@ -162,12 +170,17 @@ class TritonPythonModel:
     def _export_metrics(self):
         max_running = 0
         while not self.stopped.wait(METRICS_PERIOD_S):
-            stats = self.service.stats()
-            max_running = max(max_running, stats["num_running"])
+            stats = self.service.stats() | self.service.first_token_hops()
+            max_running = stats["max_running"] = max(max_running, stats["num_running"])
             for key, gauge in self.gauges.items():
-                gauge.set(max_running if key == "max_running" else stats[key])
+                if key in stats:  # the hops once a stream has been answered
+                    gauge.set(stats[key])
 
     def finalize(self):
         self.stopped.set()
         self.metrics_thread.join()
+        hops = self.service.first_token_hops()
+        if hops:  # in the server log: where this run's TTFT went inside the model
+            text = ", ".join(f"{key} {value:.1f}" for key, value in hops.items())
+            pb_utils.Logger.log_info(f"tensorrt_llm: first-token hops: {text}")
         self.service.shutdown()
