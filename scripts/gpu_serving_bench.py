@@ -20,6 +20,7 @@ import argparse
 import importlib.util
 import json
 import logging
+import os
 import shlex
 import shutil
 import signal
@@ -344,7 +345,8 @@ def main() -> int:
                 max(60.0, TIME_BUDGET_S + 60 - elapsed),
             )
             copy_outputs(artifact, args.out / name)
-            results[name] = {"status": "ok", "artifact": str(artifact)}
+            # relative to the workdir: the summary is committed from machines with other paths
+            results[name] = {"status": "ok", "artifact": os.path.relpath(artifact, workdir)}
         except Exception as exc:  # record it, go on with the next step
             results[name] = {
                 "status": "failed",
@@ -363,7 +365,7 @@ def main() -> int:
                 "regress",
                 base
                 + [
-                    f"bench.regress.bench_dir={saturation['artifact']}",
+                    f"bench.regress.bench_dir={workdir / saturation['artifact']}",
                     "bench.regress.update_baseline=true",
                     f"bench.regress.baseline={args.out / 'baseline.json'}",
                 ],
