@@ -68,34 +68,18 @@ class ClientProcesses:
         model: str,
         timeout_s: float,
         count_tokens: bool,
-        mode: str,
-        concurrency: int,
-        request_rate: float,
-        temperature: float,
-        seed: int,
-        origin_s: float,
+        settings: dict,
     ) -> None:
-        check_load_shape(mode, concurrency)
-        self.num_processes = max(1, min(num_processes, concurrency))
-        self.mode, self.request_rate, self.seed = mode, request_rate, seed
-        self.origin_s = origin_s
+        """settings: LoadGenerator's keyword arguments (mode, concurrency, request_rate,
+        temperature, seed, origin_s); each process gets its share of the concurrency."""
+        check_load_shape(settings["mode"], settings["concurrency"])
+        self.num_processes = max(1, min(num_processes, settings["concurrency"]))
+        self.mode, self.request_rate = settings["mode"], settings["request_rate"]
+        self.seed, self.origin_s = settings["seed"], settings["origin_s"]
         self.engine_stats: dict = {}  # a server's engine is not visible from here
         self._init = [
-            (
-                url,
-                model,
-                timeout_s,
-                count_tokens,
-                {
-                    "mode": mode,
-                    "concurrency": share,
-                    "request_rate": request_rate,
-                    "temperature": temperature,
-                    "seed": seed,
-                    "origin_s": origin_s,
-                },
-            )
-            for share in shares(concurrency, self.num_processes)
+            (url, model, timeout_s, count_tokens, settings | {"concurrency": share})
+            for share in shares(settings["concurrency"], self.num_processes)
         ]
         self._clients: list[tuple[multiprocessing.Process, Connection]] = []
 

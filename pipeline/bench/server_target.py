@@ -68,7 +68,7 @@ class ServerTarget:
             self.client.model,
             self.client.timeout_s,
             self.count_tokens,
-            **settings,
+            settings,
         )
         self._generators.append(generator)
         return generator

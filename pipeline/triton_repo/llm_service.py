@@ -157,6 +157,8 @@ class LLMService:
         self._num_requests = 0  # pins each request to a lane, round robin
         # the last streams' (submit -> first token at the responder, -> its response sent), s
         self._first_token_hops: collections.deque = collections.deque(maxlen=HOPS_KEPT)
+        self._num_timed = 0  # streams timed so far: the metrics poll recomputes only on news
+        self._hops_summary: tuple[int, dict[str, float]] = (0, {})
         self._responder = threading.Thread(target=self._run, name="llm-responder", daemon=True)
         self._responder.start()
 
@@ -232,6 +234,7 @@ class LLMService:
                 live.is_timed = True
                 sent = time.perf_counter() - live.first_token_at
                 self._first_token_hops.append((live.first_token_at - live.submitted_at, sent))
+                self._num_timed += 1  # a lost race between lanes still changes it
             live.is_sending = False
             is_more = isinstance(out, OutputChunk) and not out.is_final
             if is_more and (live.tokens or live.is_finished):
@@ -305,14 +308,16 @@ class LLMService:
         """Where the last streams' TTFT went inside this model, p50/p99 in ms: submit -> the
         first token at the responder (engine queue, prompt step, the way back from the engine),
         then -> its response sent (responder, lane, the round trip to the server)."""
-        hops = list(self._first_token_hops)
-        if not hops:
-            return {}
+        num_timed, summary = self._hops_summary
+        if num_timed == self._num_timed:
+            return summary
+        num_timed, hops = self._num_timed, list(self._first_token_hops)
         out = {}
         for i, name in enumerate(("engine_first_token", "first_response_sent")):
             values = np.array([h[i] for h in hops]) * 1e3
             out[f"{name}_ms_p50"] = float(np.percentile(values, 50))
             out[f"{name}_ms_p99"] = float(np.percentile(values, 99))
+        self._hops_summary = (num_timed, out)
         return out
 
     def shutdown(self) -> None:
