@@ -83,6 +83,7 @@ class LLMEngine:
         self.overlap_scheduling = config.overlap_scheduling
         self._in_flight: SampledTokens | None = None  # launched, not postprocessed (overlap)
         self._num_steps = self._num_scheduled_tokens = self._num_generated_tokens = 0
+        self._num_prompt_steps = 0  # steps that carried prompt tokens (prefill or mixed)
 
     @classmethod
     def from_engine_dir(cls, path: str | Path, device: str = "auto", **runtime) -> "LLMEngine":
@@ -148,9 +149,12 @@ class LLMEngine:
         that samples owes one pending token until its step is postprocessed."""
         sampled = self.model_runner.launch(scheduled)
         self._num_steps += 1
+        num_tokens = 0
         for entry in scheduled:
             entry.seq.num_computed_tokens += entry.num_tokens
-            self._num_scheduled_tokens += entry.num_tokens
+            num_tokens += entry.num_tokens
+        self._num_scheduled_tokens += num_tokens
+        self._num_prompt_steps += num_tokens > len(scheduled)
         for row, seq in enumerate(sampled.seqs):
             seq.num_pending_tokens += 1
             seq.pending_row = row
@@ -216,6 +220,7 @@ class LLMEngine:
             "num_waiting": len(self.scheduler.waiting),
             "num_preemptions": self.scheduler.num_preemptions,
             "num_steps": self._num_steps,
+            "num_prompt_steps": self._num_prompt_steps,
             "num_scheduled_tokens": self._num_scheduled_tokens,
             "num_generated_tokens": self._num_generated_tokens,
             "max_batch_size": self.max_batch_size,

@@ -111,9 +111,7 @@ class LLMService:
         self,
         engine_dir: Path,
         device: str,
-        scheduler_policy: str,
-        num_kv_blocks: int,
-        enable_chunked_prefill: bool,
+        runtime: dict,
         exclude_input_in_output: bool,
         coalesce_stream: bool,
         max_response_rate: float,
@@ -123,11 +121,7 @@ class LLMService:
         skip_special_tokens: bool = True,
         response_lanes: int = 1,
     ):
-        runtime = {
-            "scheduler_policy": scheduler_policy,
-            "enable_chunked_prefill": enable_chunked_prefill,
-            "num_kv_blocks": num_kv_blocks or None,
-        }
+        """runtime: the engine's runtime options (engine_config.RuntimeOptions)."""
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         if engine_process:
             # the python stub's sys.executable is the stub binary; python3 on its PATH is the

@@ -107,6 +107,16 @@ def test_overlap_reports_a_step_one_call_later_and_wastes_one_row_on_a_stop(engi
     assert engine.stats()["num_free_blocks"] == engine.stats()["num_total_blocks"]
 
 
+def test_steps_with_prompt_tokens_are_counted_apart(engine, prompt):
+    before = engine.stats()
+    engine.add_request(prompt, SamplingParams(max_tokens=3, ignore_eos=True))
+    while engine.has_unfinished():
+        engine.step()
+    after = engine.stats()
+    assert after["num_steps"] - before["num_steps"] == 3
+    assert after["num_prompt_steps"] - before["num_prompt_steps"] == 1  # then two decodes
+
+
 def test_abort_cancels_and_frees_blocks(engine, prompt):
     request_id = engine.add_request(prompt, SamplingParams(max_tokens=50))
     for _ in range(2):

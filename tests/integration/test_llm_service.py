@@ -91,9 +91,7 @@ def service(
     return LLMService(
         smollm_engine_dir,
         "cpu",
-        "guaranteed_no_evict",
-        0,
-        True,
+        {"scheduler_policy": "guaranteed_no_evict", "enable_chunked_prefill": True},
         True,
         coalesce,
         max_response_rate,

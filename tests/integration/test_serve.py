@@ -192,6 +192,7 @@ def engine_counters(server) -> dict[str, float]:
     names = (
         "pipeline_engine_batch_size",
         "pipeline_engine_steps",
+        "pipeline_engine_prompt_steps",
         "pipeline_engine_generated_tokens",
         "pipeline_engine_running_requests",
     )
@@ -234,6 +235,9 @@ def test_64_concurrent_streams_complete_and_are_batched_in_the_engine(server, gr
     assert tokens == sum(want[p][1] for p in prompts)
     # one request at a time would generate at most one token per step
     assert tokens > 2 * steps, (tokens, steps)
+    # every prompt was fed in some step; the steps after the last prompt only decoded
+    prompt_steps = after["pipeline_engine_prompt_steps"] - before["pipeline_engine_prompt_steps"]
+    assert 1 <= prompt_steps < steps, (prompt_steps, steps)
     assert after["pipeline_engine_batch_size"] > 1
     # where the streams' TTFT went inside the model: both hops measured, p50 <= p99
     samples = fetch_metrics(server.endpoints.metrics_url)

@@ -42,6 +42,10 @@ METRICS = {  # engine stats key -> (metric family, description)
     "num_running": ("pipeline_engine_running_requests", "sequences in the running batch now"),
     "num_waiting": ("pipeline_engine_waiting_requests", "requests queued in the engine now"),
     "num_steps": ("pipeline_engine_steps", "engine steps since start"),
+    "num_prompt_steps": (
+        "pipeline_engine_prompt_steps",
+        "engine steps that carried prompt tokens since start (the rest only decoded)",
+    ),
     "num_generated_tokens": (
         "pipeline_engine_generated_tokens",
         "tokens generated since start (> steps only when batched)",
@@ -95,9 +99,11 @@ class TritonPythonModel:
         self.service = LLMService(
             params["engine_dir"],
             device=params["device"],
-            scheduler_policy=params["batch_scheduler_policy"],
-            num_kv_blocks=int(params["num_kv_blocks"]),
-            enable_chunked_prefill=params["enable_chunked_prefill"] == "true",
+            runtime={
+                "scheduler_policy": params["batch_scheduler_policy"],
+                "num_kv_blocks": int(params["num_kv_blocks"]) or None,
+                "enable_chunked_prefill": params["enable_chunked_prefill"] == "true",
+            },
             exclude_input_in_output=params["exclude_input_in_output"] == "true",
             coalesce_stream=params["coalesce_stream"] == "true",
             max_response_rate=float(params["max_response_rate"]),
@@ -183,4 +189,9 @@ class TritonPythonModel:
         if hops:  # in the server log: where this run's TTFT went inside the model
             text = ", ".join(f"{key} {value:.1f}" for key, value in hops.items())
             pb_utils.Logger.log_info(f"tensorrt_llm: first-token hops: {text}")
+        stats = self.service.stats()  # how mixed the steps were: prompts one by one, or in waves
+        pb_utils.Logger.log_info(
+            f"tensorrt_llm: engine steps {stats['num_steps']}, with prompt tokens "
+            f"{stats['num_prompt_steps']}, tokens generated {stats['num_generated_tokens']}"
+        )
         self.service.shutdown()
