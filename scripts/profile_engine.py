@@ -6,7 +6,9 @@ Models: Llama-3.1-8B and SmolLM2-135M shapes with random bf16 weights on CUDA (b
 shapes and build). Per batch size B: B prompts of --input-len tokens go in together; the
 "prefill" phase is the steps until every one has its first token (the step token budget,
 max_num_tokens = 8192, splits B=256 x 128 over several steps, later ones mixed with decodes),
-then "decode" is --num-profile-steps steps of B sequences decoding, after warm-up steps. Each
+then "decode" is --num-profile-steps steps of B sequences decoding, after warm-up steps, then
+"mixed" is as many steps where one new prompt joins the B decodes each step (what a server's
+requests, returning one by one, make of most steps). Each
 batch runs three times: warm-up (Triton JIT), timed (host clock around step() + a device sync),
 profiled (CPU + CUDA activities). Per phase and step: wall ms, GPU busy ms and idle %, CPU ms of
 the engine's record_function ranges, device ms per kernel class, launches, kernels, host syncs,
@@ -60,7 +62,7 @@ log = logging.getLogger("profile_engine")
 
 MODELS = {"llama-3.1-8b-shape": LLAMA_8B, "smollm2-135m-shape": SMOLLM2}
 TINY_MODELS = {"tiny-llama": TINY}
-PHASES = ("prefill", "decode")
+PHASES = ("prefill", "decode", "mixed")
 MAX_TRACE_BYTES = 16 << 20
 
 
@@ -73,8 +75,8 @@ class Settings:
 
     @property
     def max_tokens(self) -> int:
-        # the prefill token, warm-up and measured decodes, and one more: nobody finishes inside
-        return 2 + self.num_warmup_steps + self.num_profile_steps
+        # the prefill token, warm-up, decode and mixed steps, and one more: nobody finishes inside
+        return 2 + self.num_warmup_steps + 2 * self.num_profile_steps
 
 
 @dataclass
@@ -112,6 +114,20 @@ def until_first_tokens(request_ids: set[str]) -> Callable[[list[StreamDelta]], b
 def after_steps(num_steps: int) -> Callable[[list[StreamDelta]], bool]:
     counter = itertools.count(1)
     return lambda _: next(counter) >= num_steps
+
+
+def joining(
+    engine: LLMEngine, prompts: Iterator[list[int]], params: SamplingParams, ids: set[str]
+) -> Callable[[list[StreamDelta]], bool]:
+    """After each step, the next prompt joins (into ids); done once every prompt has joined."""
+
+    def is_done(_deltas: list[StreamDelta]) -> bool:
+        prompt = next(prompts, None)
+        if prompt is not None:
+            ids.add(engine.add_request(prompt, params))
+        return prompt is None
+
+    return is_done
 
 
 def run_phase(
@@ -152,6 +168,9 @@ def run_round(
         engine.step()
     decode_done = after_steps(settings.num_profile_steps)
     runs["decode"] = run_phase(engine, device, decode_done, paths["decode"])
+    joiners = itertools.islice(itertools.cycle(prompts), settings.num_profile_steps)
+    joining(engine, joiners, params, ids)([])  # the first mixed step's prompt
+    runs["mixed"] = run_phase(engine, device, joining(engine, joiners, params, ids), paths["mixed"])
     for request_id in ids:
         engine.abort(request_id)
     engine.step()  # delivers the cancellations
@@ -209,7 +228,7 @@ def load_engine(
     del model
     free_memory()
     tokenizer_dir = write_tokenizer(shape["vocab_size"], scratch / "tokenizer")
-    max_batch = max(settings.batch_sizes)
+    max_batch = max(settings.batch_sizes) + settings.num_profile_steps  # room for "mixed"
     work = Workload(
         input_len=settings.input_len, output_len=settings.max_tokens, max_batch_size=max_batch
     )

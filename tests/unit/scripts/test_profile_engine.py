@@ -27,7 +27,7 @@ print("MODULES=" + json.dumps(sorted({name.split(".")[0] for name in sys.modules
 
 
 @pytest.mark.slow
-def test_profile_engine_tiny_writes_both_phases_per_batch(tmp_path):
+def test_profile_engine_tiny_writes_every_phase_per_batch(tmp_path):
     done = subprocess.run(
         [sys.executable, "-c", RUNNER, str(tmp_path)],
         cwd=REPO,
@@ -44,8 +44,10 @@ def test_profile_engine_tiny_writes_both_phases_per_batch(tmp_path):
     assert [(r["phase"], r["batch_size"]) for r in rows] == [
         ("prefill", 1),
         ("decode", 1),
+        ("mixed", 1),
         ("prefill", 4),
         ("decode", 4),
+        ("mixed", 4),
     ]
     for r in rows:
         assert r["wall_ms"] > 0 and r["profiled_wall_ms"] > 0
@@ -53,8 +55,11 @@ def test_profile_engine_tiny_writes_both_phases_per_batch(tmp_path):
         assert r["gpu_idle_pct"] is None and not r["is_cuda_graph"]  # CPU: no device time
         trace = json.loads(gzip.decompress((tmp_path / r["trace_file"]).read_bytes()))
         assert trace["traceEvents"]
-    prefill, decode = rows[2], rows[3]
-    assert prefill["tokens_per_step"] == 4 * results["settings"]["input_len"]
+    prefill, decode, mixed = rows[3:]
+    input_len = results["settings"]["input_len"]
+    assert prefill["tokens_per_step"] == 4 * input_len
     assert decode["tokens_per_step"] == 4 and decode["num_profiled_steps"] == 3
+    # one prompt joins each of 3 steps: 4, 5, 6 decodes beside it
+    assert mixed["tokens_per_step"] == input_len + 5 and mixed["num_steps"] == 3
     table = (tmp_path / "profile_engine.md").read_text()
     assert "### tiny-llama" in table and "| decode | 4 | 4 |" in table
