@@ -14,6 +14,7 @@ from pipeline.engine import kernels
 from pipeline.engine.batch_metadata import BatchMetadata
 from pipeline.engine.cuda_graph_runner import CudaGraphRunner
 from pipeline.engine.engine_config import EngineConfig
+from pipeline.engine.host_buffers import PinnedRing
 from pipeline.engine.layers.linear import kernel_counts
 from pipeline.engine.layers.sampler import Sampler, SamplingTensors
 from pipeline.engine.models import MODELS
@@ -47,6 +48,12 @@ class ModelRunner:
         generator.seed()
         self.sampler = Sampler(generator)
         self._last_sampled: torch.Tensor | None = None  # [S] the last launched step's tokens
+        if self.device.type == "cuda":  # a step's packed inputs in, its sampled tokens out
+            bs = config.max_batch_size
+            self._inputs_ring = PinnedRing(
+                4 * config.max_num_tokens + bs * (self.max_blocks_per_seq + 4)
+            )
+            self._tokens_ring = PinnedRing(bs)
         self.graphs = None
         if config.compile and self.device.type == "cuda":
             _drop_triton_kernels(self.model)
@@ -138,9 +145,9 @@ class ModelRunner:
         self, scheduled: list[ScheduledSequence]
     ) -> tuple[torch.Tensor, BatchMetadata, torch.Tensor | None, list[Sequence]]:
         """Pack the step: (input_ids [T], metadata, rows to turn into logits [S]: None when
-        every token's row samples, the S sequences that sample). Built with numpy on the host,
-        sent in one pinned copy; input tokens still pending on the device come from the last
-        step's sampled tokens."""
+        every token's row samples, the S sequences that sample). Built with numpy on the host
+        into a pinned buffer, sent in one copy; input tokens still pending on the device come
+        from the last step's sampled tokens."""
         bs = self.block_size
         num_seqs = len(scheduled)
         ids, tables, starts, query_lens, ends = [], [], [], [], []
@@ -183,9 +190,13 @@ class ModelRunner:
             np.array(pending_at, np.int64),  # often empty: a list would concatenate as float
             np.array(pending_rows, np.int64),
         )
-        packed = torch.from_numpy(np.concatenate(parts, dtype=np.int64))
         if self.device.type == "cuda":
-            packed = packed.pin_memory().to(self.device, non_blocking=True)
+            host = self._inputs_ring.take(sum(map(len, parts)))
+            np.concatenate(parts, out=host.numpy())
+            packed = host.to(self.device, non_blocking=True)
+            self._inputs_ring.copied()
+        else:
+            packed = torch.from_numpy(np.concatenate(parts, dtype=np.int64))
         input_ids, positions_t, slots_t, rows_t, ctx_t, qstart_t, tables_t, at_t, from_t = (
             packed.split([len(p) for p in parts])
         )
@@ -257,10 +268,9 @@ class ModelRunner:
         self._last_sampled = tokens
         if self.device.type != "cuda":
             return SampledTokens(seqs, tokens, None)
-        done = torch.cuda.Event()
-        host = tokens.to("cpu", non_blocking=True)  # into pinned memory
-        done.record()
-        return SampledTokens(seqs, host, done)
+        host = self._tokens_ring.take(tokens.numel())
+        host.copy_(tokens, non_blocking=True)
+        return SampledTokens(seqs, host, self._tokens_ring.copied())
 
 
 @dataclass(slots=True)

@@ -1,0 +1,40 @@
+"""Pinned host buffers reused step after step for the host <-> device copies of a step.
+
+`tensor.pin_memory()` and `.to("cpu", non_blocking=True)` each take a pinned block from torch's
+caching host allocator every step; in a SmolLM2 decode step on an H100 that was 0.1-1.1 ms of the
+host's ~1.2 ms (the host paces such steps). Here each step takes the next of a few buffers allocated
+once. A buffer is written only after the copy that last used it is done: its event is waited on,
+which with overlap scheduling (one step in flight) has passed long before.
+"""
+
+import torch
+
+NUM_SLOTS = 3  # > the steps in flight at once (overlap scheduling: 2)
+
+
+class PinnedRing:
+    def __init__(self, capacity: int, dtype: torch.dtype = torch.int64):
+        self.dtype = dtype
+        self._buffers = [
+            torch.empty(capacity, dtype=dtype, pin_memory=True) for _ in range(NUM_SLOTS)
+        ]
+        self._events = [torch.cuda.Event() for _ in range(NUM_SLOTS)]
+        self._is_recorded = [False] * NUM_SLOTS
+        self._slot = 0
+
+    def take(self, num: int) -> torch.Tensor:
+        """The next buffer's first num elements, free to overwrite (grown if too small)."""
+        self._slot = (self._slot + 1) % NUM_SLOTS
+        slot = self._slot
+        if self._is_recorded[slot]:
+            self._events[slot].synchronize()
+        if self._buffers[slot].numel() < num:
+            self._buffers[slot] = torch.empty(2 * num, dtype=self.dtype, pin_memory=True)
+        return self._buffers[slot][:num]
+
+    def copied(self) -> torch.cuda.Event:
+        """Mark the copy just queued from (or into) the taken buffer; returns its event."""
+        event = self._events[self._slot]
+        event.record()
+        self._is_recorded[self._slot] = True
+        return event
