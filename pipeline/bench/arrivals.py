@@ -20,3 +20,11 @@ def poisson_arrival_times(num_requests: int, rate_per_s: float, seed: int) -> li
             now += rng.expovariate(rate_per_s)
         times.append(now)
     return times
+
+
+def arrival_offsets(mode: str, num_requests: int, request_rate: float, seed: int) -> list[float]:
+    """Seconds after the start each request is due: Poisson arrivals (rate), all at once
+    (concurrency: the slots pace them)."""
+    if mode == "rate":
+        return poisson_arrival_times(num_requests, request_rate, seed)
+    return [0.0] * num_requests

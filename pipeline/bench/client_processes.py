@@ -19,7 +19,8 @@ import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 
-from pipeline.bench.load_generator import LoadGenerator, arrival_offsets, check_load_shape
+from pipeline.bench.arrivals import arrival_offsets
+from pipeline.bench.load_generator import LoadGenerator, check_load_shape
 from pipeline.bench.records import RequestRecord
 from pipeline.bench.workload import BenchRequest
 

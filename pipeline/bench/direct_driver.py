@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from tqdm import tqdm
 
-from pipeline.bench.arrivals import poisson_arrival_times
+from pipeline.bench.arrivals import arrival_offsets
 from pipeline.bench.load_generator import check_load_shape
 from pipeline.bench.records import RequestRecord
 from pipeline.bench.workload import BenchRequest
@@ -103,10 +103,7 @@ class DirectDriver:
         """Every request to completion; records in request order. An engine failure in step()
         propagates (the engine's state is unknown after it); a request the engine refuses is
         recorded with its error."""
-        if self.mode == "rate":
-            offsets = poisson_arrival_times(len(requests), self.request_rate, self.seed)
-        else:
-            offsets = [0.0] * len(requests)
+        offsets = arrival_offsets(self.mode, len(requests), self.request_rate, self.seed)
         start = self.now()
         records = [
             RequestRecord(r.request_id, len(r.prompt_token_ids), start + offset)

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tqdm import tqdm
 
-from pipeline.bench.arrivals import poisson_arrival_times
+from pipeline.bench.arrivals import arrival_offsets
 from pipeline.bench.records import RequestRecord
 from pipeline.bench.target import StreamingTarget
 from pipeline.bench.workload import BenchRequest
@@ -31,14 +31,6 @@ def check_load_shape(mode: str, concurrency: int) -> None:
             f"bench: bench.concurrency={concurrency} must be >= 1 (in "
             f"mode=rate it caps the requests in flight)"
         )
-
-
-def arrival_offsets(mode: str, num_requests: int, request_rate: float, seed: int) -> list[float]:
-    """Seconds after the start each request is due: Poisson arrivals (rate), all at once
-    (concurrency: the slots pace them)."""
-    if mode == "rate":
-        return poisson_arrival_times(num_requests, request_rate, seed)
-    return [0.0] * num_requests
 
 
 class LoadGenerator:

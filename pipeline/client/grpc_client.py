@@ -35,8 +35,8 @@ class StreamResponse:
 class _Stream:
     """A client with its bidirectional stream open; responses land in `results`."""
 
-    def __init__(self, url: str):
-        self.client = grpcclient.InferenceServerClient(url)
+    def __init__(self, client: grpcclient.InferenceServerClient):
+        self.client = client
         self.results = results = queue.Queue()
         # the callback must not hold self: the stream's reader thread keeps it alive
         self.client.start_stream(callback=lambda result, error: results.put((result, error)))
@@ -72,7 +72,7 @@ class GrpcClient:
         if kept is not None and not kept.is_busy:
             kept.is_busy = True
             return kept
-        stream = _Stream(self.url)
+        stream = _Stream(self._client())
         if self.keep_streams and kept is None:
             self._local.stream = stream
             with self._kept_lock:

@@ -19,15 +19,15 @@ class PinnedRing:
             torch.empty(capacity, dtype=dtype, pin_memory=True) for _ in range(NUM_SLOTS)
         ]
         self._events = [torch.cuda.Event() for _ in range(NUM_SLOTS)]
-        self._is_recorded = [False] * NUM_SLOTS
+        for event in self._events:  # done at once: the first take of each waits for nothing
+            event.record()
         self._slot = 0
 
     def take(self, num: int) -> torch.Tensor:
         """The next buffer's first num elements, free to overwrite (grown if too small)."""
         self._slot = (self._slot + 1) % NUM_SLOTS
         slot = self._slot
-        if self._is_recorded[slot]:
-            self._events[slot].synchronize()
+        self._events[slot].synchronize()
         if self._buffers[slot].numel() < num:
             self._buffers[slot] = torch.empty(2 * num, dtype=self.dtype, pin_memory=True)
         return self._buffers[slot][:num]
@@ -36,5 +36,4 @@ class PinnedRing:
         """Mark the copy just queued from (or into) the taken buffer; returns its event."""
         event = self._events[self._slot]
         event.record()
-        self._is_recorded[self._slot] = True
         return event
