@@ -111,7 +111,8 @@ class DirectDriver:
         ]
         pending = deque(zip(requests, records, strict=True))
         in_flight: dict[str, RequestRecord] = {}
-        preemptions_at_start = self.engine.stats()["num_preemptions"]
+        at_start = self.engine.stats()
+        preemptions_at_start = at_start["num_preemptions"]
         self.engine_stats = {}
         with tqdm(
             total=len(requests), desc=f"direct:{phase}", unit="req", leave=False, disable=None
@@ -122,5 +123,12 @@ class DirectDriver:
                 for request_id in in_flight:  # leave the engine empty for whoever goes next
                     self.engine.abort(request_id)
                 raise
+        at_end = self.engine.stats()
+        steps = at_end["num_steps"] - at_start["num_steps"]
+        self.engine_stats["num_steps"] = steps
+        # below concurrency: requests reach the engine late, or slots wait for the next one
+        self.engine_stats["seqs_per_step"] = (
+            at_end["num_scheduled_seqs"] - at_start["num_scheduled_seqs"]
+        ) / max(1, steps)
         log.debug("direct/%s: %d requests in %.2f s", phase, len(records), self.now() - start)
         return records

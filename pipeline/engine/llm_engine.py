@@ -84,6 +84,7 @@ class LLMEngine:
         self._in_flight: SampledTokens | None = None  # launched, not postprocessed (overlap)
         self._num_steps = self._num_scheduled_tokens = self._num_generated_tokens = 0
         self._num_prompt_steps = 0  # steps that carried prompt tokens (prefill or mixed)
+        self._num_scheduled_seqs = 0  # summed over steps: / num_steps is the mean batch
 
     @classmethod
     def from_engine_dir(cls, path: str | Path, device: str = "auto", **runtime) -> "LLMEngine":
@@ -155,6 +156,7 @@ class LLMEngine:
             num_tokens += entry.num_tokens
         self._num_scheduled_tokens += num_tokens
         self._num_prompt_steps += num_tokens > len(scheduled)
+        self._num_scheduled_seqs += len(scheduled)
         for row, seq in enumerate(sampled.seqs):
             seq.num_pending_tokens += 1
             seq.pending_row = row
@@ -221,6 +223,7 @@ class LLMEngine:
             "num_preemptions": self.scheduler.num_preemptions,
             "num_steps": self._num_steps,
             "num_prompt_steps": self._num_prompt_steps,
+            "num_scheduled_seqs": self._num_scheduled_seqs,
             "num_scheduled_tokens": self._num_scheduled_tokens,
             "num_generated_tokens": self._num_generated_tokens,
             "max_batch_size": self.max_batch_size,

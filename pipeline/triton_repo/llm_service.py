@@ -55,6 +55,12 @@ log = logging.getLogger(__name__)
 _STOP = object()
 _WAKE = object()  # a lane sent a stream's response while more of its tokens waited
 HOPS_KEPT = 1024
+HOP_NAMES = (
+    "engine_first_token",  # submit -> the first token at the responder
+    "first_response_sent",  # -> its response sent
+    "engine_final",  # submit -> the final delta at the responder
+    "final_response_sent",  # -> the final response sent
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +87,8 @@ class _Live:
     sent_at: float = 0.0  # of its last response; 0: none yet, so the first goes out at once
     submitted_at: float = 0.0  # perf_counter() when the engine was given it
     first_token_at: float = 0.0  # when its first token reached the responder
-    is_timed: bool = False  # its first token's hops are recorded
+    first_sent_at: float = 0.0  # when its first response (streaming) left its lane
+    final_at: float = 0.0  # when its final delta reached the responder
     is_sending: bool = False  # its last response is still in its lane
     is_gone: bool = False  # its caller hung up or failed: nothing more goes out
 
@@ -90,6 +97,8 @@ class _Live:
             self.first_token_at = now
         self.tokens.extend(delta.token_ids)
         self.is_finished = delta.finished
+        if delta.finished:
+            self.final_at = now
 
     def is_due(self, now: float, gap_s: float) -> bool:
         return self.is_finished or (
@@ -149,8 +158,9 @@ class LLMService:
         for thread in self._lane_threads:
             thread.start()
         self._num_requests = 0  # pins each request to a lane, round robin
-        # the last streams' (submit -> first token at the responder, -> its response sent), s
-        self._first_token_hops: collections.deque = collections.deque(maxlen=HOPS_KEPT)
+        # the last streams' hops in s (HOP_NAMES), and the last sends' durations in s
+        self._hops: collections.deque = collections.deque(maxlen=HOPS_KEPT)
+        self._sends: collections.deque = collections.deque(maxlen=HOPS_KEPT)
         self._num_timed = 0  # streams timed so far: the metrics poll recomputes only on news
         self._hops_summary: tuple[int, dict[str, float]] = (0, {})
         self._responder = threading.Thread(target=self._run, name="llm-responder", daemon=True)
@@ -223,11 +233,21 @@ class LLMService:
         for this send to finish."""
         while (item := inbox.get()) is not _STOP:
             request_id, live, out = item
+            start = time.perf_counter()
             self._answer(request_id, live, out)
-            if live.first_token_at and not live.is_timed and live.request.is_streaming:
-                live.is_timed = True
-                sent = time.perf_counter() - live.first_token_at
-                self._first_token_hops.append((live.first_token_at - live.submitted_at, sent))
+            now = time.perf_counter()
+            self._sends.append(now - start)
+            if live.request.is_streaming and live.first_token_at and not live.first_sent_at:
+                live.first_sent_at = now
+            if isinstance(out, OutputChunk) and out.is_final and live.first_sent_at:
+                self._hops.append(
+                    (
+                        live.first_token_at - live.submitted_at,
+                        live.first_sent_at - live.first_token_at,
+                        live.final_at - live.submitted_at,
+                        now - live.final_at,
+                    )
+                )
                 self._num_timed += 1  # a lost race between lanes still changes it
             live.is_sending = False
             is_more = isinstance(out, OutputChunk) and not out.is_final
@@ -298,17 +318,19 @@ class LLMService:
     def stats(self) -> dict:
         return self.async_engine.stats()
 
-    def first_token_hops(self) -> dict[str, float]:
-        """Where the last streams' TTFT went inside this model, p50/p99 in ms: submit -> the
-        first token at the responder (engine queue, prompt step, the way back from the engine),
-        then -> its response sent (responder, lane, the round trip to the server)."""
+    def hops(self) -> dict[str, float]:
+        """Where the last streams' time went inside this model, p50/p99 in ms (HOP_NAMES; the
+        first two split TTFT, the last two the time to the end) and one send's duration: a
+        closed-loop client's next request waits for the final response, so the time outside
+        the engine between requests is lost batch occupancy."""
         num_timed, summary = self._hops_summary
         if num_timed == self._num_timed:
             return summary
-        num_timed, hops = self._num_timed, list(self._first_token_hops)
+        num_timed, hops = self._num_timed, np.array(list(self._hops)) * 1e3
+        columns = {name: hops[:, i] for i, name in enumerate(HOP_NAMES)}
+        columns["response_send"] = np.array(list(self._sends)) * 1e3
         out = {}
-        for i, name in enumerate(("engine_first_token", "first_response_sent")):
-            values = np.array([h[i] for h in hops]) * 1e3
+        for name, values in columns.items():
             out[f"{name}_ms_p50"] = float(np.percentile(values, 50))
             out[f"{name}_ms_p99"] = float(np.percentile(values, 99))
         self._hops_summary = (num_timed, out)

@@ -91,6 +91,8 @@ def test_sweep_finds_the_kv_capacity_threshold(session_workdir, smollm_engine_di
     assert all(
         r["metrics"]["num_preemptions"] == 0 and r["metrics"]["output_tok_s"] > 0 for r in ok
     )
+    # one wave of `size` equal requests: they share every step
+    assert [r["metrics"]["seqs_per_step"] for r in ok] == [1.0, 2.0]
     assert (out / "sweep.png").stat().st_size > 10_000
     assert "FAIL (kv_capacity)" in (out / "sweep.md").read_text()
 

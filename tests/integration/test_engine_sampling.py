@@ -107,7 +107,7 @@ def test_overlap_reports_a_step_one_call_later_and_wastes_one_row_on_a_stop(engi
     assert engine.stats()["num_free_blocks"] == engine.stats()["num_total_blocks"]
 
 
-def test_steps_with_prompt_tokens_are_counted_apart(engine, prompt):
+def test_steps_with_prompt_tokens_and_batch_sizes_are_counted(engine, prompt):
     before = engine.stats()
     engine.add_request(prompt, SamplingParams(max_tokens=3, ignore_eos=True))
     while engine.has_unfinished():
@@ -115,6 +115,16 @@ def test_steps_with_prompt_tokens_are_counted_apart(engine, prompt):
     after = engine.stats()
     assert after["num_steps"] - before["num_steps"] == 3
     assert after["num_prompt_steps"] - before["num_prompt_steps"] == 1  # then two decodes
+    assert after["num_scheduled_seqs"] - before["num_scheduled_seqs"] == 3
+    # two requests share their steps: 2 sequences a step
+    before = after
+    for _ in range(2):
+        engine.add_request(prompt, SamplingParams(max_tokens=2, ignore_eos=True))
+    while engine.has_unfinished():
+        engine.step()
+    after = engine.stats()
+    assert after["num_steps"] - before["num_steps"] == 2
+    assert after["num_scheduled_seqs"] - before["num_scheduled_seqs"] == 4
 
 
 def test_abort_cancels_and_frees_blocks(engine, prompt):

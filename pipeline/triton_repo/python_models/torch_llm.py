@@ -53,11 +53,14 @@ METRICS = {  # engine stats key -> (metric family, description)
     "num_preemptions": ("pipeline_engine_preemptions", "sequences preempted since start"),
     "num_free_blocks": ("pipeline_engine_free_kv_blocks", "free paged-KV blocks now"),
 }
-HOP_METRICS = {  # LLMService.first_token_hops key -> (metric family, description)
+HOP_METRICS = {  # LLMService.hops key -> (metric family, description)
     f"{hop}_ms_{q}": (f"pipeline_{hop}_ms_{q}", f"{q} over the last streams: {text}")
     for hop, text in (
         ("engine_first_token", "ms from submit to the first token back from the engine"),
         ("first_response_sent", "ms from the first token back to its response sent"),
+        ("engine_final", "ms from submit to the final token back from the engine"),
+        ("final_response_sent", "ms from the final token back to its response sent"),
+        ("response_send", "ms one response send takes (a round trip to the server)"),
     )
     for q in ("p50", "p99")
 }
@@ -176,7 +179,7 @@ class TritonPythonModel:
     def _export_metrics(self):
         max_running = 0
         while not self.stopped.wait(METRICS_PERIOD_S):
-            stats = self.service.stats() | self.service.first_token_hops()
+            stats = self.service.stats() | self.service.hops()
             max_running = stats["max_running"] = max(max_running, stats["num_running"])
             for key, gauge in self.gauges.items():
                 if key in stats:  # the hops once a stream has been answered
@@ -185,13 +188,15 @@ class TritonPythonModel:
     def finalize(self):
         self.stopped.set()
         self.metrics_thread.join()
-        hops = self.service.first_token_hops()
-        if hops:  # in the server log: where this run's TTFT went inside the model
+        hops = self.service.hops()
+        if hops:  # in the server log: where this run's request time went inside the model
             text = ", ".join(f"{key} {value:.1f}" for key, value in hops.items())
-            pb_utils.Logger.log_info(f"tensorrt_llm: first-token hops: {text}")
-        stats = self.service.stats()  # how mixed the steps were: prompts one by one, or in waves
+            pb_utils.Logger.log_info(f"tensorrt_llm: hops: {text}")
+        stats = self.service.stats()  # how full and how mixed the steps were
+        steps = max(1, stats["num_steps"])
         pb_utils.Logger.log_info(
             f"tensorrt_llm: engine steps {stats['num_steps']}, with prompt tokens "
-            f"{stats['num_prompt_steps']}, tokens generated {stats['num_generated_tokens']}"
+            f"{stats['num_prompt_steps']}, sequences a step {stats['num_scheduled_seqs'] / steps:.1f}"
+            f", tokens generated {stats['num_generated_tokens']}"
         )
         self.service.shutdown()
