@@ -193,10 +193,10 @@ class TritonPythonModel:
             text = ", ".join(f"{key} {value:.1f}" for key, value in hops.items())
             pb_utils.Logger.log_info(f"tensorrt_llm: hops: {text}")
         stats = self.service.stats()  # how full and how mixed the steps were
-        steps = max(1, stats["num_steps"])
+        seqs_per_step = stats["num_scheduled_seqs"] / max(1, stats["num_steps"])
         pb_utils.Logger.log_info(
             f"tensorrt_llm: engine steps {stats['num_steps']}, with prompt tokens "
-            f"{stats['num_prompt_steps']}, sequences a step {stats['num_scheduled_seqs'] / steps:.1f}"
-            f", tokens generated {stats['num_generated_tokens']}"
+            f"{stats['num_prompt_steps']}, sequences a step {seqs_per_step:.1f}, "
+            f"tokens generated {stats['num_generated_tokens']}"
         )
         self.service.shutdown()
