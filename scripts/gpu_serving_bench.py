@@ -231,6 +231,11 @@ def key_numbers(out: Path, results: dict) -> dict:
                     "achieved_weight_bw_gb_s",
                 )
             }
+            # how full the direct engine's steps were (the server's: in its log at shutdown)
+            stats = result.get("engine_stats") or {}
+            for k in ("num_steps", "seqs_per_step"):
+                if k in stats:
+                    keys[f"{step}.{target}"][k] = stats[k]
         keys[f"{step}.triton_vs_direct"] = report.get("triton_vs_direct")
         keys[f"{step}.settings"] = report["settings"]
         gpus = {

@@ -126,6 +126,7 @@ def _is_even(c: triton.Config, k: int, group: int) -> bool:
 def fits(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
     """The even configs (_is_even) whose sums fit MAX_ACC_REGS registers a thread."""
     even = [c for c in configs if _is_even(c, named_args["K"], named_args["GROUP"])]
+    assert even, "int4_gemv: no config fits this shape (callers check supports())"
 
     def regs(c: triton.Config) -> int:  # [BR, SK/4] accumulators and partials, 2 of each
         return c.kwargs["BLOCK_R"] * c.kwargs["SUB_K"] // (32 * c.num_warps)
