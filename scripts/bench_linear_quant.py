@@ -167,11 +167,7 @@ def step_estimates(results: list[dict], shapes: dict) -> list[dict]:
 
 def autotuned() -> dict[str, dict[str, str]]:
     """The config each autotuned kernel picked, per key (N, K, row tile, dtypes)."""
-    tuners = {
-        "int8_dot": int8_matmul._decode,
-        "int8_gemv": int8_gemv._tuned,
-        "int4_gemv": int4_gemv._tuned,
-    }
+    tuners = {"int8_dot": int8_matmul._decode, "int8_gemv": int8_gemv._tuned}
     return {name: {str(k): str(c) for k, c in t.cache.items()} for name, t in tuners.items()}
 
 
