@@ -4,13 +4,11 @@ Weights come in quant.primitives.pack_int4_words' layout: [N, K/8] int32, blocks
 which nibble c of word j holds column 8c + j. So for each nibble position the x values a thread
 needs are neighbours (vector loads), and a thread's loads of x serve every row it holds; the
 checkpoint's own packing (two output rows a byte) made x a stride-4 gather, one scalar load per
-weight word, and ran 0.8-1.5 TB/s. A loop step loads a whole scale group's blocks of each row
-at once: one 64-column block a step left too few bytes in flight (0.5-1.4 TB/s).
-As in int8_gemv, nibbles skip the slow int -> float converter: shifted to bits 16-19 and ORed
-with bits(128.0), u = q + 8 becomes the float 128 + u (a shift and one LOP3 a weight), and
-136 * sum(x) comes off once per step. A step never spans two scale groups, so its scale
-multiplies each lane's partial sums once. AWQ's per-column prequant scale multiplies x as it is
-loaded (no extra kernel before the GEMV).
+weight word, and ran 0.8-1.5 TB/s. As in int8_gemv, nibbles skip the slow int -> float
+converter: shifted to bits 16-19 and ORed with bits(128.0), u = q + 8 becomes the float 128 + u
+(a shift and one LOP3 a weight), and 136 * sum(x) comes off once per block. A block never spans
+two scale groups, so its scale multiplies each lane's partial sums once. AWQ's per-column
+prequant scale multiplies x as it is loaded (no extra kernel before the GEMV).
 """
 
 import torch
@@ -54,68 +52,66 @@ def _w4a16_gemv_kernel(
     stride_om,
     HAS_PRE: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    BLOCKS: tl.constexpr,
+    UNROLL: tl.constexpr,
 ):
     # x [M, K]; w [N, K/8] int32 (pack_int4_words); scale [K/GROUP, N] float32; pre [K];
-    # out [M, N]. One row of x a program; a loop step loads BLOCKS 64-column blocks of each of
-    # its BLOCK_N rows at once (one scale group: many bytes in flight, one scale a row)
+    # out [M, N]. One row of x a program; a loop step takes UNROLL blocks of 64 columns
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)  # output columns = weight rows
     # rows past N read row N - 1 (no load masks); the store drops them
     live = tl.minimum(cols, N - 1)
     w_rows = w_ptr + live[:, None] * stride_wn  # [BN, 1]
-    words = tl.arange(0, 8 * BLOCKS)
-    # column of nibble 0 of each word, relative to the step's first: runs of 8 neighbours
-    word_cols = (words // 8) * _BLOCK + words % 8
+    words = tl.arange(0, 8)
     x_row = x_ptr + row * stride_xm
-    acc = tl.zeros([BLOCK_N, 8 * BLOCKS], tl.float32)  # per-lane sums, reduced after the loop
-    for k in range(0, K, _BLOCK * BLOCKS):
-        q = tl.load(w_rows + (k // 8 + words)[None, :])  # [BN, 8 * BLOCKS] int32
-        scale = tl.load(scale_ptr + (k // GROUP) * N + live)[:, None]  # [BN, 1]
-        partial = tl.zeros([BLOCK_N, 8 * BLOCKS], tl.float32)
-        x_sum = tl.zeros([1, 8 * BLOCKS], tl.float32)
-        for c in tl.static_range(8):
-            ks = k + 8 * c + word_cols
-            x = tl.load(x_row + ks).to(tl.float32)
-            if HAS_PRE:
-                x = x * tl.load(pre_ptr + ks).to(tl.float32)
-            x = x[None, :]  # [1, 8 * BLOCKS]
-            partial += x * _nibble(q, 16 - 4 * c)
-            x_sum += x
-        acc += (partial - _OFFSET * x_sum) * scale
+    acc = tl.zeros([BLOCK_N, 8], tl.float32)  # per-lane sums, reduced once after the loop
+    for k0 in range(0, K, _BLOCK * UNROLL):
+        for u in tl.static_range(UNROLL):
+            k = k0 + u * _BLOCK
+            q = tl.load(w_rows + (k // 8 + words)[None, :])  # [BN, 8] int32
+            scale = tl.load(scale_ptr + (k // GROUP) * N + live)[:, None]  # [BN, 1]
+            partial = tl.zeros([BLOCK_N, 8], tl.float32)
+            x_sum = tl.zeros([1, 8], tl.float32)
+            for c in tl.static_range(8):
+                ks = k + 8 * c + words  # the columns of nibble c: neighbours
+                x = tl.load(x_row + ks).to(tl.float32)
+                if HAS_PRE:
+                    x = x * tl.load(pre_ptr + ks).to(tl.float32)
+                x = x[None, :]  # [1, 8]
+                partial += x * _nibble(q, 16 - 4 * c)
+                x_sum += x
+            acc += (partial - _OFFSET * x_sum) * scale
     out = out_ptr + row * stride_om + cols
     tl.store(out, tl.sum(acc, axis=1).to(out_ptr.dtype.element_ty), mask=cols < N)
 
 
-def _config(block_n: int, blocks: int, warps: int, stages: int) -> triton.Config:
-    return triton.Config({"BLOCK_N": block_n, "BLOCKS": blocks}, num_warps=warps, num_stages=stages)
+def _config(block_n: int, unroll: int, warps: int) -> triton.Config:
+    return triton.Config({"BLOCK_N": block_n, "UNROLL": unroll}, num_warps=warps)
 
 
 CONFIGS = [
     _config(*c)
     for c in [
-        (8, 2, 1, 1),
-        (16, 2, 1, 1),
-        (16, 2, 2, 1),
-        (32, 2, 1, 1),
-        (32, 2, 2, 1),
-        (32, 2, 4, 1),
-        (64, 2, 2, 1),
-        (64, 2, 4, 1),
-        (16, 2, 1, 3),
-        (32, 2, 2, 3),
-        (64, 2, 4, 3),
-        (32, 1, 1, 1),
+        (8, 8, 1),
+        (16, 4, 1),
+        (16, 8, 1),
+        (32, 2, 1),
+        (32, 4, 1),
+        (32, 4, 2),
+        (64, 2, 1),
+        (64, 4, 2),
+        (64, 2, 2),
+        (128, 2, 4),
+        (128, 4, 4),
+        (32, 1, 1),
     ]
 ]
-INTERPRETER_BLOCK_N = 16
-MAX_REGS = 96  # 32-bit registers a thread for the sums, partials and words of a step
+INTERPRETER_CONFIG = {"BLOCK_N": 16, "UNROLL": 1}
+MAX_REGS = 96  # 32-bit registers a thread for sums, partials and the unrolled words
 
 
 def _is_even(c: triton.Config, k: int, group: int) -> bool:
-    # a loop step stays in one scale group and the steps cover K evenly (no masks)
-    step = INT4_WORD_BLOCK * c.kwargs["BLOCKS"]
-    return group % step == 0 and k % step == 0
+    # a block stays in one scale group and a loop step covers K evenly (no masks)
+    return group % INT4_WORD_BLOCK == 0 and k % (INT4_WORD_BLOCK * c.kwargs["UNROLL"]) == 0
 
 
 def fits(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
@@ -124,7 +120,8 @@ def fits(configs: list[triton.Config], named_args: dict, **kwargs) -> list[trito
     assert even, "int4_gemv: no config fits this shape (callers check supports())"
 
     def regs(c: triton.Config) -> int:
-        return 3 * c.kwargs["BLOCK_N"] * 8 * c.kwargs["BLOCKS"] // (32 * c.num_warps)
+        tile = c.kwargs["BLOCK_N"] * 8 // (32 * c.num_warps)
+        return (2 + c.kwargs["UNROLL"]) * tile
 
     return [c for c in even if regs(c) <= MAX_REGS] or [min(even, key=regs)]
 
@@ -163,10 +160,7 @@ def w4a16_gemv(
     assert x.stride(1) == 1 and words.is_contiguous() and words.shape[1] * 8 == k
     out = torch.empty(num_rows, n, dtype=x.dtype, device=x.device)
     is_interpreted = x.device.type == "cpu"
-    # the interpreter takes two blocks a step where the shape allows (both code paths tested)
-    blocks = 2 if group % (2 * INT4_WORD_BLOCK) == 0 and k % (2 * INT4_WORD_BLOCK) == 0 else 1
-    interpreted = {"BLOCK_N": INTERPRETER_BLOCK_N, "BLOCKS": blocks}
-    kernel, tuned = (_w4a16_gemv_kernel, interpreted) if is_interpreted else (_tuned, {})
+    kernel, tuned = (_w4a16_gemv_kernel, INTERPRETER_CONFIG) if is_interpreted else (_tuned, {})
     grid = lambda meta: (num_rows, triton.cdiv(n, meta["BLOCK_N"]))  # noqa: E731
     kernel[grid](
         x,

@@ -49,5 +49,5 @@ def few_gemv_configs(monkeypatch):
 
     configs = [int8_gemv.CONFIGS[0], int8_gemv.CONFIGS[-1]]
     monkeypatch.setattr(int8_gemv._tuned, "configs", configs)
-    # int4: the config that takes K = 192 (three 64-column blocks, one a step)
+    # int4: the config that takes K = 192 (three 64-column blocks, not unrolled)
     monkeypatch.setattr(int4_gemv._tuned, "configs", int4_gemv.CONFIGS[-1:])
