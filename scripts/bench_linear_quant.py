@@ -32,8 +32,8 @@ sys.path.insert(0, str(REPO))  # the pipeline package, when run without PYTHONPA
 from pipeline.engine.kernels import int4_gemv, int8_gemv, int8_matmul  # noqa: E402
 from pipeline.engine.quant.primitives import (  # noqa: E402
     dequantize_groupwise,
+    pack_int4_rows,
     pack_int4_tinygemm,
-    pack_int4_words,
     tinygemm_scales_and_zeros,
 )
 
@@ -79,7 +79,7 @@ def _int4_tinygemm(n: int, k: int, g: torch.Generator, device) -> Weights:
 
 def _int4_rows(n: int, k: int, g: torch.Generator, device) -> Weights:
     q, scale = _int4(n, k, g, device)
-    return (pack_int4_words(q), int4_gemv.pack_scales(scale)), dequantize_groupwise(q, scale)
+    return (pack_int4_rows(q), int4_gemv.pack_scales(scale)), dequantize_groupwise(q, scale)
 
 
 def _int4_rows_awq(n: int, k: int, g: torch.Generator, device) -> Weights:

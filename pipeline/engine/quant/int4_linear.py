@@ -2,10 +2,8 @@
 decode, AWQ's prequant scale fused), tinygemm up to PACKED_MAX_ROWS, then dequantize for one
 dense GEMM (prompt steps). On CPU: tinygemm's CPU twin.
 
-Each kernel wants its own packed layout, made here at load time from the checkpoint's [out/2, in]
-rows (the layout is device-specific, so the engine dir keeps the checkpoint's tensors). The
-dequantize path unpacks whichever int4 copy the module keeps for it: the GEMV's words where the
-GEMV runs, else the checkpoint's rows.
+Both PyTorch kernels want their own packed layout, made here at load time from the checkpoint's
+[out/2, in] rows (the layout is device-specific, so the engine dir keeps the checkpoint's tensors).
 """
 
 import torch
@@ -17,10 +15,8 @@ from pipeline.engine.quant.primitives import (
     dequantize_groupwise,
     pack_int4_rows,
     pack_int4_tinygemm,
-    pack_int4_words,
     tinygemm_scales_and_zeros,
     unpack_int4_rows,
-    unpack_int4_words,
 )
 
 TINYGEMM_GROUPS = (32, 64, 128, 256)
@@ -67,19 +63,19 @@ class Int4GroupwiseLinear(nn.Module):
         self.is_packed = reason is None
         self.kernel = self._kernel_name() if reason is None else f"dequant ({reason})"
         # tinygemm is built for a few rows: prompt steps ran 15x slower than bf16 on the H100.
-        # On CUDA, steps past PACKED_MAX_ROWS dequantize one more int4 copy for one dense GEMM
-        # (0.5 byte a parameter): the GEMV's words where it runs, else the checkpoint's rows
+        # On CUDA, steps past PACKED_MAX_ROWS dequantize the checkpoint rows for one dense GEMM
+        # (an extra copy of the int4 weights, 0.5 byte a parameter)
         self.max_packed_rows = PACKED_MAX_ROWS if self.is_cuda else None
+        # one-row steps: the GEMV reads packed_rows itself (its only extra memory: the scales)
         self.gemv = kernels.load("int4_gemv", q.device)
         if self.gemv is not None and not self.gemv.supports(out_features, in_features, self.group):
             self.gemv = None
+        if reason is not None or self.is_cuda or self.gemv is not None:
+            self.register_buffer("packed_rows", pack_int4_rows(q), persistent=False)
+            self.register_buffer("scale", scale.float(), persistent=False)
         if self.gemv is not None:
-            self.register_buffer("words", pack_int4_words(q), persistent=False)
             self.register_buffer("gemv_scales", self.gemv.pack_scales(scale), persistent=False)
             self.kernel = f"triton w4a16 gemv (<= {self.gemv.MAX_ROWS} row), {self.kernel} above"
-        elif reason is not None or self.is_cuda:
-            self.register_buffer("packed_rows", pack_int4_rows(q), persistent=False)
-        self.register_buffer("scale", scale.float(), persistent=False)
 
     def _kernel_name(self) -> str:
         return "torch._weight_int4pack_mm" if self.is_cuda else "torch._weight_int4pack_mm_for_cpu"
@@ -114,7 +110,7 @@ class Int4GroupwiseLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # [T, in] -> [T, out]
         if self.gemv is not None and x.shape[0] <= self.gemv.MAX_ROWS and x.dtype.itemsize == 2:
-            y = self.gemv.w4a16_gemv(x, self.words, self.gemv_scales, self.prequant)
+            y = self.gemv.w4a16_gemv(x, self.packed_rows, self.gemv_scales, self.prequant)
             return y if self.bias is None else y + self.bias
         if self.prequant is not None:
             x = x * self.prequant
@@ -122,7 +118,6 @@ class Int4GroupwiseLinear(nn.Module):
         if self.is_packed and is_few_rows:
             y = self._packed_mm(x.to(self.act_dtype)).to(x.dtype)
         else:
-            q = unpack_int4_words(self.words) if self.gemv else unpack_int4_rows(self.packed_rows)
-            w = dequantize_groupwise(q, self.scale)
+            w = dequantize_groupwise(unpack_int4_rows(self.packed_rows), self.scale)
             y = nn.functional.linear(x, w.to(x.dtype))
         return y if self.bias is None else y + self.bias

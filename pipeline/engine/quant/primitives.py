@@ -30,31 +30,6 @@ def pack_int4_rows(q: torch.Tensor) -> torch.Tensor:
     return (u[0::2] | (u[1::2] << 4)).to(torch.uint8).view(torch.int8)
 
 
-INT4_WORD_BLOCK = 64  # columns a block of 8 int32 words holds (pack_int4_words)
-
-
-def pack_int4_words(q: torch.Tensor) -> torch.Tensor:
-    # [out, in] int8 in [-8, 7], in % 64 == 0 -> [out, in/8] int32 for kernels.int4_gemv: in
-    # each block of 64 columns, nibble c (bits 4c-4c+3) of word j holds column 8c + j as q + 8,
-    # so one nibble position across a block's 8 words is 8 neighbouring columns
-    n, k = q.shape
-    assert k % INT4_WORD_BLOCK == 0, f"int4 words: in_features {k} % {INT4_WORD_BLOCK} != 0"
-    u = (q.to(torch.int32) + 8).view(n, k // INT4_WORD_BLOCK, 8, 8)  # [n, block, c, j]
-    words = torch.zeros(n, k // INT4_WORD_BLOCK, 8, dtype=torch.int32, device=q.device)
-    for c in range(8):
-        words |= u[:, :, c, :] << (4 * c)
-    return words.view(n, k // 8)
-
-
-def unpack_int4_words(words: torch.Tensor) -> torch.Tensor:
-    # [out, in/8] int32 -> [out, in] int8 in [-8, 7], the inverse of pack_int4_words
-    n, num_words = words.shape
-    blocks = words.view(n, num_words // 8, 1, 8)
-    shifts = 4 * torch.arange(8, dtype=torch.int32, device=words.device).view(1, 1, 8, 1)
-    u = (blocks >> shifts) & 0xF  # [n, block, c, j]
-    return (u - 8).to(torch.int8).view(n, num_words * 8)
-
-
 def pack_int4_tinygemm(q: torch.Tensor) -> torch.Tensor:
     # [out, in] int8 in [-8, 7] -> [out, in/2] uint8 for CUDA `_convert_weight_to_int4pack`:
     # values offset to [0, 15], even COLUMN in the high nibble (tinygemm's order).

@@ -8,7 +8,7 @@ import torch
 from pipeline.engine import kernels
 from pipeline.engine.quant.int4_linear import Int4GroupwiseLinear
 from pipeline.engine.quant.int8_linear import Int8WeightOnlyLinear
-from pipeline.engine.quant.primitives import dequantize_groupwise, pack_int4_words
+from pipeline.engine.quant.primitives import dequantize_groupwise, pack_int4_rows
 
 # bf16 output rounding (and the interpreter's round-toward-zero casts) dominate: ~3e-3 measured
 REL_TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}
@@ -48,11 +48,11 @@ def _int4_case(n: int, k: int, group: int, seed: int):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("num_rows", ROWS)
 @pytest.mark.parametrize("with_prequant", [False, True])
-@pytest.mark.parametrize("n, k, group", [(202, 512, 128), (37, 192, 64), (64, 256, 128)])
+@pytest.mark.parametrize("n, k, group", [(202, 512, 128), (38, 192, 64), (64, 256, 128)])
 def test_w4a16_gemv_matches_dequantized_matmul(
     kernel_device, dtype, num_rows, with_prequant, n, k, group
 ):
-    # n = 202, 37: the last tile of rows is partial
+    # n = 202, 38: the last tile of packed rows is partial
     pytest.importorskip("triton")
     from pipeline.engine.kernels import int4_gemv
 
@@ -64,7 +64,7 @@ def test_w4a16_gemv_matches_dequantized_matmul(
     dev = kernel_device
     out = int4_gemv.w4a16_gemv(
         x.to(dev),
-        pack_int4_words(q).to(dev),
+        pack_int4_rows(q).to(dev),
         int4_gemv.pack_scales(scale).to(dev),
         None if pre is None else pre.to(dev),
     )
@@ -72,13 +72,13 @@ def test_w4a16_gemv_matches_dequantized_matmul(
     assert _rel_err(out, expected) < REL_TOL[dtype]
 
 
-def test_w4a16_gemv_takes_whole_blocks_inside_groups():
+def test_w4a16_gemv_takes_pairs_of_rows_and_whole_groups():
     pytest.importorskip("triton")
     from pipeline.engine.kernels import int4_gemv
 
-    assert int4_gemv.supports(4096, 4096, 128) and int4_gemv.supports(4095, 4032, 64)
-    assert not int4_gemv.supports(4096, 4096, 32)  # a 64-column block spans two groups
-    assert not int4_gemv.supports(4096, 4000, 64)  # K is not whole blocks
+    assert int4_gemv.supports(4096, 4096, 128)
+    assert not int4_gemv.supports(4095, 4096, 128)  # rows come in pairs
+    assert not int4_gemv.supports(4096, 4096, 48)  # no chunk width divides the group
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from pipeline.engine.quant.primitives import (
     dequantize_groupwise,
     pack_int4_rows,
     pack_int4_tinygemm,
-    pack_int4_words,
     quantize_fp8_per_tensor,
     quantize_int4_groupwise,
     quantize_int8_activation,
@@ -13,7 +12,6 @@ from pipeline.engine.quant.primitives import (
     tinygemm_scales_and_zeros,
     to_fp8,
     unpack_int4_rows,
-    unpack_int4_words,
 )
 
 
@@ -29,24 +27,6 @@ def test_int4_rows_layout_low_nibble_is_even_row():
     q = torch.tensor([[-1, 3], [2, -8]], dtype=torch.int8)  # rows 0, 1
     packed = pack_int4_rows(q).view(torch.uint8)
     assert packed.tolist() == [[0x2F, 0x83]]
-
-
-def test_int4_words_pack_unpack_is_exact_for_every_value():
-    q = torch.arange(-8, 8, dtype=torch.int8).repeat(3, 16).reshape(6, 128)  # [out, in]
-    words = pack_int4_words(q)
-    assert words.shape == (6, 16) and words.dtype == torch.int32
-    assert torch.equal(unpack_int4_words(words), q)
-
-
-def test_int4_words_layout_nibble_c_of_word_j_is_column_8c_plus_j():
-    # the int4 GEMV's layout: per 64-column block, one nibble position = 8 neighbouring columns
-    q = torch.zeros(1, 128, dtype=torch.int8)
-    q[0, 64 + 8 * 7 + 3] = 7  # block 1, nibble 7 of word 3 -> u = 15 in the top bits
-    q[0, 8 * 1 + 0] = -8  # block 0, nibble 1 of word 0 -> u = 0
-    words = pack_int4_words(q)  # Python ints: >> and & see the two's complement bits
-    u = [[(int(w) >> (4 * c)) & 0xF for c in range(8)] for w in words[0].tolist()]
-    assert u[8 + 3][7] == 15 and u[0][1] == 0
-    assert sum(v != 8 for word in u for v in word) == 2  # the zeros: 8 everywhere else
 
 
 def test_tinygemm_pack_puts_even_column_in_high_nibble_offset_by_8():
