@@ -4,11 +4,10 @@
 
 Kernels: bf16 cuBLAS (F.linear), int8 on the tl.dot kernel (int8_matmul.w8a16_dot, the decode
 path before the GEMV) and on int8_gemv, int4 on tinygemm (torch._weight_int4pack_mm, CUDA only)
-and on int4_gemv (alone, and with AWQ's prequant multiply fused), group 128 scales. Per shape and
-row count: us a call, achieved GB/s (weight + scale bytes / time) and the relative error against
-dequantize + matmul in float32. Per row count: a decode step's linears, 32 layers of qkv,
-o_proj, gate_up and down plus the bf16 lm_head, in ms and as a ratio to bf16 (attention, norms
-and sampling left out).
+with group 128 scales. Per shape and row count: us a call, achieved GB/s (weight + scale
+bytes / time) and the relative error against dequantize + matmul in float32. Per row count:
+a decode step's linears, 32 layers of qkv, o_proj, gate_up and down plus the bf16 lm_head,
+in ms and as a ratio to bf16 (attention, norms and sampling left out).
 
 CUDA times replay a graph of many calls after a warm-up call (which autotunes), cycling
 through enough weight copies to miss the 50 MB L2, as a step reading each weight once does.
@@ -29,10 +28,9 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the pipeline package, when run without PYTHONPATH=.
 
-from pipeline.engine.kernels import int4_gemv, int8_gemv, int8_matmul  # noqa: E402
+from pipeline.engine.kernels import int8_gemv, int8_matmul  # noqa: E402
 from pipeline.engine.quant.primitives import (  # noqa: E402
     dequantize_groupwise,
-    pack_int4_rows,
     pack_int4_tinygemm,
     tinygemm_scales_and_zeros,
 )
@@ -77,17 +75,6 @@ def _int4_tinygemm(n: int, k: int, g: torch.Generator, device) -> Weights:
     return (packed, sz), dequantize_groupwise(q, scale)
 
 
-def _int4_rows(n: int, k: int, g: torch.Generator, device) -> Weights:
-    q, scale = _int4(n, k, g, device)
-    return (pack_int4_rows(q), int4_gemv.pack_scales(scale)), dequantize_groupwise(q, scale)
-
-
-def _int4_rows_awq(n: int, k: int, g: torch.Generator, device) -> Weights:
-    # a prequant of ones: the same product, with the fused multiply's cost
-    (packed, scales), w = _int4_rows(n, k, g, device)
-    return (packed, scales, torch.ones(k, dtype=torch.bfloat16, device=device)), w
-
-
 KERNELS: dict[str, tuple[Callable, Callable, Callable[[int, int], float]]] = {
     # name: (make weights, call(x, *weights), bytes read)
     "bf16": (_bf16, F.linear, lambda n, k: 2 * n * k),
@@ -96,12 +83,6 @@ KERNELS: dict[str, tuple[Callable, Callable, Callable[[int, int], float]]] = {
     "int4_tinygemm": (
         _int4_tinygemm,
         lambda x, packed, sz: torch._weight_int4pack_mm(x, packed, GROUP, sz),
-        lambda n, k: n * k / 2 + 4 * n * k / GROUP,
-    ),
-    "int4_gemv": (_int4_rows, int4_gemv.w4a16_gemv, lambda n, k: n * k / 2 + 4 * n * k / GROUP),
-    "int4_gemv_awq": (
-        _int4_rows_awq,
-        int4_gemv.w4a16_gemv,
         lambda n, k: n * k / 2 + 4 * n * k / GROUP,
     ),
 }

@@ -24,8 +24,7 @@ def is_available(device: torch.device | str) -> bool:
 
 def load(name: str, device: torch.device | str) -> ModuleType | None:
     """Kernel module `name` (rmsnorm, rotary, activation, kv_store, paged_attention,
-    varlen_attention, int8_matmul, int8_gemv, int4_gemv) when the kernels run on `device`;
-    None: plain PyTorch."""
+    varlen_attention, int8_matmul) when the kernels run on `device`; None: plain PyTorch."""
     if not is_available(device):
         return None
     return importlib.import_module(f"pipeline.engine.kernels.{name}")

@@ -1,6 +1,5 @@
-"""int4 groupwise weight-only linear (W4A16_AWQ). On CUDA: our Triton GEMV for one row (batch-1
-decode, AWQ's prequant scale fused), tinygemm up to PACKED_MAX_ROWS, then dequantize for one
-dense GEMM (prompt steps). On CPU: tinygemm's CPU twin.
+"""int4 groupwise weight-only linear (W4A16_AWQ): tinygemm on CUDA (decode-sized steps; prompt
+steps dequantize for one dense GEMM), its CPU twin on CPU.
 
 Both PyTorch kernels want their own packed layout, made here at load time from the checkpoint's
 [out/2, in] rows (the layout is device-specific, so the engine dir keeps the checkpoint's tensors).
@@ -9,7 +8,6 @@ Both PyTorch kernels want their own packed layout, made here at load time from t
 import torch
 from torch import nn
 
-from pipeline.engine import kernels
 from pipeline.engine.quant.matmul_ops import int4_inner_k_tiles, probe
 from pipeline.engine.quant.primitives import (
     dequantize_groupwise,
@@ -66,16 +64,9 @@ class Int4GroupwiseLinear(nn.Module):
         # On CUDA, steps past PACKED_MAX_ROWS dequantize the checkpoint rows for one dense GEMM
         # (an extra copy of the int4 weights, 0.5 byte a parameter)
         self.max_packed_rows = PACKED_MAX_ROWS if self.is_cuda else None
-        # one-row steps: the GEMV reads packed_rows itself (its only extra memory: the scales)
-        self.gemv = kernels.load("int4_gemv", q.device)
-        if self.gemv is not None and not self.gemv.supports(out_features, in_features, self.group):
-            self.gemv = None
-        if reason is not None or self.is_cuda or self.gemv is not None:
+        if reason is not None or self.is_cuda:
             self.register_buffer("packed_rows", pack_int4_rows(q), persistent=False)
             self.register_buffer("scale", scale.float(), persistent=False)
-        if self.gemv is not None:
-            self.register_buffer("gemv_scales", self.gemv.pack_scales(scale), persistent=False)
-            self.kernel = f"triton w4a16 gemv (<= {self.gemv.MAX_ROWS} row), {self.kernel} above"
 
     def _kernel_name(self) -> str:
         return "torch._weight_int4pack_mm" if self.is_cuda else "torch._weight_int4pack_mm_for_cpu"
@@ -109,9 +100,6 @@ class Int4GroupwiseLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # [T, in] -> [T, out]
-        if self.gemv is not None and x.shape[0] <= self.gemv.MAX_ROWS and x.dtype.itemsize == 2:
-            y = self.gemv.w4a16_gemv(x, self.packed_rows, self.gemv_scales, self.prequant)
-            return y if self.bias is None else y + self.bias
         if self.prequant is not None:
             x = x * self.prequant
         is_few_rows = self.max_packed_rows is None or x.shape[0] <= self.max_packed_rows

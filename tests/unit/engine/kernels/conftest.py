@@ -40,14 +40,12 @@ def assert_close(kernel_device):
 
 @pytest.fixture(autouse=True)
 def few_gemv_configs(monkeypatch):
-    """CUDA: the decode GEMVs autotune over two or three configs (the smallest and largest tile), not
+    """CUDA: the decode GEMV autotunes over two configs (the smallest and largest tile), not
     all of them: results do not depend on the pick, and compiling every config for every test
     shape and row bucket takes minutes. (scripts/bench_linear_quant.py checks the real pick.)"""
     if importlib.util.find_spec("triton") is None:
         return
-    from pipeline.engine.kernels import int4_gemv, int8_gemv
+    from pipeline.engine.kernels import int8_gemv
 
     configs = [int8_gemv.CONFIGS[0], int8_gemv.CONFIGS[-1]]
     monkeypatch.setattr(int8_gemv._tuned, "configs", configs)
-    # int4: chunks of 64 columns, one of them unrolled once (K = 192 takes no more)
-    monkeypatch.setattr(int4_gemv._tuned, "configs", int4_gemv.CONFIGS[-3:])
