@@ -55,12 +55,15 @@ log = logging.getLogger(__name__)
 _STOP = object()
 _WAKE = object()  # a lane sent a stream's response while more of its tokens waited
 HOPS_KEPT = 1024
-HOP_NAMES = (
-    "engine_first_token",  # submit -> the first token at the responder
-    "first_response_sent",  # -> its response sent
-    "engine_final",  # submit -> the final delta at the responder
-    "final_response_sent",  # -> the final response sent
-)
+# LLMService.hops() names -> what each times, in ms. In this order: a stream's four hops (as a
+# row of _hops), then one send (_sends)
+HOPS = {
+    "engine_first_token": "submit -> the first token back from the engine",
+    "first_response_sent": "the first token back -> its response sent",
+    "engine_final": "submit -> the final token back from the engine",
+    "final_response_sent": "the final token back -> its response sent",
+    "response_send": "one response send (a round trip to the server)",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +161,7 @@ class LLMService:
         for thread in self._lane_threads:
             thread.start()
         self._num_requests = 0  # pins each request to a lane, round robin
-        # the last streams' hops in s (HOP_NAMES), and the last sends' durations in s
+        # the last streams' hops and the last sends' durations, in s (HOPS)
         self._hops: collections.deque = collections.deque(maxlen=HOPS_KEPT)
         self._sends: collections.deque = collections.deque(maxlen=HOPS_KEPT)
         self._num_timed = 0  # streams timed so far: the metrics poll recomputes only on news
@@ -319,18 +322,18 @@ class LLMService:
         return self.async_engine.stats()
 
     def hops(self) -> dict[str, float]:
-        """Where the last streams' time went inside this model, p50/p99 in ms (HOP_NAMES; the
-        first two split TTFT, the last two the time to the end) and one send's duration: a
+        """Where the last streams' time went inside this model, p50/p99 in ms (HOPS: the first
+        two split TTFT, the next two the time to the end) and one send's duration: a
         closed-loop client's next request waits for the final response, so the time outside
         the engine between requests is lost batch occupancy."""
         num_timed, summary = self._hops_summary
         if num_timed == self._num_timed:
             return summary
-        num_timed, hops = self._num_timed, np.array(list(self._hops)) * 1e3
-        columns = {name: hops[:, i] for i, name in enumerate(HOP_NAMES)}
-        columns["response_send"] = np.array(list(self._sends)) * 1e3
+        num_timed, hops = self._num_timed, np.array(list(self._hops))
+        columns = [*hops.T, np.array(list(self._sends))]
         out = {}
-        for name, values in columns.items():
+        for name, seconds in zip(HOPS, columns, strict=True):
+            values = seconds * 1e3
             out[f"{name}_ms_p50"] = float(np.percentile(values, 50))
             out[f"{name}_ms_p99"] = float(np.percentile(values, 99))
         self._hops_summary = (num_timed, out)

@@ -19,7 +19,7 @@ from pipeline.server import launch, stub_env
 from pipeline.server.ports import free_ports
 from pipeline.server.triton_server import SHM_DIR
 from pipeline.stages import deploy
-from pipeline.triton_repo.llm_service import HOP_NAMES
+from pipeline.triton_repo.llm_service import HOPS
 from tests.conftest import SMOLLM_ENGINE_OVERRIDES, make_spec
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
@@ -242,7 +242,7 @@ def test_64_concurrent_streams_complete_and_are_batched_in_the_engine(server, gr
     assert after["pipeline_engine_batch_size"] > 1
     # where the streams' time went inside the model: every hop measured, p50 <= p99
     samples = fetch_metrics(server.endpoints.metrics_url)
-    for hop in (*HOP_NAMES, "response_send"):
+    for hop in HOPS:
         p50, p99 = (
             metric_value(samples, f"pipeline_{hop}_ms_{q}", model="tensorrt_llm")
             for q in ("p50", "p99")

@@ -53,21 +53,19 @@ METRICS = {  # engine stats key -> (metric family, description)
     "num_preemptions": ("pipeline_engine_preemptions", "sequences preempted since start"),
     "num_free_blocks": ("pipeline_engine_free_kv_blocks", "free paged-KV blocks now"),
 }
-HOP_METRICS = {  # LLMService.hops key -> (metric family, description)
-    f"{hop}_ms_{q}": (f"pipeline_{hop}_ms_{q}", f"{q} over the last streams: {text}")
-    for hop, text in (
-        ("engine_first_token", "ms from submit to the first token back from the engine"),
-        ("first_response_sent", "ms from the first token back to its response sent"),
-        ("engine_final", "ms from submit to the final token back from the engine"),
-        ("final_response_sent", "ms from the final token back to its response sent"),
-        ("response_send", "ms one response send takes (a round trip to the server)"),
-    )
-    for q in ("p50", "p99")
-}
 METRICS_PERIOD_S = 0.05
 # is_cancelled() is a round trip to the server process, as each send is: asked before every
 # response it doubled the cost of a streamed token; a hang-up is noticed this much later instead
 CANCEL_CHECK_S = 0.1
+
+
+def hop_metrics(hops: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """LLMService.hops key -> (metric family, description), from its HOPS."""
+    return {
+        f"{hop}_ms_{q}": (f"pipeline_{hop}_ms_{q}", f"{q} over the last streams: ms, {text}")
+        for hop, text in hops.items()
+        for q in ("p50", "p99")
+    }
 
 
 class _Caller:
@@ -97,7 +95,7 @@ class TritonPythonModel:
             import torch
 
             torch.set_num_threads(int(params["num_threads"]))
-        from pipeline.triton_repo.llm_service import LLMService
+        from pipeline.triton_repo.llm_service import HOPS, LLMService
 
         self.service = LLMService(
             params["engine_dir"],
@@ -122,7 +120,7 @@ class TritonPythonModel:
             key: pb_utils.MetricFamily(
                 name=name, description=text, kind=pb_utils.MetricFamily.GAUGE
             )
-            for key, (name, text) in (METRICS | HOP_METRICS).items()
+            for key, (name, text) in (METRICS | hop_metrics(HOPS)).items()
         }
         self.gauges = {key: family.Metric(labels) for key, family in self.families.items()}
         self.stopped = threading.Event()
