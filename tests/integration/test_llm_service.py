@@ -35,10 +35,13 @@ class Recorder:
     """respond(): records chunks per context; returns False for contexts told to hang up."""
 
     def __init__(
-        self, hang_up_after: dict | None = None, fail_for: set | None = None, delay_s: float = 0
+        self,
+        hang_up_after: dict | None = None,
+        fail_for: set | None = None,
+        gate: threading.Event | None = None,
     ):
         self.chunks: dict[str, list] = {}
-        self.delay_s = delay_s
+        self.gate = gate
         self.hang_up_after = hang_up_after or {}
         self.fail_for = fail_for or set()
         self.finished = threading.Condition()
@@ -51,7 +54,8 @@ class Recorder:
         with self.finished:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        time.sleep(self.delay_s)  # a slow transport: the engine runs ahead
+        if self.gate is not None:  # a stalled transport: sends wait until the test opens it
+            assert self.gate.wait(120)
         with self.finished:
             self.in_flight -= 1
             self.chunks.setdefault(context, []).append(out)
@@ -78,6 +82,13 @@ def arrays(prompt: list[int], streaming: bool, exclude_input: bool = True, **ext
         "streaming": np.array([[streaming]]),
         "exclude_input_in_output": np.array([[exclude_input]]),
     }
+
+
+def wait_generated(svc: LLMService, num_tokens: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while svc.stats()["num_generated_tokens"] < num_tokens:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
 
 
 def service(
@@ -210,17 +221,19 @@ def test_an_engine_process_answers_alike_and_its_death_fails_every_open_request(
         svc.shutdown()
 
 
-@pytest.mark.parametrize(
-    "delay_s, max_response_rate", [(0.3, 0), (0, 4)], ids=["slow-responder", "paced"]
-)
+@pytest.mark.parametrize("max_response_rate", [0, 4], ids=["stalled-responder", "paced"])
 def test_queued_tokens_of_a_stream_go_out_at_once(
-    smollm_engine_dir, prompts, greedy, delay_s, max_response_rate
+    smollm_engine_dir, prompts, greedy, max_response_rate
 ):
-    recorder = Recorder(delay_s=delay_s)
+    gate = None if max_response_rate else threading.Event()
+    recorder = Recorder(gate=gate)
     svc = service(smollm_engine_dir, recorder, coalesce=True, max_response_rate=max_response_rate)
     try:
         svc.generate(arrays(prompts[0], streaming=True), "stream")
         svc.generate(arrays(prompts[1], streaming=False), "whole")
+        if gate is not None:
+            wait_generated(svc, 2 * NUM_TOKENS)
+            gate.set()
         recorder.wait_final(["stream", "whole"])
     finally:
         svc.shutdown()
@@ -235,11 +248,15 @@ def test_queued_tokens_of_a_stream_go_out_at_once(
 
 
 def test_lanes_send_streams_side_by_side_each_in_order(smollm_engine_dir, prompts, greedy):
-    recorder = Recorder(delay_s=0.2)  # a send waits on the server, as a python-backend send does
+    # Sends hang until every token is generated, however slow the machine's steps are, so the
+    # later tokens of each stream must queue behind its first send and leave merged.
+    recorder = Recorder(gate=threading.Event())
     svc = service(smollm_engine_dir, recorder, coalesce=True, response_lanes=3)
     try:
         for i, prompt in enumerate(prompts):
             svc.generate(arrays(prompt, streaming=True), f"stream{i}")
+        wait_generated(svc, len(prompts) * NUM_TOKENS)
+        recorder.gate.set()
         recorder.wait_final([f"stream{i}" for i in range(len(prompts))])
     finally:
         svc.shutdown()
