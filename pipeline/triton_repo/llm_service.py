@@ -322,7 +322,7 @@ class LLMService:
         return self.async_engine.stats()
 
     def hops(self) -> dict[str, float]:
-        """Where the last streams' time went inside this model, p50/p99 in ms (HOPS: the first
+        """Where the last streams' time went inside this model, p50/p99/mean in ms (HOPS: the first
         two split TTFT, the next two the time to the end) and one send's duration: a
         closed-loop client's next request waits for the final response, so the time outside
         the engine between requests is lost batch occupancy."""
@@ -336,6 +336,7 @@ class LLMService:
             values = seconds * 1e3
             out[f"{name}_ms_p50"] = float(np.percentile(values, 50))
             out[f"{name}_ms_p99"] = float(np.percentile(values, 99))
+            out[f"{name}_ms_mean"] = float(values.mean())  # Little's law needs the mean
         self._hops_summary = (num_timed, out)
         return out
 

@@ -240,14 +240,15 @@ def test_64_concurrent_streams_complete_and_are_batched_in_the_engine(server, gr
     prompt_steps = after["pipeline_engine_prompt_steps"] - before["pipeline_engine_prompt_steps"]
     assert 1 <= prompt_steps < steps, (prompt_steps, steps)
     assert after["pipeline_engine_batch_size"] > 1
-    # where the streams' time went inside the model: every hop measured, p50 <= p99
+    # where the streams' time went inside the model: every hop measured (p50 <= p99, a mean)
     samples = fetch_metrics(server.endpoints.metrics_url)
     for hop in HOPS:
-        p50, p99 = (
+        p50, p99, mean = (
             metric_value(samples, f"pipeline_{hop}_ms_{q}", model="tensorrt_llm")
-            for q in ("p50", "p99")
+            for q in ("p50", "p99", "mean")
         )
         assert 0 < p50 <= p99, hop
+        assert 0 < mean, hop
 
 
 def test_errors_reach_the_client(grpc, http):

@@ -64,7 +64,7 @@ def hop_metrics(hops: dict[str, str]) -> dict[str, tuple[str, str]]:
     return {
         f"{hop}_ms_{q}": (f"pipeline_{hop}_ms_{q}", f"{q} over the last streams: ms, {text}")
         for hop, text in hops.items()
-        for q in ("p50", "p99")
+        for q in ("p50", "p99", "mean")
     }
 
 
