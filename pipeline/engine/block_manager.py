@@ -21,6 +21,10 @@ class BlockManager:
     def num_blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
+    def holds(self, seq: Sequence, num_tokens: int) -> bool:
+        """Whether the sequence's blocks already hold num_tokens K/V entries."""
+        return len(seq.block_table) * self.block_size >= num_tokens
+
     def _num_missing_blocks(self, seq: Sequence, num_tokens: int) -> int:
         return max(0, self.num_blocks_for(num_tokens) - len(seq.block_table))
 

@@ -65,6 +65,7 @@ class CudaGraphRunner:
         self.block_tables = torch.full(
             (max_batch_size, max_blocks_per_seq), scratch_block, dtype=torch.int32, device=device
         )
+        self._num_real_slots = 0  # slot_mapping rows past it hold the scratch slot
         self.graphs: dict[tuple[str, int], torch.cuda.CUDAGraph] = {}
         self.outputs: dict[tuple[str, int], torch.Tensor] = {}
 
@@ -115,7 +116,9 @@ class CudaGraphRunner:
         self.input_ids[:n].copy_(input_ids)
         self.positions[:n].copy_(meta.positions)
         self.slot_mapping[:n].copy_(meta.slot_mapping)
-        self.slot_mapping[n:].fill_(self.scratch_slot)  # stale rows would overwrite live blocks
+        if self._num_real_slots > n:  # stale rows would overwrite live blocks
+            self.slot_mapping[n : self._num_real_slots].fill_(self.scratch_slot)
+        self._num_real_slots = n
         self.context_lens[:num_seqs].copy_(meta.context_lens)
         self.block_tables[:num_seqs, :width].copy_(meta.block_tables)
         self.graphs[key].replay()

@@ -150,57 +150,78 @@ class ModelRunner:
         from the last step's sampled tokens."""
         bs = self.block_size
         num_seqs = len(scheduled)
-        ids, tables, starts, query_lens, ends = [], [], [], [], []
+        ids, tables, starts, query_lens = [], [], [], []
+        sampling, logits_rows = [], []  # the sequences whose step ends in logits, their rows
         pending_at, pending_rows = [], []  # input index <- row of the last step's tokens
         for entry in scheduled:
-            seq, start = entry.seq, entry.seq.num_computed_tokens
-            end = start + entry.num_tokens
-            ids += seq.token_ids[start:end]
-            if end > len(seq.token_ids):  # its newest token is pending: a decode step
+            seq, num_tokens = entry.seq, entry.num_tokens
+            token_ids, start = seq.token_ids, seq.num_computed_tokens
+            end = start + num_tokens
+            ids += token_ids[start:end]
+            if end > len(token_ids):  # its newest token is pending: a decode step
                 pending_at.append(len(ids))
                 pending_rows.append(seq.pending_row)
                 ids.append(0)
             tables.append(seq.block_table[: -(-end // bs)])
             starts.append(start)
-            query_lens.append(entry.num_tokens)
-            ends.append(seq.reaches_end(entry.num_tokens))
-        starts_np, lens_np = np.array(starts), np.array(query_lens)
-        context_lens = starts_np + lens_np
-        query_start = np.zeros(num_seqs + 1, np.int64)
-        np.cumsum(lens_np, out=query_start[1:])
+            query_lens.append(num_tokens)
+            if end == len(token_ids) + seq.num_pending_tokens:  # seq.reaches_end, inlined
+                sampling.append(seq)
+                logits_rows.append(len(ids) - 1)
         num_tokens = len(ids)
-        positions = np.arange(num_tokens) - np.repeat(query_start[:-1] - starts_np, lens_np)
+        is_decode = num_tokens == num_seqs
+        samples_all = is_decode and len(sampling) == num_seqs  # every token's logits row
+        starts_np = np.array(starts)
         table_lens = np.fromiter(map(len, tables), np.int64, num_seqs)
         width = int(table_lens.max())
         table_np = np.zeros((num_seqs, width), np.int64)  # padding is past context_lens: unread
         flat = np.fromiter(itertools.chain.from_iterable(tables), np.int64, int(table_lens.sum()))
         table_np[np.arange(width) < table_lens[:, None]] = flat  # row-major: each row's prefix
-        seq_of_token = np.repeat(np.arange(num_seqs), lens_np)
-        slots = table_np[seq_of_token, positions // bs] * bs + positions % bs
-        samples_all = num_tokens == num_seqs and all(ends)  # every token's logits row
-        logits_rows = np.zeros(0, np.int64) if samples_all else (query_start[1:] - 1)[ends]
+        if is_decode:  # one token a sequence, at its start
+            positions, context_lens = starts_np, starts_np + 1
+            query_start = np.arange(num_seqs + 1)
+            slot_blocks = table_np[np.arange(num_seqs), positions // bs]
+        else:
+            lens_np = np.array(query_lens)
+            context_lens = starts_np + lens_np
+            query_start = np.zeros(num_seqs + 1, np.int64)
+            np.cumsum(lens_np, out=query_start[1:])
+            positions = np.arange(num_tokens) - np.repeat(query_start[:-1] - starts_np, lens_np)
+            slot_blocks = table_np[np.repeat(np.arange(num_seqs), lens_np), positions // bs]
+        slots = slot_blocks * bs + positions % bs
+        # steady decode: the inputs are the last step's tokens, row for row (no scatter)
+        inputs_are_last = (
+            is_decode
+            and len(pending_rows) == num_seqs
+            and self._last_sampled.shape[0] == num_seqs
+            and pending_rows == list(range(num_seqs))
+        )
         parts = (
             ids,
             positions,
             slots,
-            logits_rows,
+            [] if samples_all else logits_rows,
             context_lens,
             query_start,
             table_np.ravel(),
-            np.array(pending_at, np.int64),  # often empty: a list would concatenate as float
-            np.array(pending_rows, np.int64),
+            [] if inputs_are_last else pending_at,
+            [] if inputs_are_last else pending_rows,
         )
+        sizes = [len(p) for p in parts]
+        # unsafe: an empty list is a float64 array to numpy; every value is an integer
         if self.device.type == "cuda":
-            host = self._inputs_ring.take(sum(map(len, parts)))
-            np.concatenate(parts, out=host.numpy())
+            host = self._inputs_ring.take(sum(sizes))
+            np.concatenate(parts, out=host.numpy(), casting="unsafe")
             packed = host.to(self.device, non_blocking=True)
             self._inputs_ring.copied()
         else:
-            packed = torch.from_numpy(np.concatenate(parts, dtype=np.int64))
+            packed = torch.from_numpy(np.concatenate(parts, dtype=np.int64, casting="unsafe"))
         input_ids, positions_t, slots_t, rows_t, ctx_t, qstart_t, tables_t, at_t, from_t = (
-            packed.split([len(p) for p in parts])
+            packed.split(sizes)
         )
-        if pending_at:
+        if inputs_are_last:
+            input_ids = self._last_sampled
+        elif pending_at:
             input_ids[at_t] = self._last_sampled[from_t]
         meta = BatchMetadata(
             positions=positions_t,
@@ -208,9 +229,8 @@ class ModelRunner:
             block_tables=tables_t.view(num_seqs, width),
             context_lens=ctx_t,
             query_start=qstart_t,
-            is_decode=num_tokens == num_seqs,
+            is_decode=is_decode,
         )
-        sampling = list(itertools.compress((e.seq for e in scheduled), ends))
         return input_ids, meta, None if samples_all else rows_t, sampling
 
     def _sampling_tensors(self, seqs: list[Sequence]) -> SamplingTensors:

@@ -105,6 +105,8 @@ class Scheduler:
         """Give seq blocks for num_tokens more tokens, preempting the newest running sequences
         while blocks are short. False when seq itself had to be preempted."""
         manager = self.block_manager
+        if manager.holds(seq, seq.num_computed_tokens + num_tokens):
+            return True  # most steps: guaranteed_no_evict reserved them, or a block has room
         is_decode = num_tokens == 1
         while not (
             manager.can_append(seq)

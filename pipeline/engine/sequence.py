@@ -119,7 +119,9 @@ class Sequence:
         if token_id in self.end_ids:
             return "stop"
         self.token_ids.append(token_id)
-        if token_id in self.params.stop_token_ids or self._ends_with_stop_sequence():
+        if token_id in self.params.stop_token_ids or (
+            self.params.stop_sequences and self._ends_with_stop_sequence()
+        ):
             return "stop"
         if self.num_completion_tokens >= self.params.max_tokens:
             return "length"
