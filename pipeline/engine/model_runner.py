@@ -165,7 +165,7 @@ class ModelRunner:
             tables.append(seq.block_table[: -(-end // bs)])
             starts.append(start)
             query_lens.append(num_tokens)
-            if end == len(token_ids) + seq.num_pending_tokens:  # seq.reaches_end, inlined
+            if seq.reaches_end(num_tokens):
                 sampling.append(seq)
                 logits_rows.append(len(ids) - 1)
         num_tokens = len(ids)
