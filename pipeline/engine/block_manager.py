@@ -18,32 +18,16 @@ class BlockManager:
     def num_free_blocks(self) -> int:
         return len(self.free_block_ids)
 
-    def num_blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
-
-    def holds(self, seq: Sequence, num_tokens: int) -> bool:
-        """Whether the sequence's blocks already hold num_tokens K/V entries."""
-        return len(seq.block_table) * self.block_size >= num_tokens
-
-    def _num_missing_blocks(self, seq: Sequence, num_tokens: int) -> int:
-        return max(0, self.num_blocks_for(num_tokens) - len(seq.block_table))
-
-    def can_allocate(self, seq: Sequence, num_tokens: int) -> bool:
-        """Whether the sequence's block table can grow to hold num_tokens K/V entries."""
-        return self._num_missing_blocks(seq, num_tokens) <= len(self.free_block_ids)
-
-    def allocate(self, seq: Sequence, num_tokens: int) -> None:
-        missing = self._num_missing_blocks(seq, num_tokens)
-        assert missing <= len(self.free_block_ids), "allocate() without can_allocate()"
+    def grow(self, seq: Sequence, num_tokens: int) -> bool:
+        """Give the sequence's block table room for num_tokens K/V entries; False (and nothing
+        taken) when too few blocks are free."""
+        missing = -(-num_tokens // self.block_size) - len(seq.block_table)
+        if missing <= 0:  # most calls: a decode token inside its last block, or blocks that
+            return True  # guaranteed_no_evict reserved at admission
+        if missing > len(self.free_block_ids):
+            return False
         seq.block_table.extend(self.free_block_ids.popleft() for _ in range(missing))
-
-    def can_append(self, seq: Sequence) -> bool:
-        """Room for one more token's K/V (a decode step)."""
-        return self.can_allocate(seq, seq.num_computed_tokens + 1)
-
-    def may_append(self, seq: Sequence) -> None:
-        """Take a new block when the decode token starts one."""
-        self.allocate(seq, seq.num_computed_tokens + 1)
+        return True
 
     def free(self, seq: Sequence) -> None:
         self.free_block_ids.extend(seq.block_table)

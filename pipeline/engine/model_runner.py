@@ -192,7 +192,7 @@ class ModelRunner:
         # steady decode: the inputs are the last step's tokens, row for row (no scatter)
         inputs_are_last = (
             is_decode
-            and len(pending_rows) == num_seqs
+            and self._last_sampled is not None
             and self._last_sampled.shape[0] == num_seqs
             and pending_rows == list(range(num_seqs))
         )

@@ -80,9 +80,8 @@ class Scheduler:
             needed = seq.num_computed_tokens + num_tokens
             if self.is_no_evict:
                 needed = max(needed, seq.max_kv_tokens)
-            if num_tokens == 0 or not self.block_manager.can_allocate(seq, needed):
+            if num_tokens == 0 or not self.block_manager.grow(seq, needed):
                 break
-            self.block_manager.allocate(seq, needed)
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
@@ -104,24 +103,13 @@ class Scheduler:
     def _make_room(self, seq: Sequence, num_tokens: int) -> bool:
         """Give seq blocks for num_tokens more tokens, preempting the newest running sequences
         while blocks are short. False when seq itself had to be preempted."""
-        manager = self.block_manager
-        if manager.holds(seq, seq.num_computed_tokens + num_tokens):
-            return True  # most steps: guaranteed_no_evict reserved them, or a block has room
-        is_decode = num_tokens == 1
-        while not (
-            manager.can_append(seq)
-            if is_decode
-            else manager.can_allocate(seq, seq.num_computed_tokens + num_tokens)
-        ):
+        needed = seq.num_computed_tokens + num_tokens
+        while not self.block_manager.grow(seq, needed):
             assert not self.is_no_evict, "guaranteed_no_evict reserved too few blocks"
             victim = self.running[-1]
             self._preempt(victim)
             if victim is seq:
                 return False
-        if is_decode:
-            manager.may_append(seq)
-        else:
-            manager.allocate(seq, seq.num_computed_tokens + num_tokens)
         return True
 
     def _preempt(self, seq: Sequence) -> None:

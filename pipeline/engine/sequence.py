@@ -119,9 +119,7 @@ class Sequence:
         if token_id in self.end_ids:
             return "stop"
         self.token_ids.append(token_id)
-        if token_id in self.params.stop_token_ids or (
-            self.params.stop_sequences and self._ends_with_stop_sequence()
-        ):
+        if token_id in self.params.stop_token_ids or self._ends_with_stop_sequence():
             return "stop"
         if self.num_completion_tokens >= self.params.max_tokens:
             return "length"
@@ -133,8 +131,12 @@ class Sequence:
         self.finish_time_s = time.perf_counter()
 
     def _ends_with_stop_sequence(self) -> bool:
-        completion = self.completion_token_ids
+        # per token: compares each stop's tail only, never copying the whole completion
+        stops = self.params.stop_sequences
+        if not stops:
+            return False
+        num_completion = self.num_completion_tokens
         return any(
-            len(stop) <= len(completion) and tuple(completion[-len(stop) :]) == stop
-            for stop in self.params.stop_sequences
+            len(stop) <= num_completion and tuple(self.token_ids[-len(stop) :]) == stop
+            for stop in stops
         )

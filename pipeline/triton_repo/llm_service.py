@@ -64,6 +64,11 @@ HOPS = {
     "final_response_sent": "the final token back -> its response sent",
     "response_send": "one response send (a round trip to the server)",
 }
+HOP_STATS = {  # each hop's statistics, over the last HOPS_KEPT values
+    "p50": lambda values: np.percentile(values, 50),
+    "p99": lambda values: np.percentile(values, 99),
+    "mean": np.mean,  # Little's law needs the mean
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,7 +327,7 @@ class LLMService:
         return self.async_engine.stats()
 
     def hops(self) -> dict[str, float]:
-        """Where the last streams' time went inside this model, p50/p99/mean in ms (HOPS: the first
+        """Where the last streams' time went inside this model, in ms (HOPS x HOP_STATS: the first
         two split TTFT, the next two the time to the end) and one send's duration: a
         closed-loop client's next request waits for the final response, so the time outside
         the engine between requests is lost batch occupancy."""
@@ -334,9 +339,8 @@ class LLMService:
         out = {}
         for name, seconds in zip(HOPS, columns, strict=True):
             values = seconds * 1e3
-            out[f"{name}_ms_p50"] = float(np.percentile(values, 50))
-            out[f"{name}_ms_p99"] = float(np.percentile(values, 99))
-            out[f"{name}_ms_mean"] = float(values.mean())  # Little's law needs the mean
+            for stat, compute in HOP_STATS.items():
+                out[f"{name}_ms_{stat}"] = float(compute(values))
         self._hops_summary = (num_timed, out)
         return out
 

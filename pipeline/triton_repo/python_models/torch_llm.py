@@ -14,6 +14,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Iterable
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -59,12 +60,12 @@ METRICS_PERIOD_S = 0.05
 CANCEL_CHECK_S = 0.1
 
 
-def hop_metrics(hops: dict[str, str]) -> dict[str, tuple[str, str]]:
-    """LLMService.hops key -> (metric family, description), from its HOPS."""
+def hop_metrics(hops: dict[str, str], stats: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """LLMService.hops key -> (metric family, description), from its HOPS and HOP_STATS."""
     return {
         f"{hop}_ms_{q}": (f"pipeline_{hop}_ms_{q}", f"{q} over the last streams: ms, {text}")
         for hop, text in hops.items()
-        for q in ("p50", "p99", "mean")
+        for q in stats
     }
 
 
@@ -95,7 +96,7 @@ class TritonPythonModel:
             import torch
 
             torch.set_num_threads(int(params["num_threads"]))
-        from pipeline.triton_repo.llm_service import HOPS, LLMService
+        from pipeline.triton_repo.llm_service import HOP_STATS, HOPS, LLMService
 
         self.service = LLMService(
             params["engine_dir"],
@@ -120,7 +121,7 @@ class TritonPythonModel:
             key: pb_utils.MetricFamily(
                 name=name, description=text, kind=pb_utils.MetricFamily.GAUGE
             )
-            for key, (name, text) in (METRICS | hop_metrics(HOPS)).items()
+            for key, (name, text) in (METRICS | hop_metrics(HOPS, HOP_STATS)).items()
         }
         self.gauges = {key: family.Metric(labels) for key, family in self.families.items()}
         self.stopped = threading.Event()
