@@ -1,0 +1,198 @@
+"""W4A16 on tensor cores for decode-sized steps (int4_mma.cu): packing, NVRTC build, launch.
+
+tinygemm (`torch._weight_int4pack_mm`) read the 8B shapes' int4 weights at 1.3-1.9 TB/s at one
+row, and three Triton GEMVs at 0.4-1.5: a CUDA-core GEMV spends 2-5 instructions per weight on
+dequantization and the multiply-add, about what the HBM stream leaves. Here the multiply-adds go
+to mma.m16n8k16 with the activation rows as B's columns, and a lane dequantizes 8 weights in 11
+instructions, so one kernel serves 1-64 rows at the weights' stream rate.
+
+The kernel is CUDA C++ without headers, compiled once per process by NVRTC through PyTorch
+(`torch.cuda._nvrtc_compile`, private since 2.8: `unavailable()` names what is missing, and the
+linear keeps tinygemm then). Each (N, K, row slices) shape is autotuned over CONFIGS at its first
+call outside a CUDA graph capture (the engine warms every graph up eagerly first).
+"""
+
+import functools
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_suffix(".cu")
+MAX_ROWS = 64  # 8 slices of 8 activation rows
+SLICES = (1, 2, 4, 8)  # NB: activation rows / 8, rounded up to one of these
+# (tiles a block, warps a block) to try: one row slice wants more blocks or warps in flight
+BLOCK_SHAPES = {1: ((1, 4), (1, 8), (1, 16), (1, 32), (2, 4), (2, 8), (2, 16), (4, 4), (4, 8))}
+MANY_ROWS_BLOCK_SHAPES = ((1, 4), (1, 8), (2, 4), (2, 8))
+STEP_BLOCKS = (1, 2)  # KB: 64-k blocks loaded at a time
+SHARED_MEMORY_BYTES = 48 * 1024
+REGISTERS = 64 * 1024  # a block's
+TUNE_REPEATS = 20
+L2_FLUSH_BYTES = 128 * 2**20  # written between tuning launches: weights come from HBM in a step
+
+
+def configs(slices: int) -> list[tuple[int, int, int, int]]:
+    """(tiles, warps, slices, step blocks) that compile without spills (ptxas's register count,
+    about) and whose partial sums fit in shared memory."""
+    return [
+        (tiles, warps, slices, kb)
+        for tiles, warps in BLOCK_SHAPES.get(slices, MANY_ROWS_BLOCK_SHAPES)
+        for kb in STEP_BLOCKS
+        if warps * tiles * slices * 512 <= SHARED_MEMORY_BYTES
+        and tiles * slices * kb <= 8
+        and (30 + 25 * tiles * slices + 16 * (kb - 1) * (tiles + slices)) * 32 * warps <= REGISTERS
+    ]
+
+
+def kernel_name(config: tuple[int, int, int, int]) -> str:
+    return "w4a16_mma_{}_{}_{}_{}".format(*config)
+
+
+def fits(out_features: int, in_features: int, group: int) -> str | None:
+    """Why this kernel can't take the weight; None when it can."""
+    if out_features % 16 or in_features % 64 or group % 64 or in_features % group:
+        return (
+            f"int4_mma needs out % 16 == 0, in % 64 == 0 and group % 64 == 0; got weight "
+            f"({out_features}, {in_features}), group {group}"
+        )
+    return None
+
+
+# lane = 4 r + j; word s; register i (row r + 8 (i % 2), k pair i // 2); half h (k + h); the
+# nibble at 4 (i + 4 h) of word s holds W[row, 16 j + 4 s + 2 (i // 2) + h] (int4_mma.cu)
+def _fragment_index() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    lane, s, i, h = (
+        t.flatten() for t in torch.meshgrid(*map(torch.arange, (32, 4, 4, 2)), indexing="ij")
+    )
+    rows = lane // 4 + 8 * (i % 2)
+    cols = 16 * (lane % 4) + 4 * s + 2 * (i // 2) + h
+    shifts = 4 * (i + 4 * h)
+    return rows, cols, shifts
+
+
+def pack(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [N, K] int in [-8, 7], scale [N, K / group] -> (words [N/16, K/64, 32, 4] int32,
+    scales [N/16, K/group, 8] int32 of bf16 pairs), the kernel's layout."""
+    n, k = q.shape
+    tiles, blocks = n // 16, k // 64
+    u = (q.to(torch.int32) + 8).reshape(tiles, 16, blocks, 64).permute(0, 2, 1, 3)
+    rows, cols, shifts = (t.to(q.device) for t in _fragment_index())
+    # int32 shifts wrap into the sign bit; the nibbles' bits are disjoint, so OR them
+    nibbles = (u[:, :, rows, cols] << shifts.int()).reshape(tiles, blocks, 32, 4, 8)
+    words = functools.reduce(torch.bitwise_or, nibbles.unbind(-1))
+    bits = scale.to(torch.bfloat16).view(torch.int16).to(torch.int32) & 0xFFFF
+    bits = bits.reshape(tiles, 16, -1).permute(0, 2, 1)  # [tiles, groups, 16]
+    return words.contiguous(), (bits[..., :8] | bits[..., 8:] << 16).contiguous()
+
+
+def unpack(words: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inverse of pack: (q [N, K] int8, scale [N, K / group] float32, bf16-rounded)."""
+    tiles, blocks = words.shape[:2]
+    rows, cols, shifts = (t.to(words.device) for t in _fragment_index())
+    spread = words.to(torch.int64).reshape(tiles, blocks, 32, 4, 1).expand(-1, -1, -1, -1, 8)
+    nibbles = (spread.reshape(tiles, blocks, -1) >> shifts) & 0xF
+    u = torch.empty(tiles, blocks, 16, 64, dtype=torch.int64, device=words.device)
+    u[:, :, rows, cols] = nibbles
+    q = (u.permute(0, 2, 1, 3).reshape(tiles * 16, blocks * 64) - 8).to(torch.int8)
+    pairs = scales.to(torch.int64) & 0xFFFFFFFF
+    bits = torch.cat([pairs & 0xFFFF, pairs >> 16], dim=-1)  # [tiles, groups, 16]
+    bits = torch.where(bits >= 2**15, bits - 2**16, bits).to(torch.int16)
+    scale = bits.view(torch.bfloat16).float().permute(0, 2, 1).reshape(tiles * 16, -1)
+    return q, scale
+
+
+def _source() -> str:
+    instances = [f"W4A16_MMA({', '.join(map(str, c))})" for nb in SLICES for c in configs(nb)]
+    return SOURCE.read_text() + "\n".join(instances) + "\n"
+
+
+@functools.cache
+def _module():
+    from torch.cuda._utils import _cuda_load_module, _nvrtc_compile
+
+    ptx, _ = _nvrtc_compile(_source(), kernel_name(configs(1)[0]))
+    return _cuda_load_module(ptx)
+
+
+@functools.cache
+def unavailable() -> str | None:
+    """Why the kernel can't run on this process's GPU (None: it can); compiles it once."""
+    if not torch.cuda.is_available():
+        return "int4_mma needs CUDA"
+    if torch.cuda.get_device_capability() < (8, 0):
+        return "int4_mma needs bf16 mma (compute capability 8.0+)"
+    try:
+        _module()
+    except (ImportError, AttributeError, RuntimeError, OSError) as err:
+        return f"int4_mma: NVRTC build failed: {str(err).splitlines()[0][:160]}"
+    return None
+
+
+def _launch(config, x, words, scales, group, out) -> None:
+    tiles, warps, _, _ = config
+    num_tiles, blocks = words.shape[:2]
+    getattr(_module(), kernel_name(config))(
+        grid=((num_tiles + tiles - 1) // tiles, 1, 1),
+        block=(32 * warps, 1, 1),
+        args=[
+            words,
+            scales,
+            x,
+            x.stride(0),
+            x.shape[0],
+            out,
+            out.stride(0),
+            num_tiles * 16,
+            blocks * 64,
+            group,
+        ],
+    )
+
+
+_tuned: dict[tuple[int, int, int, int], tuple[int, int, int, int]] = {}
+
+
+def _tune(x, words, scales, group, out, slices: int) -> tuple[int, int, int, int]:
+    """The fastest config, timed in a CUDA graph (a launch from Python costs more host time than
+    the kernel takes) with L2 flushed before each launch."""
+    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=x.device)
+    best, best_ms = None, float("inf")
+    for config in configs(slices):
+        if (group // 64) % config[3]:
+            continue
+        _launch(config, x, words, scales, group, out)  # outside the graph: the module loads
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(TUNE_REPEATS):
+                flush.zero_()
+                _launch(config, x, words, scales, group, out)
+        graph.replay()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        if (ms := start.elapsed_time(end)) < best_ms:
+            best, best_ms = config, ms
+    return best
+
+
+def matmul(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, group: int) -> torch.Tensor:
+    """x [M, K] bf16 (M <= MAX_ROWS) @ the packed weight's transpose -> [M, N] bf16."""
+    x = x.contiguous()
+    num_rows = x.shape[0]
+    slices = next(nb for nb in SLICES if num_rows <= 8 * nb)
+    out = torch.empty(num_rows, words.shape[0] * 16, dtype=torch.bfloat16, device=x.device)
+    key = (out.shape[1], x.shape[1], slices, group)
+    config = _tuned.get(key)
+    if config is None:
+        if torch.cuda.is_current_stream_capturing():  # can't time now: one that always runs
+            config = configs(slices)[0]
+        else:
+            config = _tuned[key] = _tune(x, words, scales, group, out, slices)
+    _launch(config, x, words, scales, group, out)
+    return out
+
+
+def tuned_configs() -> dict[str, str]:
+    """The autotuned config per (N, K, slices, group), for bench reports."""
+    return {"x".join(map(str, key)): kernel_name(config) for key, config in sorted(_tuned.items())}
