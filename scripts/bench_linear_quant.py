@@ -1,13 +1,14 @@
 """Quantized linears at decode row counts on the Llama-3.1-8B shapes, one kernel at a time.
 
-    PYTHONPATH=. python scripts/bench_linear_quant.py --out $OUT [--rows 1 2 4 8 16]
+    PYTHONPATH=. python scripts/bench_linear_quant.py --out $OUT [--rows 1 2 4 8 16 64]
 
 Kernels: bf16 cuBLAS (F.linear), int8 on the tl.dot kernel (int8_matmul.w8a16_dot, the decode
-path before the GEMV) and on int8_gemv, int4 on tinygemm (torch._weight_int4pack_mm, CUDA only)
-with group 128 scales. Per shape and row count: us a call, achieved GB/s (weight + scale
-bytes / time) and the relative error against dequantize + matmul in float32. Per row count:
-a decode step's linears, 32 layers of qkv, o_proj, gate_up and down plus the bf16 lm_head,
-in ms and as a ratio to bf16 (attention, norms and sampling left out).
+path before the GEMV) and on int8_gemv, int4 on tinygemm (torch._weight_int4pack_mm) and on our
+tensor-core kernel (int4_mma), both CUDA only, with group 128 scales. Per shape and row count:
+us a call, achieved GB/s (weight + scale bytes / time) and the relative error against
+dequantize + matmul in float32. Per row count: a decode step's linears, 32 layers of qkv,
+o_proj, gate_up and down plus the bf16 lm_head, in ms and as a ratio to bf16 (attention, norms
+and sampling left out).
 
 CUDA times replay a graph of many calls after a warm-up call (which autotunes), cycling
 through enough weight copies to miss the 50 MB L2, as a step reading each weight once does.
@@ -28,7 +29,7 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the pipeline package, when run without PYTHONPATH=.
 
-from pipeline.engine.kernels import int8_gemv, int8_matmul  # noqa: E402
+from pipeline.engine.kernels import int4_mma, int8_gemv, int8_matmul  # noqa: E402
 from pipeline.engine.quant.primitives import (  # noqa: E402
     dequantize_groupwise,
     pack_int4_tinygemm,
@@ -75,6 +76,11 @@ def _int4_tinygemm(n: int, k: int, g: torch.Generator, device) -> Weights:
     return (packed, sz), dequantize_groupwise(q, scale)
 
 
+def _int4_mma(n: int, k: int, g: torch.Generator, device) -> Weights:
+    q, scale = _int4(n, k, g, device)
+    return int4_mma.pack(q, scale), dequantize_groupwise(q, scale)
+
+
 KERNELS: dict[str, tuple[Callable, Callable, Callable[[int, int], float]]] = {
     # name: (make weights, call(x, *weights), bytes read)
     "bf16": (_bf16, F.linear, lambda n, k: 2 * n * k),
@@ -85,8 +91,13 @@ KERNELS: dict[str, tuple[Callable, Callable, Callable[[int, int], float]]] = {
         lambda x, packed, sz: torch._weight_int4pack_mm(x, packed, GROUP, sz),
         lambda n, k: n * k / 2 + 4 * n * k / GROUP,
     ),
+    "int4_mma": (
+        _int4_mma,
+        lambda x, words, scales: int4_mma.matmul(x, words, scales, GROUP),
+        lambda n, k: n * k / 2 + 2 * n * k / GROUP,
+    ),
 }
-CUDA_ONLY = ("int4_tinygemm",)
+CUDA_ONLY = ("int4_tinygemm", "int4_mma")
 
 
 def time_us(calls: list[Callable[[], torch.Tensor]], device: torch.device) -> float:
@@ -149,7 +160,8 @@ def step_estimates(results: list[dict], shapes: dict) -> list[dict]:
 def autotuned() -> dict[str, dict[str, str]]:
     """The config each autotuned kernel picked, per key (N, K, row tile, dtypes)."""
     tuners = {"int8_dot": int8_matmul._decode, "int8_gemv": int8_gemv._tuned}
-    return {name: {str(k): str(c) for k, c in t.cache.items()} for name, t in tuners.items()}
+    tuned = {name: {str(k): str(c) for k, c in t.cache.items()} for name, t in tuners.items()}
+    return tuned | {"int4_mma": int4_mma.tuned_configs()}
 
 
 def markdown(report: dict) -> str:
@@ -201,7 +213,7 @@ def run(kernels: list[str], rows: list[int], is_tiny: bool) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--rows", nargs="+", type=int, default=[1, 2, 4, 8, 16])
+    parser.add_argument("--rows", nargs="+", type=int, default=[1, 2, 4, 8, 16, 64])
     parser.add_argument("--kernels", nargs="+", choices=list(KERNELS), default=list(KERNELS))
     parser.add_argument("--tiny", action="store_true", help="CPU, interpreter: tests the script")
     args = parser.parse_args(argv)

@@ -177,6 +177,40 @@ __device__ __forceinline__ void w4a16_mma(const uint4* __restrict__ w,
   }
 }
 
+// The packed weight back to bf16 [N, K] (q * scale, rounded once), for steps past the mma's
+// rows: one dense GEMM then. A warp a (tile, 64-k block); lane 4 r + j writes k 16 j .. 16 j + 15
+// of rows r and r + 8 (32 contiguous bytes each).
+extern "C" __global__ void w4_dequantize(const uint4* __restrict__ w,
+                                         const unsigned int* __restrict__ scales,
+                                         unsigned int* __restrict__ out, int N, int K, int group) {
+  const int lane = threadIdx.x & 31;
+  const int blocks = K >> 6, groups = K / group;
+  const long long unit = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (unit >= (long long)(N >> 4) * blocks) return;
+  const int tile = (int)(unit / blocks), blk = (int)(unit % blocks), r = lane >> 2, j = lane & 3;
+  const uint4 q = __ldg(w + unit * 32 + lane);
+  const unsigned int s2 = __ldg(scales + ((size_t)tile * groups + blk * 64 / group) * 8 + r);
+  const float scale[2] = {__uint_as_float(s2 << 16), __uint_as_float(s2 & 0xFFFF0000u)};
+  const unsigned int words[4] = {q.x, q.y, q.z, q.w};
+  unsigned int rows[2][8];  // bf16 pairs of rows r and r + 8, k 16 j + 2 p .. + 1 in word p
+#pragma unroll
+  for (int s = 0; s < 4; ++s)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const unsigned int v = lop3_and_or(words[s] >> (4 * i), 0x000F000Fu, 0x43004300u);
+      const float lo = (__uint_as_float(v << 16) - 136.f) * scale[i & 1];
+      const float hi = (__uint_as_float(v & 0xFFFF0000u) - 136.f) * scale[i & 1];
+      rows[i & 1][2 * s + (i >> 1)] = to_bf16(lo) | ((unsigned int)to_bf16(hi) << 16);
+    }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const size_t row = tile * 16 + r + 8 * half;
+    uint4* dst = reinterpret_cast<uint4*>(out + (row * K + blk * 64 + 16 * j) / 2);
+    dst[0] = make_uint4(rows[half][0], rows[half][1], rows[half][2], rows[half][3]);
+    dst[1] = make_uint4(rows[half][4], rows[half][5], rows[half][6], rows[half][7]);
+  }
+}
+
 #define W4A16_MMA(T, W, NB, KB)                                                                 \
   extern "C" __global__ void __launch_bounds__(32 * W) w4a16_mma_##T##_##W##_##NB##_##KB(        \
       const uint4* w, const unsigned int* s, const unsigned short* x, int stride_x, int M,      \

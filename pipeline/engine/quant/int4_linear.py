@@ -1,13 +1,15 @@
-"""int4 groupwise weight-only linear (W4A16_AWQ): tinygemm on CUDA (decode-sized steps; prompt
-steps dequantize for one dense GEMM), its CPU twin on CPU.
+"""int4 groupwise weight-only linear (W4A16_AWQ). CUDA: decode-sized steps on our tensor-core
+kernel (kernels/int4_mma), or tinygemm where it can't run; prompt steps dequantize for one dense
+GEMM. CPU: PyTorch's tinygemm twin.
 
-Both PyTorch kernels want their own packed layout, made here at load time from the checkpoint's
-[out/2, in] rows (the layout is device-specific, so the engine dir keeps the checkpoint's tensors).
+Each kernel wants its own packed layout, made here at load time from the checkpoint's [out/2, in]
+rows (the layout is device-specific, so the engine dir keeps the checkpoint's tensors).
 """
 
 import torch
 from torch import nn
 
+from pipeline.engine.kernels import int4_mma
 from pipeline.engine.quant.matmul_ops import int4_inner_k_tiles, probe
 from pipeline.engine.quant.primitives import (
     dequantize_groupwise,
@@ -57,16 +59,33 @@ class Int4GroupwiseLinear(nn.Module):
         )
         self.register_buffer("bias", bias, persistent=False)
         self.is_cuda = q.device.type == "cuda"
-        reason = self._try_pack(q, scale, dtype)
+        self.act_dtype = torch.bfloat16 if self.is_cuda else dtype  # what the kernels take
+        self.uses_mma = False
+        mma_reason = self._try_pack_mma(q, scale) if self.is_cuda else None
+        reason = None if self.uses_mma else self._try_pack(q, scale, dtype)
         self.is_packed = reason is None
-        self.kernel = self._kernel_name() if reason is None else f"dequant ({reason})"
-        # tinygemm is built for a few rows: prompt steps ran 15x slower than bf16 on the H100.
-        # On CUDA, steps past PACKED_MAX_ROWS dequantize the checkpoint rows for one dense GEMM
-        # (an extra copy of the int4 weights, 0.5 byte a parameter)
+        if self.uses_mma:
+            self.kernel = f"int4_mma (tensor cores, <= {int4_mma.MAX_ROWS} rows)"
+        elif reason is None:
+            self.kernel = self._kernel_name() + (f" ({mma_reason})" if mma_reason else "")
+        else:
+            self.kernel = f"dequant ({reason})"
+        # few-row kernels only: tinygemm made prompt steps 15x slower than bf16 on the H100. On
+        # CUDA, steps past PACKED_MAX_ROWS dequantize for one dense GEMM: int4_mma's own words,
+        # or else the checkpoint rows (an extra copy of the int4 weights, 0.5 byte a parameter)
         self.max_packed_rows = PACKED_MAX_ROWS if self.is_cuda else None
-        if reason is not None or self.is_cuda:
+        if reason is not None or (self.is_cuda and not self.uses_mma):
             self.register_buffer("packed_rows", pack_int4_rows(q), persistent=False)
             self.register_buffer("scale", scale.float(), persistent=False)
+
+    def _try_pack_mma(self, q: torch.Tensor, scale: torch.Tensor) -> str | None:
+        reason = int4_mma.unavailable() or int4_mma.fits(*q.shape, self.group)
+        if reason is None:
+            words, scales = int4_mma.pack(q, scale)
+            self.register_buffer("mma_words", words, persistent=False)
+            self.register_buffer("mma_scales", scales, persistent=False)
+            self.uses_mma = True
+        return reason
 
     def _kernel_name(self) -> str:
         return "torch._weight_int4pack_mm" if self.is_cuda else "torch._weight_int4pack_mm_for_cpu"
@@ -78,7 +97,6 @@ class Int4GroupwiseLinear(nn.Module):
                 f"tinygemm needs group in {TINYGEMM_GROUPS}, in % 32 == 0, out % 8 == 0; got "
                 f"group {self.group}, weight {tuple(q.shape)}"
             )
-        self.act_dtype = torch.bfloat16 if self.is_cuda else dtype
         try:
             packed, sz = (
                 _pack_cuda(q, scale, tiles) if self.is_cuda else _pack_cpu(q, scale, tiles, dtype)
@@ -91,6 +109,8 @@ class Int4GroupwiseLinear(nn.Module):
         return probe(self._kernel_name(), lambda: self._packed_mm(x))
 
     def _packed_mm(self, x: torch.Tensor) -> torch.Tensor:
+        if self.uses_mma:
+            return int4_mma.matmul(x, self.mma_words, self.mma_scales, self.group)
         mm = (
             torch._weight_int4pack_mm
             if self.is_cuda
@@ -105,6 +125,9 @@ class Int4GroupwiseLinear(nn.Module):
         is_few_rows = self.max_packed_rows is None or x.shape[0] <= self.max_packed_rows
         if self.is_packed and is_few_rows:
             y = self._packed_mm(x.to(self.act_dtype)).to(x.dtype)
+        elif self.uses_mma:
+            w = int4_mma.dequantize(self.mma_words, self.mma_scales, self.group)
+            y = nn.functional.linear(x, w.to(x.dtype))
         else:
             w = dequantize_groupwise(unpack_int4_rows(self.packed_rows), self.scale)
             y = nn.functional.linear(x, w.to(x.dtype))

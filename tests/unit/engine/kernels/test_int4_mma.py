@@ -77,11 +77,12 @@ def test_fits_names_the_shape_it_refuses():
     assert int4_mma.fits(64, 4096, 32) is not None  # group 32: half a 64-k block
 
 
-def test_every_config_fits_in_shared_memory():
+def test_every_row_count_has_configs_for_any_group_that_fit_in_shared_memory():
     for slices in int4_mma.SLICES:
-        assert int4_mma.configs(slices), slices
-        for tiles, warps, nb, kb in int4_mma.configs(slices):
-            assert warps * tiles * nb * 512 <= int4_mma.SHARED_MEMORY_BYTES and kb >= 1
+        step_blocks = [kb for *_, kb in int4_mma.configs(slices)]
+        assert 1 in step_blocks, slices  # group 64: one 64-k block a step
+        for tiles, warps, nb, _ in int4_mma.configs(slices):
+            assert warps * tiles * nb * 512 <= int4_mma.SHARED_MEMORY_BYTES
 
 
 @pytest.mark.gpu
@@ -99,3 +100,15 @@ def test_kernel_matches_dequantized_matmul(num_rows, n, k, group):
     assert out.shape == (num_rows, n) and out.dtype == torch.bfloat16
     err = ((out.float().cpu() - expected).norm() / expected.norm()).item()
     assert err < 1e-2, err  # bf16 output rounding: ~3e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("n, k, group", [(4096, 4096, 128), (96, 576, 64)])
+def test_dequantize_gives_the_bf16_weight(n, k, group):
+    if reason := int4_mma.unavailable():
+        pytest.skip(reason)
+    q, scale = _weights(n, k, group, seed=n - k)
+    words, scales = (t.cuda() for t in int4_mma.pack(q, scale))
+    w = int4_mma.dequantize(words, scales, group)
+    assert torch.equal(w.cpu(), dequantize_groupwise(q, scale).bfloat16())
