@@ -33,7 +33,6 @@ CANDIDATES = {
 SHARED_MEMORY_BYTES = 48 * 1024
 TUNE_REPEATS = 20
 DEQUANTIZE_WARPS = 8
-L2_FLUSH_BYTES = 128 * 2**20  # written between tuning launches: weights come from HBM in a step
 
 
 def configs(slices: int) -> list[tuple[int, int, int, int]]:
@@ -102,23 +101,31 @@ def _source() -> str:
     return SOURCE.read_text() + "\n".join(instances) + "\n"
 
 
-@functools.cache
 def _module():
+    return _device_module(torch.cuda.current_device())  # a module loads into one device's context
+
+
+@functools.cache
+def _device_module(device: int):
     from torch.cuda._utils import _cuda_load_module, _nvrtc_compile
 
     ptx, _ = _nvrtc_compile(_source(), kernel_name(configs(1)[0]))
     return _cuda_load_module(ptx)
 
 
-@functools.cache
 def unavailable() -> str | None:
-    """Why the kernel can't run on this process's GPU (None: it can); compiles it once."""
+    """Why the kernel can't run on the current GPU (None: it can); compiles it once a device."""
     if not torch.cuda.is_available():
         return "int4_mma needs CUDA"
-    if torch.cuda.get_device_capability() < (8, 0):
+    return _unavailable(torch.cuda.current_device())
+
+
+@functools.cache
+def _unavailable(device: int) -> str | None:
+    if torch.cuda.get_device_capability(device) < (8, 0):
         return "int4_mma needs bf16 mma (compute capability 8.0+)"
     try:
-        _module()
+        _device_module(device)
     except (ImportError, AttributeError, RuntimeError, OSError) as err:
         return f"int4_mma: NVRTC build failed: {str(err).splitlines()[0][:160]}"
     return None
@@ -151,7 +158,9 @@ _tuned: dict[tuple[int, int, int, int], tuple[int, int, int, int]] = {}
 def _tune(x, words, scales, group, out, slices: int) -> tuple[int, int, int, int]:
     """The fastest config, timed in a CUDA graph (a launch from Python costs more host time than
     the kernel takes) with L2 flushed before each launch."""
-    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=x.device)
+    # written before each launch: in a step, weights come from HBM, not L2
+    l2_bytes = torch.cuda.get_device_properties(x.device).L2_cache_size
+    flush = torch.empty(2 * l2_bytes // 4, dtype=torch.int32, device=x.device)
     best, best_ms = None, float("inf")
     for config in configs(slices):
         if (group // 64) % config[3]:  # a step's blocks must end on a group's end
