@@ -186,6 +186,8 @@ def matmul(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, group: in
     """x [M, K] bf16 (M <= MAX_ROWS) @ the packed weight's transpose -> [M, N] bf16."""
     x = x.contiguous()
     num_rows = x.shape[0]
+    if num_rows > MAX_ROWS:
+        raise ValueError(f"int4_mma takes at most {MAX_ROWS} rows, got {num_rows}: dequantize")
     slices = next(nb for nb in SLICES if num_rows <= 8 * nb)
     out = torch.empty(num_rows, words.shape[0] * 16, dtype=torch.bfloat16, device=x.device)
     key = (out.shape[1], x.shape[1], slices, group)
