@@ -1,7 +1,8 @@
 // W4A16 for decode-sized steps (up to 64 activation rows) on tensor cores, compiled at run time by
 // NVRTC (pipeline/engine/kernels/int4_mma.py packs the weights and launches it).
 //
-// y [M, N] = x [M, K] @ (q * scale).T, q int4 in [-8, 7], one bf16 scale per row and `group` k.
+// y [M, N] = (x [M, K] * prequant) @ (q * scale).T, q int4 in [-8, 7], one bf16 scale per row and
+// `group` k; prequant (AWQ's per-k scale, optional) multiplies x as it is loaded.
 // One mma.m16n8k16 takes 16 weight rows as A and 8 activation rows as the columns of B, so one
 // dequantized A fragment serves NB * 8 activation rows. Per 8 weights a lane spends 4 LOP3 (a
 // nibble pair and the bf16 bits of 128 in one op), 3 shifts and 4 packed bf16 FMAs (128 + u ->
@@ -27,6 +28,11 @@ __device__ __forceinline__ unsigned int fma_bf16x2(unsigned int a, unsigned int 
   return d;
 }
 
+__device__ __forceinline__ uint4 mul_bf16x8(uint4 a, uint4 b, unsigned int minus0) {
+  return make_uint4(fma_bf16x2(a.x, b.x, minus0), fma_bf16x2(a.y, b.y, minus0),
+                    fma_bf16x2(a.z, b.z, minus0), fma_bf16x2(a.w, b.w, minus0));
+}
+
 __device__ __forceinline__ void mma_bf16(float* d, const unsigned int* a, unsigned int b0,
                                          unsigned int b1) {
   asm volatile(
@@ -48,7 +54,8 @@ template <int TILES, int WARPS, int NB, int KB>
 __device__ __forceinline__ void w4a16_mma(const uint4* __restrict__ w,
                                           const unsigned int* __restrict__ scales,
                                           const unsigned short* __restrict__ x, int stride_x,
-                                          int M, unsigned short* __restrict__ out,
+                                          int M, const unsigned short* __restrict__ prequant,
+                                          int has_prequant, unsigned short* __restrict__ out,
                                           int stride_out, int N, int K, int group) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int tile0 = blockIdx.x * TILES, num_tiles = N >> 4;
@@ -57,7 +64,8 @@ __device__ __forceinline__ void w4a16_mma(const uint4* __restrict__ w,
   const int m = lane >> 2, j = lane & 3;  // B column (activation row in a slice), k quad
   unsigned int mask = 0x000F000Fu, magic = 0x43004300u;  // nibble pair; bf16 128 | u = 128 + u
   unsigned int one = 0x3F803F80u, minus136 = 0xC308C308u;  // (128 + u) * 1 - 136 = u - 8 = q
-  asm volatile("" : "+r"(mask), "+r"(magic), "+r"(one), "+r"(minus136));  // keep in registers
+  unsigned int minus0 = 0x80008000u;  // x * p + -0 = x * p, rounded once (AWQ's pre-quant scale)
+  asm volatile("" : "+r"(mask), "+r"(magic), "+r"(one), "+r"(minus136), "+r"(minus0));
   float total[TILES][NB][4];
 #pragma unroll
   for (int t = 0; t < TILES; ++t)
@@ -89,6 +97,11 @@ __device__ __forceinline__ void w4a16_mma(const uint4* __restrict__ w,
               reinterpret_cast<const uint4*>(x + (size_t)row * stride_x + 64 * blk + 16 * j);
           x_next[kb][nb][0] = __ldg(xv);
           x_next[kb][nb][1] = __ldg(xv + 1);
+          if (has_prequant) {
+            const uint4* pv = reinterpret_cast<const uint4*>(prequant + 64 * blk + 16 * j);
+            x_next[kb][nb][0] = mul_bf16x8(x_next[kb][nb][0], __ldg(pv), minus0);
+            x_next[kb][nb][1] = mul_bf16x8(x_next[kb][nb][1], __ldg(pv + 1), minus0);
+          }
         }
       }
     }
@@ -214,6 +227,7 @@ extern "C" __global__ void w4_dequantize(const uint4* __restrict__ w,
 #define W4A16_MMA(T, W, NB, KB)                                                                 \
   extern "C" __global__ void __launch_bounds__(32 * W) w4a16_mma_##T##_##W##_##NB##_##KB(        \
       const uint4* w, const unsigned int* s, const unsigned short* x, int stride_x, int M,      \
-      unsigned short* out, int stride_out, int N, int K, int group) {                          \
-    w4a16_mma<T, W, NB, KB>(w, s, x, stride_x, M, out, stride_out, N, K, group);                \
+      const unsigned short* p, int has_p, unsigned short* out, int stride_out, int N, int K,    \
+      int group) {                                                                              \
+    w4a16_mma<T, W, NB, KB>(w, s, x, stride_x, M, p, has_p, out, stride_out, N, K, group);      \
   }

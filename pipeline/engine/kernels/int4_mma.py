@@ -131,7 +131,7 @@ def _unavailable(device: int) -> str | None:
     return None
 
 
-def _launch(config, x, words, scales, group, out) -> None:
+def _launch(config, x, words, scales, group, out, prequant=None) -> None:
     tiles, warps, _, _ = config
     num_tiles, blocks = words.shape[:2]
     getattr(_module(), kernel_name(config))(
@@ -143,6 +143,8 @@ def _launch(config, x, words, scales, group, out) -> None:
             x,
             x.stride(0),
             x.shape[0],
+            x if prequant is None else prequant,  # any valid pointer when the flag is off
+            int(prequant is not None),
             out,
             out.stride(0),
             num_tiles * 16,
@@ -182,8 +184,15 @@ def _tune(x, words, scales, group, out, slices: int) -> tuple[int, int, int, int
     return best
 
 
-def matmul(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, group: int) -> torch.Tensor:
-    """x [M, K] bf16 (M <= MAX_ROWS) @ the packed weight's transpose -> [M, N] bf16."""
+def matmul(
+    x: torch.Tensor,
+    words: torch.Tensor,
+    scales: torch.Tensor,
+    group: int,
+    prequant: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """(x [M, K] bf16 (M <= MAX_ROWS) * prequant [K] bf16, rounded to bf16) @ the packed
+    weight's transpose -> [M, N] bf16."""
     x = x.contiguous()
     num_rows = x.shape[0]
     if num_rows > MAX_ROWS:
@@ -197,7 +206,7 @@ def matmul(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, group: in
             config = next(c for c in configs(slices) if c[3] == 1)
         else:
             config = _tuned[key] = _tune(x, words, scales, group, out, slices)
-    _launch(config, x, words, scales, group, out)
+    _launch(config, x, words, scales, group, out, prequant)
     return out
 
 

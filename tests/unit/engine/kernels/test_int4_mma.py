@@ -104,6 +104,23 @@ def test_kernel_matches_dequantized_matmul(num_rows, n, k, group):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("num_rows", [1, 12])
+def test_kernel_applies_the_prequant_scale_as_the_rounded_product(num_rows):
+    if reason := int4_mma.unavailable():
+        pytest.skip(reason)
+    n, k, group = 64, 512, 128
+    q, scale = _weights(n, k, group, seed=num_rows)
+    g = torch.Generator().manual_seed(k)
+    x = torch.randn(num_rows, k, generator=g).bfloat16()
+    prequant = (torch.rand(k, generator=g) + 0.5).bfloat16()
+    words, scales = (t.cuda() for t in int4_mma.pack(q, scale))
+    fused = int4_mma.matmul(x.cuda(), words, scales, group, prequant.cuda())
+    apart = int4_mma.matmul((x * prequant).cuda(), words, scales, group)
+    assert torch.equal(fused, apart)  # x * prequant rounds to bf16 once either way
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("n, k, group", [(4096, 4096, 128), (96, 576, 64)])
 def test_dequantize_gives_the_bf16_weight(n, k, group):
     if reason := int4_mma.unavailable():
