@@ -77,6 +77,7 @@ __device__ __forceinline__ void w4a16_mma(const uint4* __restrict__ w,
   // this step's mmas (a warp has few blocks, and the loads in flight are what keep HBM busy)
   const int blk_begin = g_begin * blocks_per_group, blk_end = g_end * blocks_per_group;
   uint4 q_next[KB][TILES], x_next[KB][NB][2];
+  uint4 p_next[KB][2];  // the pre-quant scales at a lane's 16 k
   unsigned int s_next[KB][TILES];  // each block's group scales (a dependent load would stall)
   auto load = [&](int blk0) {
 #pragma unroll
@@ -97,12 +98,13 @@ __device__ __forceinline__ void w4a16_mma(const uint4* __restrict__ w,
               reinterpret_cast<const uint4*>(x + (size_t)row * stride_x + 64 * blk + 16 * j);
           x_next[kb][nb][0] = __ldg(xv);
           x_next[kb][nb][1] = __ldg(xv + 1);
-          if (has_prequant) {
-            const uint4* pv = reinterpret_cast<const uint4*>(prequant + 64 * blk + 16 * j);
-            x_next[kb][nb][0] = mul_bf16x8(x_next[kb][nb][0], __ldg(pv), minus0);
-            x_next[kb][nb][1] = mul_bf16x8(x_next[kb][nb][1], __ldg(pv + 1), minus0);
-          }
         }
+      }
+      p_next[kb][0] = p_next[kb][1] = make_uint4(0, 0, 0, 0);
+      if (has_prequant) {  // multiplied in when the step uses it: a load isn't waited for here
+        const uint4* pv = reinterpret_cast<const uint4*>(prequant + 64 * blk + 16 * j);
+        p_next[kb][0] = __ldg(pv);
+        p_next[kb][1] = __ldg(pv + 1);
       }
     }
   };
@@ -122,6 +124,10 @@ __device__ __forceinline__ void w4a16_mma(const uint4* __restrict__ w,
       for (int nb = 0; nb < NB; ++nb) {
         xs[kb][nb][0] = x_next[kb][nb][0];
         xs[kb][nb][1] = x_next[kb][nb][1];
+        if (has_prequant) {
+          xs[kb][nb][0] = mul_bf16x8(xs[kb][nb][0], p_next[kb][0], minus0);
+          xs[kb][nb][1] = mul_bf16x8(xs[kb][nb][1], p_next[kb][1], minus0);
+        }
       }
     }
     if (blk0 + KB < blk_end) load(blk0 + KB);
