@@ -2,7 +2,8 @@
 // NVRTC (pipeline/engine/kernels/int4_mma.py packs the weights and launches it).
 //
 // y [M, N] = (x [M, K] * prequant) @ (q * scale).T, q int4 in [-8, 7], one bf16 scale per row and
-// `group` k; prequant (AWQ's per-k scale, optional) multiplies x as it is loaded.
+// `group` k; prequant (AWQ's per-k scale) multiplies x where the module is built with PREQUANT 1
+// (int4_mma.py builds one module of each kind on demand: the scale costs registers).
 // One mma.m16n8k16 takes 16 weight rows as A and 8 activation rows as the columns of B, so one
 // dequantized A fragment serves NB * 8 activation rows. Per 8 weights a lane spends 4 LOP3 (a
 // nibble pair and the bf16 bits of 128 in one op), 3 shifts and 4 packed bf16 FMAs (128 + u ->
@@ -55,7 +56,7 @@ __device__ __forceinline__ void w4a16_mma(const uint4* __restrict__ w,
                                           const unsigned int* __restrict__ scales,
                                           const unsigned short* __restrict__ x, int stride_x,
                                           int M, const unsigned short* __restrict__ prequant,
-                                          int has_prequant, unsigned short* __restrict__ out,
+                                          unsigned short* __restrict__ out,
                                           int stride_out, int N, int K, int group) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int tile0 = blockIdx.x * TILES, num_tiles = N >> 4;
@@ -101,7 +102,7 @@ __device__ __forceinline__ void w4a16_mma(const uint4* __restrict__ w,
         }
       }
       p_next[kb][0] = p_next[kb][1] = make_uint4(0, 0, 0, 0);
-      if (has_prequant) {  // multiplied in when the step uses it: a load isn't waited for here
+      if (PREQUANT) {  // multiplied in when the step uses it: a load isn't waited for here
         const uint4* pv = reinterpret_cast<const uint4*>(prequant + 64 * blk + 16 * j);
         p_next[kb][0] = __ldg(pv);
         p_next[kb][1] = __ldg(pv + 1);
@@ -124,7 +125,7 @@ __device__ __forceinline__ void w4a16_mma(const uint4* __restrict__ w,
       for (int nb = 0; nb < NB; ++nb) {
         xs[kb][nb][0] = x_next[kb][nb][0];
         xs[kb][nb][1] = x_next[kb][nb][1];
-        if (has_prequant) {
+        if (PREQUANT) {
           xs[kb][nb][0] = mul_bf16x8(xs[kb][nb][0], p_next[kb][0], minus0);
           xs[kb][nb][1] = mul_bf16x8(xs[kb][nb][1], p_next[kb][1], minus0);
         }
@@ -233,7 +234,6 @@ extern "C" __global__ void w4_dequantize(const uint4* __restrict__ w,
 #define W4A16_MMA(T, W, NB, KB)                                                                 \
   extern "C" __global__ void __launch_bounds__(32 * W) w4a16_mma_##T##_##W##_##NB##_##KB(        \
       const uint4* w, const unsigned int* s, const unsigned short* x, int stride_x, int M,      \
-      const unsigned short* p, int has_p, unsigned short* out, int stride_out, int N, int K,    \
-      int group) {                                                                              \
-    w4a16_mma<T, W, NB, KB>(w, s, x, stride_x, M, p, has_p, out, stride_out, N, K, group);      \
+      const unsigned short* p, unsigned short* out, int stride_out, int N, int K, int group) {  \
+    w4a16_mma<T, W, NB, KB>(w, s, x, stride_x, M, p, out, stride_out, N, K, group);             \
   }

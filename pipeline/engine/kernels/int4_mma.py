@@ -96,20 +96,21 @@ def unpack(words: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, tor
     return q, scale
 
 
-def _source() -> str:
+def _source(prequant: bool) -> str:
     instances = [f"W4A16_MMA({', '.join(map(str, c))})" for nb in SLICES for c in configs(nb)]
-    return SOURCE.read_text() + "\n".join(instances) + "\n"
+    return f"#define PREQUANT {int(prequant)}\n" + SOURCE.read_text() + "\n".join(instances) + "\n"
 
 
-def _module():
-    return _device_module(torch.cuda.current_device())  # a module loads into one device's context
+def _module(prequant: bool = False):
+    # a module loads into one device's context
+    return _device_module(torch.cuda.current_device(), prequant)
 
 
 @functools.cache
-def _device_module(device: int):
+def _device_module(device: int, prequant: bool):
     from torch.cuda._utils import _cuda_load_module, _nvrtc_compile
 
-    ptx, _ = _nvrtc_compile(_source(), kernel_name(configs(1)[0]))
+    ptx, _ = _nvrtc_compile(_source(prequant), kernel_name(configs(1)[0]))
     return _cuda_load_module(ptx)
 
 
@@ -125,7 +126,7 @@ def _unavailable(device: int) -> str | None:
     if torch.cuda.get_device_capability(device) < (8, 0):
         return "int4_mma needs bf16 mma (compute capability 8.0+)"
     try:
-        _device_module(device)
+        _device_module(device, prequant=False)
     except (ImportError, AttributeError, RuntimeError, OSError) as err:
         return f"int4_mma: NVRTC build failed: {str(err).splitlines()[0][:160]}"
     return None
@@ -134,7 +135,7 @@ def _unavailable(device: int) -> str | None:
 def _launch(config, x, words, scales, group, out, prequant=None) -> None:
     tiles, warps, _, _ = config
     num_tiles, blocks = words.shape[:2]
-    getattr(_module(), kernel_name(config))(
+    getattr(_module(prequant is not None), kernel_name(config))(
         grid=((num_tiles + tiles - 1) // tiles, 1, 1),
         block=(32 * warps, 1, 1),
         args=[
@@ -143,8 +144,7 @@ def _launch(config, x, words, scales, group, out, prequant=None) -> None:
             x,
             x.stride(0),
             x.shape[0],
-            x if prequant is None else prequant,  # any valid pointer when the flag is off
-            int(prequant is not None),
+            x if prequant is None else prequant,  # a module without PREQUANT ignores it
             out,
             out.stride(0),
             num_tiles * 16,
@@ -154,10 +154,10 @@ def _launch(config, x, words, scales, group, out, prequant=None) -> None:
     )
 
 
-_tuned: dict[tuple[int, int, int, int], tuple[int, int, int, int]] = {}
+_tuned: dict[tuple, tuple[int, int, int, int]] = {}
 
 
-def _tune(x, words, scales, group, out, slices: int) -> tuple[int, int, int, int]:
+def _tune(x, words, scales, group, out, slices: int, prequant) -> tuple[int, int, int, int]:
     """The fastest config, timed in a CUDA graph (a launch from Python costs more host time than
     the kernel takes) with L2 flushed before each launch."""
     # written before each launch: in a step, weights come from HBM, not L2
@@ -167,12 +167,12 @@ def _tune(x, words, scales, group, out, slices: int) -> tuple[int, int, int, int
     for config in configs(slices):
         if (group // 64) % config[3]:  # a step's blocks must end on a group's end
             continue
-        _launch(config, x, words, scales, group, out)  # outside the graph: the module loads
+        _launch(config, x, words, scales, group, out, prequant)  # outside the graph: loads
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             for _ in range(TUNE_REPEATS):
                 flush.zero_()
-                _launch(config, x, words, scales, group, out)
+                _launch(config, x, words, scales, group, out, prequant)
         graph.replay()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -199,13 +199,13 @@ def matmul(
         raise ValueError(f"int4_mma takes at most {MAX_ROWS} rows, got {num_rows}: dequantize")
     slices = next(nb for nb in SLICES if num_rows <= 8 * nb)
     out = torch.empty(num_rows, words.shape[0] * 16, dtype=torch.bfloat16, device=x.device)
-    key = (out.shape[1], x.shape[1], slices, group)
+    key = (out.shape[1], x.shape[1], slices, group, prequant is not None)
     config = _tuned.get(key)
     if config is None:
         if torch.cuda.is_current_stream_capturing():  # can't time now: one that always runs
             config = next(c for c in configs(slices) if c[3] == 1)
         else:
-            config = _tuned[key] = _tune(x, words, scales, group, out, slices)
+            config = _tuned[key] = _tune(x, words, scales, group, out, slices, prequant)
     _launch(config, x, words, scales, group, out, prequant)
     return out
 
@@ -215,7 +215,7 @@ def dequantize(words: torch.Tensor, scales: torch.Tensor, group: int) -> torch.T
     num_tiles, blocks = words.shape[:2]
     out = torch.empty(num_tiles * 16, blocks * 64, dtype=torch.bfloat16, device=words.device)
     units, warps = num_tiles * blocks, DEQUANTIZE_WARPS
-    _module().w4_dequantize(
+    _module(prequant=False).w4_dequantize(
         grid=((units + warps - 1) // warps, 1, 1),
         block=(32 * warps, 1, 1),
         args=[words, scales, out, num_tiles * 16, blocks * 64, group],
@@ -224,5 +224,5 @@ def dequantize(words: torch.Tensor, scales: torch.Tensor, group: int) -> torch.T
 
 
 def tuned_configs() -> dict[str, str]:
-    """The autotuned config per (N, K, slices, group), for bench reports."""
+    """The autotuned config per (N, K, slices, group, prequant), for bench reports."""
     return {"x".join(map(str, key)): kernel_name(config) for key, config in sorted(_tuned.items())}
