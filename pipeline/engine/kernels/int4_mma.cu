@@ -29,6 +29,28 @@ __device__ __forceinline__ unsigned int fma_bf16x2(unsigned int a, unsigned int 
   return d;
 }
 
+// The bf16 pair of 2 int4 weights: (word >> shift) & 0x000F000F | bf16 bits of 128 = 128 + u in
+// each half, then * 1 - 136 = u - 8 = q, exact. The constants come in registers: the caller keeps
+// them there (lop3 takes one immediate)
+struct Dequant {
+  unsigned int mask = 0x000F000Fu, magic = 0x43004300u, one = 0x3F803F80u, minus136 = 0xC308C308u;
+  __device__ __forceinline__ unsigned int q_pair(unsigned int word, int shift) const {
+    return fma_bf16x2(lop3_and_or(word >> shift, mask, magic), one, minus136);
+  }
+};
+
+__device__ __forceinline__ float bf16_lo(unsigned int pair) { return __uint_as_float(pair << 16); }
+
+__device__ __forceinline__ float bf16_hi(unsigned int pair) {
+  return __uint_as_float(pair & 0xFFFF0000u);
+}
+
+template <int N>
+__device__ __forceinline__ void zero(float* a) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) a[i] = 0.f;
+}
+
 __device__ __forceinline__ uint4 mul_bf16x8(uint4 a, uint4 b, unsigned int minus0) {
   return make_uint4(fma_bf16x2(a.x, b.x, minus0), fma_bf16x2(a.y, b.y, minus0),
                     fma_bf16x2(a.z, b.z, minus0), fma_bf16x2(a.w, b.w, minus0));
@@ -63,17 +85,11 @@ __device__ __forceinline__ void w4a16_mma(const uint4* __restrict__ w,
   const int blocks = K >> 6, groups = K / group, blocks_per_group = group >> 6;
   const int g_begin = warp * groups / WARPS, g_end = (warp + 1) * groups / WARPS;
   const int m = lane >> 2, j = lane & 3;  // B column (activation row in a slice), k quad
-  unsigned int mask = 0x000F000Fu, magic = 0x43004300u;  // nibble pair; bf16 128 | u = 128 + u
-  unsigned int one = 0x3F803F80u, minus136 = 0xC308C308u;  // (128 + u) * 1 - 136 = u - 8 = q
+  Dequant dq;
   unsigned int minus0 = 0x80008000u;  // x * p + -0 = x * p, rounded once (AWQ's pre-quant scale)
-  asm volatile("" : "+r"(mask), "+r"(magic), "+r"(one), "+r"(minus136), "+r"(minus0));
+  asm volatile("" : "+r"(dq.mask), "+r"(dq.magic), "+r"(dq.one), "+r"(dq.minus136), "+r"(minus0));
   float total[TILES][NB][4];
-#pragma unroll
-  for (int t = 0; t < TILES; ++t)
-#pragma unroll
-    for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) total[t][nb][i] = 0.f;
+  zero<TILES * NB * 4>(&total[0][0][0]);
   // KB 64-k blocks a step: the next step's weights, activations and scales are loaded before
   // this step's mmas (a warp has few blocks, and the loads in flight are what keep HBM busy)
   const int blk_begin = g_begin * blocks_per_group, blk_end = g_end * blocks_per_group;
@@ -135,14 +151,7 @@ __device__ __forceinline__ void w4a16_mma(const uint4* __restrict__ w,
 #pragma unroll
     for (int kb = 0; kb < KB; ++kb) {
       const int blk = blk0 + kb;
-      if ((blk - blk_begin) % blocks_per_group == 0) {
-#pragma unroll
-        for (int t = 0; t < TILES; ++t)
-#pragma unroll
-          for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[t][nb][i] = 0.f;
-      }
+      if ((blk - blk_begin) % blocks_per_group == 0) zero<TILES * NB * 4>(&acc[0][0][0]);
 #pragma unroll
       for (int t = 0; t < TILES; ++t) {
         const unsigned int words[4] = {q[kb][t].x, q[kb][t].y, q[kb][t].z, q[kb][t].w};
@@ -150,8 +159,7 @@ __device__ __forceinline__ void w4a16_mma(const uint4* __restrict__ w,
         for (int s = 0; s < 4; ++s) {
           unsigned int a[4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i)
-            a[i] = fma_bf16x2(lop3_and_or(words[s] >> (4 * i), mask, magic), one, minus136);
+          for (int i = 0; i < 4; ++i) a[i] = dq.q_pair(words[s], 4 * i);
 #pragma unroll
           for (int nb = 0; nb < NB; ++nb) {
             const uint4 lo = xs[kb][nb][0], hi = xs[kb][nb][1];
@@ -163,8 +171,7 @@ __device__ __forceinline__ void w4a16_mma(const uint4* __restrict__ w,
       if ((blk + 1 - blk_begin) % blocks_per_group == 0) {  // the group's end: scale in fp32
 #pragma unroll
         for (int t = 0; t < TILES; ++t) {
-          const float s_lo = __uint_as_float(s2[kb][t] << 16);
-          const float s_hi = __uint_as_float(s2[kb][t] & 0xFFFF0000u);
+          const float s_lo = bf16_lo(s2[kb][t]), s_hi = bf16_hi(s2[kb][t]);
 #pragma unroll
           for (int nb = 0; nb < NB; ++nb) {
             total[t][nb][0] = fmaf(s_lo, acc[t][nb][0], total[t][nb][0]);
@@ -210,16 +217,16 @@ extern "C" __global__ void w4_dequantize(const uint4* __restrict__ w,
   const int tile = (int)(unit / blocks), blk = (int)(unit % blocks), r = lane >> 2, j = lane & 3;
   const uint4 q = __ldg(w + unit * 32 + lane);
   const unsigned int s2 = __ldg(scales + ((size_t)tile * groups + blk * 64 / group) * 8 + r);
-  const float scale[2] = {__uint_as_float(s2 << 16), __uint_as_float(s2 & 0xFFFF0000u)};
+  const float scale[2] = {bf16_lo(s2), bf16_hi(s2)};
+  const Dequant dq;
   const unsigned int words[4] = {q.x, q.y, q.z, q.w};
   unsigned int rows[2][8];  // bf16 pairs of rows r and r + 8, k 16 j + 2 p .. + 1 in word p
 #pragma unroll
   for (int s = 0; s < 4; ++s)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const unsigned int v = lop3_and_or(words[s] >> (4 * i), 0x000F000Fu, 0x43004300u);
-      const float lo = (__uint_as_float(v << 16) - 136.f) * scale[i & 1];
-      const float hi = (__uint_as_float(v & 0xFFFF0000u) - 136.f) * scale[i & 1];
+      const unsigned int q_pair = dq.q_pair(words[s], 4 * i);
+      const float lo = bf16_lo(q_pair) * scale[i & 1], hi = bf16_hi(q_pair) * scale[i & 1];
       rows[i & 1][2 * s + (i >> 1)] = to_bf16(lo) | ((unsigned int)to_bf16(hi) << 16);
     }
 #pragma unroll

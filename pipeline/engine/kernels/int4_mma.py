@@ -6,10 +6,11 @@ dequantization and the multiply-add, about what the HBM stream leaves. Here the 
 to mma.m16n8k16 with the activation rows as B's columns, and a lane dequantizes 8 weights in 11
 instructions, so one kernel serves 1-64 rows at the weights' stream rate.
 
-The kernel is CUDA C++ without headers, compiled once per process by NVRTC through PyTorch
-(`torch.cuda._nvrtc_compile`, private since 2.8: `unavailable()` names what is missing, and the
-linear keeps tinygemm then). Each (N, K, row slices) shape is autotuned over CONFIGS at its first
-call outside a CUDA graph capture (the engine warms every graph up eagerly first).
+The kernel is CUDA C++ without headers, compiled once per device by NVRTC through PyTorch
+(`torch.cuda._utils._nvrtc_compile`, private since 2.8: `unavailable()` names what is missing, and
+the linear keeps tinygemm then). Each (N, K, row slices, group, pre-quant) shape is autotuned over
+CANDIDATES at its first call outside a CUDA graph capture (the engine warms every graph up
+eagerly first).
 """
 
 import functools
@@ -78,22 +79,6 @@ def pack(q: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     bits = scale.to(torch.bfloat16).view(torch.int16).to(torch.int32) & 0xFFFF
     bits = bits.reshape(tiles, 16, -1).permute(0, 2, 1)  # [tiles, groups, 16]
     return words.contiguous(), (bits[..., :8] | bits[..., 8:] << 16).contiguous()
-
-
-def unpack(words: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The inverse of pack: (q [N, K] int8, scale [N, K / group] float32, bf16-rounded)."""
-    tiles, blocks = words.shape[:2]
-    rows, cols, shifts = (t.to(words.device) for t in _fragment_index())
-    spread = words.to(torch.int64).reshape(tiles, blocks, 32, 4, 1).expand(-1, -1, -1, -1, 8)
-    nibbles = (spread.reshape(tiles, blocks, -1) >> shifts) & 0xF
-    u = torch.empty(tiles, blocks, 16, 64, dtype=torch.int64, device=words.device)
-    u[:, :, rows, cols] = nibbles
-    q = (u.permute(0, 2, 1, 3).reshape(tiles * 16, blocks * 64) - 8).to(torch.int8)
-    pairs = scales.to(torch.int64) & 0xFFFFFFFF
-    bits = torch.cat([pairs & 0xFFFF, pairs >> 16], dim=-1)  # [tiles, groups, 16]
-    bits = torch.where(bits >= 2**15, bits - 2**16, bits).to(torch.int16)
-    scale = bits.view(torch.bfloat16).float().permute(0, 2, 1).reshape(tiles * 16, -1)
-    return q, scale
 
 
 def _source(prequant: bool) -> str:

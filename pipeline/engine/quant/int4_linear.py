@@ -60,14 +60,14 @@ class Int4GroupwiseLinear(nn.Module):
         self.register_buffer("bias", bias, persistent=False)
         self.is_cuda = q.device.type == "cuda"
         self.act_dtype = torch.bfloat16 if self.is_cuda else dtype  # what the kernels take
-        self.uses_mma = False
-        mma_reason = self._try_pack_mma(q, scale) if self.is_cuda else None
+        mma_reason = self._try_pack_mma(q, scale) if self.is_cuda else "CPU"
+        self.uses_mma = mma_reason is None
         reason = None if self.uses_mma else self._try_pack(q, scale, dtype)
         self.is_packed = reason is None
         if self.uses_mma:
             self.kernel = f"int4_mma (tensor cores, <= {int4_mma.MAX_ROWS} rows)"
         elif reason is None:
-            self.kernel = self._kernel_name() + (f" ({mma_reason})" if mma_reason else "")
+            self.kernel = self._kernel_name() + (f" ({mma_reason})" if self.is_cuda else "")
         else:
             self.kernel = f"dequant ({reason})"
         # few-row kernels only: tinygemm made prompt steps 15x slower than bf16 on the H100. On
@@ -79,7 +79,8 @@ class Int4GroupwiseLinear(nn.Module):
             self.register_buffer("scale", scale.float(), persistent=False)
 
     def _try_pack_mma(self, q: torch.Tensor, scale: torch.Tensor) -> str | None:
-        reason = int4_mma.unavailable() or int4_mma.fits(*q.shape, self.group)
+        # the shape first: a weight that can't fit never builds the kernel
+        reason = int4_mma.fits(*q.shape, self.group) or int4_mma.unavailable()
         if reason is None:
             words, scales = int4_mma.pack(q, scale)
             self.register_buffer("mma_words", words, persistent=False)
@@ -88,7 +89,6 @@ class Int4GroupwiseLinear(nn.Module):
             # cost ~6% of an 8B batch-1 step)
             prequant = None if self.prequant is None else self.prequant.to(torch.bfloat16)
             self.register_buffer("mma_prequant", prequant, persistent=False)
-            self.uses_mma = True
         return reason
 
     def _kernel_name(self) -> str:
