@@ -42,9 +42,10 @@ class ProcessSource:
             return []
 
     def sample(self) -> dict[str, dict[str, float | None]]:
+        roots = self.roots  # one snapshot: add_root may swap the dict mid-sample
         claimed: set[int] = set()
         out = {}
-        for label, pid in reversed(list(self.roots.items())):
+        for label, pid in reversed(list(roots.items())):
             cpu, rss, alive = 0.0, 0.0, False
             for proc in self._tree(pid):
                 if proc.pid in claimed:
@@ -57,7 +58,7 @@ class ProcessSource:
                 except psutil.Error:
                     continue
             out[label] = {"cpu_pct": cpu if alive else None, "rss_bytes": rss if alive else None}
-        return {label: out[label] for label in self.roots}
+        return {label: out[label] for label in roots}
 
     def close(self) -> None:
         self._procs.clear()

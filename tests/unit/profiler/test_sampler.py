@@ -37,6 +37,21 @@ def test_process_source_follows_a_tree_started_later():
     assert source.sample()["server"] == {"cpu_pct": None, "rss_bytes": None}
 
 
+def test_a_root_added_during_a_sample_joins_the_next_one():
+    # the bench adds the server's root from its own thread while the sampler thread is sampling
+    source = ProcessSource({"bench": os.getpid()})
+    walk = source._tree
+
+    def tree_then_add_root(pid):
+        source.add_root("server", os.getppid())
+        return walk(pid)
+
+    source._tree = tree_then_add_root
+    assert set(source.sample()) == {"bench"}
+    source._tree = walk
+    assert set(source.sample()) == {"bench", "server"}
+
+
 def test_sampler_records_phases_and_plots(tmp_path):
     sampler = make_sampler(rate_hz=50.0)
     with sampler:
