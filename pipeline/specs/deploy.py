@@ -14,6 +14,9 @@ class TorchDeployOptions:
     max_response_rate: float = 2000.0
     # threads that send responses (each send is a round trip to the server); a stream keeps one
     response_lanes: int = 4
+    # tensorrt_llm tokenizes text_input itself, and the ensemble sends it there: one python-stub
+    # hop (preprocessing) less on each request's way in
+    tokenize: bool = True
     # tensorrt_llm returns text_output itself (detokenized in its responder thread), and the
     # ensemble takes it from there: no postprocessing execution per streamed response
     detokenize: bool = True

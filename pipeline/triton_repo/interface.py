@@ -4,7 +4,7 @@ Only the subset the pipeline drives is declared; a client written for the upstre
 unchanged, and the ensemble maps onto either backend's `tensorrt_llm` model.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +89,17 @@ POSTPROCESSING_OUTPUTS = (t("OUTPUT", "STRING", (-1,)), t("OUT_SEQUENCE_LENGTH",
 # detokenize): each response's text, as postprocessing would write it for its tokens, except that a
 # stream's character split over responses comes whole in the later one
 LLM_TEXT_OUTPUT = t("text_output", "STRING", (-1,))
+# text inputs of the torch backend's `tensorrt_llm` (ours), tokenized as preprocessing does: with
+# them input_ids and input_lengths are left out, so the torch model takes those as optional
+LLM_TEXT_INPUTS = (
+    t("text_input", "STRING", optional=True),
+    t("bad_words", "STRING", (-1,), optional=True),
+    t("stop_words", "STRING", (-1,), optional=True),
+)
+TORCH_LLM_INPUTS = (
+    *(replace(s, optional=True) if s.name == "input_lengths" else s for s in LLM_INPUTS),
+    *LLM_TEXT_INPUTS,
+)
 
 # Ensemble steps: (model, {model input: ensemble tensor}, {model output: ensemble tensor}).
 PREPROCESSING_STEP = (
@@ -126,33 +137,39 @@ LLM_STEP_INPUTS = {
     "streaming": "stream",
     "exclude_input_in_output": "exclude_input_in_output",
 }
-# upstream: every response of tensorrt_llm is one execution of postprocessing
-UPSTREAM_ENSEMBLE_STEPS = (
-    PREPROCESSING_STEP,
-    (
-        "tensorrt_llm",
-        LLM_STEP_INPUTS,
-        {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"},
-    ),
-    (
-        "postprocessing",
-        {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
-        {"OUTPUT": "text_output", "OUT_SEQUENCE_LENGTH": "sequence_length"},
-    ),
-)
-# tensorrt_llm detokenizes (backend=torch): its responses are the ensemble's
-DETOKENIZING_LLM_ENSEMBLE_STEPS = (
-    PREPROCESSING_STEP,
-    (
-        "tensorrt_llm",
-        LLM_STEP_INPUTS,
-        {"text_output": "text_output", "sequence_length": "sequence_length"},
-    ),
+# tensorrt_llm tokenizes (backend=torch): the ensemble's inputs go to it as they come
+TOKENIZING_LLM_STEP_INPUTS = {
+    "text_input": "text_input",
+    "request_output_len": "max_tokens",
+    "end_id": "end_id",
+    "pad_id": "pad_id",
+    "stop_words": "stop_words",
+    "bad_words": "bad_words",
+    **{k: v for k, v in LLM_STEP_INPUTS.items() if not v.startswith("_")},
+}
+POSTPROCESSING_STEP = (
+    "postprocessing",
+    {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
+    {"OUTPUT": "text_output", "OUT_SEQUENCE_LENGTH": "sequence_length"},
 )
 
 
-def ensemble_steps(is_llm_detokenizing: bool) -> tuple:
-    return DETOKENIZING_LLM_ENSEMBLE_STEPS if is_llm_detokenizing else UPSTREAM_ENSEMBLE_STEPS
+def ensemble_steps(is_llm_tokenizing: bool, is_llm_detokenizing: bool) -> tuple:
+    """Upstream: preprocessing -> tensorrt_llm -> postprocessing, where every response of
+    tensorrt_llm is one execution of postprocessing. A torch tensorrt_llm that tokenizes or
+    detokenizes itself replaces the step before or after it."""
+    llm_step = (
+        "tensorrt_llm",
+        TOKENIZING_LLM_STEP_INPUTS if is_llm_tokenizing else LLM_STEP_INPUTS,
+        {"text_output": "text_output", "sequence_length": "sequence_length"}
+        if is_llm_detokenizing
+        else {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"},
+    )
+    return (
+        *(() if is_llm_tokenizing else (PREPROCESSING_STEP,)),
+        llm_step,
+        *(() if is_llm_detokenizing else (POSTPROCESSING_STEP,)),
+    )
 
 
 MODEL_NAMES = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")

@@ -1,12 +1,45 @@
 """Triton `tensorrt_llm` input tensors -> one engine request, with the tensorrtllm backend's
 semantics: top_k=0 and top_p=0 (or neither sent) mean greedy; a stop/bad word list is the
-[2, N] (token ids, cumulative end offsets padded with -1) format preprocessing writes."""
+[2, N] (token ids, cumulative end offsets padded with -1) format preprocessing writes.
+
+The torch backend's model also takes text (text_input, stop_words, bad_words: the ensemble's own
+inputs), tokenized here as preprocessing tokenizes it, with its end_id/pad_id defaults, so its
+ensemble needs no preprocessing step: one python-stub hop less on each request's way in.
+"""
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from pipeline.engine import SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class TextEncoder:
+    """Text -> token ids as the preprocessing model makes them (same tokenizer and flags)."""
+
+    tokenizer: Any  # a transformers tokenizer
+    add_special_tokens: bool
+
+    @property
+    def end_id(self) -> int:
+        return self.tokenizer.eos_token_id
+
+    @property
+    def pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return self.end_id if pad is None else pad
+
+    def prompt(self, text: str) -> list[int]:
+        ids = self.tokenizer.encode(text, add_special_tokens=self.add_special_tokens)
+        if not ids:
+            raise ValueError("text_input tokenizes to no tokens; send a non-empty prompt")
+        return ids
+
+    def words(self, words: list[str]) -> tuple[tuple[int, ...], ...]:
+        encoded = (self.tokenizer.encode(w, add_special_tokens=False) for w in words)
+        return tuple(tuple(ids) for ids in encoded if ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +75,24 @@ def _scalar(arrays: dict[str, np.ndarray], name: str, default=None):
     return values[0].item()
 
 
-def _prompt(arrays: dict[str, np.ndarray]) -> list[int]:
+def _strings(arrays: dict[str, np.ndarray], name: str) -> list[str]:
+    """One request's strings ([1, N] bytes, utf-8)."""
+    values = arrays[name]
+    if values.ndim > 1 and values.shape[0] != 1:
+        raise ValueError(f"{name}: batch size {values.shape[0]}: send one prompt per request")
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in values.reshape(-1)]
+
+
+def _prompt(arrays: dict[str, np.ndarray], encoder: TextEncoder | None) -> list[int]:
+    if "text_input" in arrays:
+        if "input_ids" in arrays:
+            raise ValueError("send input_ids or text_input, not both")
+        if encoder is None:
+            raise ValueError("text_input needs the model's tokenizer_dir parameter")
+        (text,) = _strings(arrays, "text_input")  # text_input's dims are [1]
+        return encoder.prompt(text)
     if "input_ids" not in arrays:
-        raise ValueError("input_ids is required (a decoder-only engine)")
+        raise ValueError("input_ids (or text_input) is required (a decoder-only engine)")
     input_ids = arrays["input_ids"]
     if input_ids.ndim == 2 and input_ids.shape[0] != 1:
         raise ValueError(
@@ -67,24 +115,41 @@ def _sampling(arrays: dict[str, np.ndarray]) -> dict:
     return {"temperature": temperature, "top_k": top_k, "top_p": top_p if top_p > 0 else 1.0}
 
 
-def from_arrays(arrays: dict[str, np.ndarray], default_exclude_input: bool) -> LLMRequest:
-    """Raises ValueError (sent back as the request's error) for inputs the engine can't take."""
+def _sequences(arrays: dict[str, np.ndarray], kind: str, encoder: TextEncoder | None):
+    """Stop or bad word sequences: from the [2, N] id list (kind_words_list), and from strings
+    (kind_words) when the model tokenizes."""
+    ids = arrays.get(f"{kind}_words_list", np.empty(0))
+    sequences = word_sequences(ids) if ids.size else ()
+    if f"{kind}_words" in arrays:
+        if encoder is None:
+            raise ValueError(f"{kind}_words needs the model's tokenizer_dir parameter")
+        sequences += encoder.words([w for w in _strings(arrays, f"{kind}_words") if w])
+    return sequences
+
+
+def from_arrays(
+    arrays: dict[str, np.ndarray],
+    default_exclude_input: bool,
+    encoder: TextEncoder | None = None,
+) -> LLMRequest:
+    """Raises ValueError (sent back as the request's error) for inputs the engine can't take.
+    encoder: tokenizes text inputs; a text prompt's end_id/pad_id default to its tokenizer's."""
     end_id, pad_id, seed = (_scalar(arrays, n) for n in ("end_id", "pad_id", "seed"))
+    prompt = _prompt(arrays, encoder)
+    if "text_input" in arrays:  # preprocessing always sends its tokenizer's ids
+        end_id = encoder.end_id if end_id is None else end_id
+        pad_id = encoder.pad_id if pad_id is None else pad_id
     params = SamplingParams(
         max_tokens=int(_scalar(arrays, "request_output_len", 0)),
         seed=None if seed is None else int(seed),
         end_id=None if end_id is None else int(end_id),
         pad_id=None if pad_id is None else int(pad_id),
-        stop_sequences=word_sequences(arrays["stop_words_list"])
-        if arrays.get("stop_words_list", np.empty(0)).size
-        else (),
-        bad_sequences=word_sequences(arrays["bad_words_list"])
-        if arrays.get("bad_words_list", np.empty(0)).size
-        else (),
+        stop_sequences=_sequences(arrays, "stop", encoder),
+        bad_sequences=_sequences(arrays, "bad", encoder),
         **_sampling(arrays),
     )
     return LLMRequest(
-        prompt_token_ids=_prompt(arrays),
+        prompt_token_ids=prompt,
         params=params,
         is_streaming=bool(_scalar(arrays, "streaming", False)),
         is_input_excluded=bool(_scalar(arrays, "exclude_input_in_output", default_exclude_input)),

@@ -29,9 +29,14 @@ the server has taken the response; the GIL is released meanwhile), so one thread
 stream's responses waits out each round trip in turn. Each stream is pinned to one of N lane
 threads, whose sends overlap in the server's thread pool; a stream keeps its order, and its
 tokens that arrive while its last response is still in its lane wait and go out merged.
+A lane sends a stream's final response before others' intermediate ones, and first responses
+next: a closed-loop client's next request waits for the final one (each ms it waits is a batch
+slot left empty), and TTFT for the first; a stream's later tokens only wait and merge. A stream
+has one response in its lane at a time when coalescing, so no stream's own order changes.
 """
 
 import collections
+import itertools
 import logging
 import queue
 import shutil
@@ -49,11 +54,13 @@ import numpy as np
 from pipeline.engine import AsyncLLMEngine, LLMEngine, StreamDelta
 from pipeline.engine.engine_process import EngineProcess
 from pipeline.triton_repo.detokenizer import Detokenizer, TextStream
-from pipeline.triton_repo.llm_request import LLMRequest, from_arrays
+from pipeline.triton_repo.llm_request import LLMRequest, TextEncoder, from_arrays
 
 log = logging.getLogger(__name__)
 _STOP = object()
 _WAKE = object()  # a lane sent a stream's response while more of its tokens waited
+# a lane's order: ranks, then the order put in (_IN_TURN only without coalescing)
+_FINAL, _FIRST, _IN_TURN, _LAST = range(4)
 HOPS_KEPT = 1024
 # LLMService.hops() names -> what each times, in ms. In this order: a stream's four hops (as a
 # row of _hops), then one send (_sends)
@@ -137,6 +144,7 @@ class LLMService:
         tokenizer_dir: Path | None = None,
         skip_special_tokens: bool = True,
         response_lanes: int = 1,
+        add_special_tokens: bool = True,
     ):
         """runtime: the engine's runtime options (engine_config.RuntimeOptions)."""
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -152,13 +160,19 @@ class LLMService:
         self.detokenizer = (
             None if tokenizer_dir is None else Detokenizer(tokenizer_dir, skip_special_tokens)
         )
+        self.encoder = (
+            None
+            if self.detokenizer is None
+            else TextEncoder(self.detokenizer.tokenizer, add_special_tokens)
+        )
         self.coalesce_stream = coalesce_stream
         pace = coalesce_stream and max_response_rate > 0
         self._response_gap_s = 1.0 / max_response_rate if pace else 0.0
         self._respond = respond
         self._live: dict[str, _Live] = {}
         self._lock = threading.Lock()
-        self._lanes = [queue.SimpleQueue() for _ in range(max(1, response_lanes))]
+        self._lanes = [queue.PriorityQueue() for _ in range(max(1, response_lanes))]
+        self._lane_order = itertools.count()  # ties in a lane go in the order put
         self._lane_threads = [
             threading.Thread(target=self._lane, args=(lane,), name=f"llm-lane-{i}", daemon=True)
             for i, lane in enumerate(self._lanes)
@@ -180,7 +194,7 @@ class LLMService:
         """Submit now; its chunks go to respond(context, ...), with their text if wants_text.
         ValueError for inputs the engine can never serve (limits, bad values), RuntimeError once
         the engine is gone."""
-        request = from_arrays(arrays, self.exclude_input_in_output)
+        request = from_arrays(arrays, self.exclude_input_in_output, self.encoder)
         if wants_text and self.detokenizer is None:
             raise ValueError("text_output needs the model's tokenizer_dir parameter")
         text = self.detokenizer.stream() if wants_text else None
@@ -219,8 +233,8 @@ class LLMService:
                     with self._lock:
                         lives, self._live = list(self._live.items()), {}
                     unsent.clear()
-                    for request_id, live in lives:
-                        self._lanes[live.lane].put((request_id, live, item))
+                    for request_id, live in lives:  # after what each stream has in its lane
+                        self._to_lane(live, _IN_TURN, request_id, item)
                     continue
                 now = time.perf_counter()
                 for delta in item:
@@ -236,11 +250,14 @@ class LLMService:
                     self._send_due(unsent)
             self._send_due(unsent)
 
-    def _lane(self, inbox: queue.SimpleQueue) -> None:
-        """Send one lane's responses in order; wake the responder when a stream's tokens waited
+    def _to_lane(self, live: _Live, rank: int, request_id: str, out) -> None:
+        self._lanes[live.lane].put((rank, next(self._lane_order), request_id, live, out))
+
+    def _lane(self, inbox: queue.PriorityQueue) -> None:
+        """Send one lane's responses by rank; wake the responder when a stream's tokens waited
         for this send to finish."""
-        while (item := inbox.get()) is not _STOP:
-            request_id, live, out = item
+        while (item := inbox.get())[-1] is not _STOP:
+            _, _, request_id, live, out = item
             start = time.perf_counter()
             self._answer(request_id, live, out)
             now = time.perf_counter()
@@ -265,7 +282,7 @@ class LLMService:
     def _stop_lanes(self, unsent: dict[str, _Live]) -> None:
         """Let every lane finish, then send what still waited (the cancelled ends at shutdown)."""
         for lane, thread in zip(self._lanes, self._lane_threads, strict=True):
-            lane.put(_STOP)
+            lane.put((_LAST, next(self._lane_order), None, None, _STOP))
             thread.join()
         for request_id, live in unsent.items():
             if not live.is_gone:
@@ -301,7 +318,13 @@ class LLMService:
                 if not live.is_finished:
                     self._drop(request_id)
             live.is_sending = True
-            self._lanes[live.lane].put((request_id, live, out))
+            if not self.coalesce_stream:  # the stream may have earlier responses in its lane
+                rank = _IN_TURN
+            elif isinstance(out, BaseException) or out.is_final:
+                rank = _FINAL
+            else:
+                rank = _FIRST if not live.first_sent_at else _IN_TURN
+            self._to_lane(live, rank, request_id, out)
 
     def _answer(self, request_id: str, live: _Live, out) -> None:
         """In live's lane (or after the lanes stopped): send out; cancel a caller that is gone."""

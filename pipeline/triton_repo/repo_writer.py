@@ -46,9 +46,12 @@ def write_repository(
         shared_models.postprocessing(deploy, max_batch_size, tokenizer_dir),
         "postprocessing.py",
     )
-    # the tensorrtllm backend cannot detokenize: its ensemble keeps the postprocessing step
+    # the tensorrtllm backend cannot (de)tokenize: its ensemble keeps pre- and postprocessing
+    is_llm_tokenizing = backend.name == "torch" and deploy.torch.tokenize
     is_llm_detokenizing = backend.name == "torch" and deploy.torch.detokenize
-    _write_model(repo, shared_models.ensemble(max_batch_size, is_llm_detokenizing), None)
+    _write_model(
+        repo, shared_models.ensemble(max_batch_size, is_llm_tokenizing, is_llm_detokenizing), None
+    )
     _write_model(
         repo,
         shared_models.bls(deploy, max_batch_size, is_llm_detokenizing),
@@ -69,6 +72,7 @@ def write_repository(
         "engine_max_batch_size": engine.max_batch_size,
         "decoupled_mode": deploy.decoupled_mode,
         "world_size": engine.world_size,
+        "is_llm_tokenizing": is_llm_tokenizing,
         "is_llm_detokenizing": is_llm_detokenizing,
     }
 

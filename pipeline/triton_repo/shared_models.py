@@ -40,13 +40,16 @@ def postprocessing(deploy: DeploySpec, max_batch_size: int, tokenizer_dir: Path)
     return cfg
 
 
-def ensemble(max_batch_size: int, is_llm_detokenizing: bool):
-    """Triton marks the ensemble decoupled by itself when `tensorrt_llm` is. is_llm_detokenizing:
-    text_output comes from `tensorrt_llm` itself, not from a postprocessing step."""
+def ensemble(max_batch_size: int, is_llm_tokenizing: bool, is_llm_detokenizing: bool):
+    """Triton marks the ensemble decoupled by itself when `tensorrt_llm` is. is_llm_tokenizing /
+    is_llm_detokenizing: `tensorrt_llm` itself takes text_input / makes text_output, in place of
+    the preprocessing / postprocessing step."""
     cfg = mcfg.new_config("ensemble", max_batch_size, platform="ensemble")
     mcfg.add_inputs(cfg, io.ENSEMBLE_INPUTS)
     mcfg.add_outputs(cfg, io.ENSEMBLE_OUTPUTS)
-    for model_name, input_map, output_map in io.ensemble_steps(is_llm_detokenizing):
+    for model_name, input_map, output_map in io.ensemble_steps(
+        is_llm_tokenizing, is_llm_detokenizing
+    ):
         step = cfg.ensemble_scheduling.step.add(model_name=model_name, model_version=-1)
         step.input_map.update(input_map)
         step.output_map.update(output_map)

@@ -1,7 +1,8 @@
 """The `tensorrt_llm` model for backend=torch: a decoupled python-backend model hosting the engine.
 
-Same inputs/outputs as the tensorrtllm backend's model, plus text_output (ours: the model
-detokenizes, so the torch backend's ensemble needs no postprocessing step). One instance (one
+Same inputs/outputs as the tensorrtllm backend's model, plus text_input/stop_words/bad_words and
+text_output (ours: the model tokenizes and detokenizes, so the torch backend's ensemble needs no
+preprocessing or postprocessing step). One instance (one
 engine, one KV cache); concurrent Triton requests are batched in flight by the engine's
 scheduler, not by Triton.
 """
@@ -22,7 +23,7 @@ def model_config(engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, devi
     engine = EngineInfo.read(engine_dir)
     max_batch_size = triton_max_batch_size(deploy, engine)
     cfg = mcfg.new_config("tensorrt_llm", max_batch_size, backend="python")
-    mcfg.add_inputs(cfg, io.LLM_INPUTS)
+    mcfg.add_inputs(cfg, io.TORCH_LLM_INPUTS)
     mcfg.add_outputs(cfg, (*io.LLM_OUTPUTS, io.LLM_TEXT_OUTPUT))
     mcfg.set_decoupled(cfg, deploy.decoupled_mode)
     mcfg.set_dynamic_batching(
@@ -36,7 +37,8 @@ def model_config(engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, devi
         cfg,
         {
             "engine_dir": Path(engine_dir).resolve(),
-            "tokenizer_dir": Path(tokenizer_dir).resolve(),  # as postprocessing's
+            "tokenizer_dir": Path(tokenizer_dir).resolve(),  # as pre/postprocessing's
+            "add_special_tokens": deploy.add_special_tokens,
             "skip_special_tokens": deploy.skip_special_tokens,
             "device": device,
             "exclude_input_in_output": deploy.exclude_input_in_output,

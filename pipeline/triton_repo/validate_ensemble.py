@@ -112,32 +112,32 @@ def check_bls_interface(configs: dict) -> list[str]:
 
 
 def check_text_source(configs: dict, backend: str) -> list[str]:
-    """Who makes text_output: postprocessing (upstream) or tensorrt_llm itself (backend=torch)."""
+    """Who reads text_input and makes text_output: pre/postprocessing (upstream) or tensorrt_llm
+    itself (backend=torch)."""
     ensemble = configs.get("ensemble")
     if ensemble is None:
         return []
-    producers = {
-        tensor: step.model_name
-        for step in ensemble.ensemble_scheduling.step
-        for tensor in step.output_map.values()
-    }
-    steps = sorted({producers[t.name] for t in ensemble.output if t.name in producers})
+    steps = ensemble.ensemble_scheduling.step
+    producers = {tensor: step.model_name for step in steps for tensor in step.output_map.values()}
+    from_steps = sorted({producers[t.name] for t in ensemble.output if t.name in producers})
     errors = []
-    if len(steps) > 1:
+    if len(from_steps) > 1:
         errors.append(
-            f"ensemble: its outputs come from steps {steps}; one step must make them all "
+            f"ensemble: its outputs come from steps {from_steps}; one step must make them all "
             f"(each of its responses is one client response)"
         )
-    if producers.get("text_output") != "tensorrt_llm":
-        return errors
-    if backend != "torch":
-        errors.append(
-            f"ensemble: takes text_output from tensorrt_llm, but backend={backend}'s "
-            f"tensorrt_llm cannot detokenize; keep the postprocessing step"
-        )
+    roles = []  # (what tensorrt_llm does, the step it replaces) where the ensemble relies on it
+    if any(s.model_name == "tensorrt_llm" and "text_input" in s.input_map.values() for s in steps):
+        roles.append(("takes the ensemble's text_input", "tokenize", "preprocessing"))
+    if producers.get("text_output") == "tensorrt_llm":
+        roles.append(("gives the ensemble text_output", "detokenize", "postprocessing"))
     llm = configs.get("tensorrt_llm")
-    if llm is not None and "tokenizer_dir" not in llm.parameters:
-        errors.append(
-            "tensorrt_llm: gives the ensemble text_output but has no tokenizer_dir parameter"
-        )
+    for role, verb, step in roles:
+        if backend != "torch":
+            errors.append(
+                f"ensemble: tensorrt_llm {role}, but backend={backend}'s tensorrt_llm cannot "
+                f"{verb}; keep the {step} step"
+            )
+        if llm is not None and "tokenizer_dir" not in llm.parameters:
+            errors.append(f"tensorrt_llm: {role} but has no tokenizer_dir parameter")
     return errors

@@ -46,6 +46,7 @@ class Recorder:
         self.fail_for = fail_for or set()
         self.finished = threading.Condition()
         self.threads: dict[str, set[str]] = {}  # context -> names of the threads that sent
+        self.order: list[str] = []  # the context of every response, in the order sent
         self.in_flight = self.most_in_flight = 0
 
     def __call__(self, context, out) -> bool:
@@ -59,6 +60,7 @@ class Recorder:
         with self.finished:
             self.in_flight -= 1
             self.chunks.setdefault(context, []).append(out)
+            self.order.append(context)
             self.threads.setdefault(context, set()).add(threading.current_thread().name)
             self.finished.notify_all()
         return len(self.chunks[context]) <= self.hang_up_after.get(context, 10**9)
@@ -269,6 +271,26 @@ def test_lanes_send_streams_side_by_side_each_in_order(smollm_engine_dir, prompt
         assert [t for c in stream for t in c.token_ids.tolist()] == expected
         assert [c.is_final for c in stream] == [False] * (len(stream) - 1) + [True]
         assert len(stream) < NUM_TOKENS  # tokens that came while a send was out went merged
+
+
+def test_a_lane_sends_a_final_response_before_others_first_ones(smollm_engine_dir, prompts):
+    # One lane, its first send (stream a's first token) held: stream b's first response queues,
+    # then request w ends. w's final response goes next: its client's next request waits on it.
+    recorder = Recorder(gate=threading.Event())
+    svc = service(smollm_engine_dir, recorder, coalesce=True, response_lanes=1)
+    try:
+        svc.generate(arrays(prompts[0], streaming=True), "a")
+        svc.generate(arrays(prompts[1], streaming=True), "b")
+        svc.generate(arrays(prompts[2], streaming=False, max_tokens=2), "w")
+        deadline = time.monotonic() + 60
+        while svc._lanes[0].qsize() < 2:  # b's first and w's final, behind a's held send
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        recorder.gate.set()
+        recorder.wait_final(["a", "b", "w"])
+    finally:
+        svc.shutdown()
+    assert recorder.order[:3] == ["a", "w", "b"]
 
 
 def test_text_of_split_characters_comes_whole_from_the_responder(smollm_engine_dir, engine):

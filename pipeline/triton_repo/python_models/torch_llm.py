@@ -3,7 +3,8 @@
 Decoupled: execute() submits each request to the engine and returns at once; the service's one
 responder thread sends every request's responses as the engine produces tokens. A response
 carries the outputs its request asked for: output_ids and sequence_length as the tensorrtllm
-backend's, and text_output (ours), detokenized in the responder thread.
+backend's, and text_output (ours), detokenized in the responder thread. It also takes the
+ensemble's text inputs (text_input, stop_words, bad_words; ours) and tokenizes them itself.
 
 Engine counters are exported as Triton custom metrics (pipeline_engine_*), since Triton's own
 counters can't see in-flight batching: generated_tokens > steps proves that steps served several
@@ -34,6 +35,9 @@ INPUT_NAMES = (
     "seed",
     "streaming",
     "exclude_input_in_output",
+    "text_input",  # the text inputs (ours): the model tokenizes, the ensemble skips preprocessing
+    "stop_words",
+    "bad_words",
 )
 METRICS = {  # engine stats key -> (metric family, description)
     "max_running": (
@@ -114,6 +118,7 @@ class TritonPythonModel:
             tokenizer_dir=params.get("tokenizer_dir") or None,
             skip_special_tokens=params.get("skip_special_tokens", "true") == "true",
             response_lanes=int(params["response_lanes"]),
+            add_special_tokens=params.get("add_special_tokens", "true") == "true",
         )
         labels = {"model": args["model_name"], "version": args["model_version"]}
         # a Metric needs its MetricFamily alive: keep both

@@ -2,8 +2,12 @@
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from transformers import PreTrainedTokenizerFast
 
-from pipeline.triton_repo.llm_request import from_arrays, word_sequences
+from pipeline.triton_repo.llm_request import TextEncoder, from_arrays, word_sequences
+
+VOCAB = ["<unk>", "<s>", "</s>", "the", "cat", "sat", "on", "mat", "."]
 
 
 def request_arrays(**extra) -> dict[str, np.ndarray]:
@@ -105,5 +109,88 @@ def test_refusals(extra, message):
 def test_input_ids_are_required():
     arrays = request_arrays()
     del arrays["input_ids"]
-    with pytest.raises(ValueError, match="input_ids is required"):
+    with pytest.raises(ValueError, match=r"input_ids \(or text_input\) is required"):
         from_arrays(arrays, True)
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> PreTrainedTokenizerFast:
+    """A real word-level tokenizer that adds <s> in front, as Llama's adds its BOS."""
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(VOCAB)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(" ", behavior="removed")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", 1)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+
+
+@pytest.fixture(scope="module")
+def encoder(tokenizer) -> TextEncoder:
+    return TextEncoder(tokenizer, add_special_tokens=True)
+
+
+def text_arrays(prompt: str, **extra) -> dict[str, np.ndarray]:
+    """What the one-step ensemble sends: its own text inputs, strings as bytes."""
+    arrays = {
+        "text_input": np.array([[prompt.encode()]], np.object_),
+        "request_output_len": np.array([[4]], np.int32),
+    }
+    arrays.update(extra)
+    return arrays
+
+
+def test_text_prompt_is_tokenized_with_the_tokenizers_ids(encoder):
+    request = from_arrays(text_arrays("the cat sat"), True, encoder)
+    assert request.prompt_token_ids == [1, 3, 4, 5]  # <s> the cat sat
+    # no end_id/pad_id sent: preprocessing's defaults (eos; pad falls back to eos)
+    assert (request.params.end_id, request.params.pad_id) == (2, 2)
+    sent = from_arrays(text_arrays("the cat", end_id=np.array([[8]], np.int32)), True, encoder)
+    assert sent.params.end_id == 8
+
+
+def test_stop_and_bad_words_as_text_join_the_id_lists(encoder):
+    words = np.array([[b"on the", b"", b"mat"]], np.object_)
+    params = from_arrays(
+        text_arrays(
+            "the cat",
+            stop_words=words,
+            bad_words=np.array([[b"sat"]], np.object_),
+            stop_words_list=np.array([[[11, 12], [2, -1]]], np.int32),
+        ),
+        True,
+        encoder,
+    ).params
+    assert params.stop_sequences == ((11, 12), (6, 3), (7,))
+    assert params.bad_sequences == ((5,),)
+
+
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        (
+            text_arrays("the", input_ids=np.array([[3]], np.int32)),
+            "send input_ids or text_input, not both",
+        ),
+        (
+            {**text_arrays("x"), "text_input": np.array([[b"the"], [b"cat"]], np.object_)},
+            "text_input: batch size 2: send one prompt per request",
+        ),
+    ],
+)
+def test_text_refusals(encoder, arrays, message):
+    with pytest.raises(ValueError, match=message):
+        from_arrays(arrays, True, encoder)
+
+
+def test_empty_text_is_refused_unless_special_tokens_make_a_prompt(tokenizer, encoder):
+    # as preprocessing: "" with add_special_tokens is the BOS alone
+    assert from_arrays(text_arrays(""), True, encoder).prompt_token_ids == [1]
+    with pytest.raises(ValueError, match="text_input tokenizes to no tokens"):
+        from_arrays(text_arrays(""), True, TextEncoder(tokenizer, add_special_tokens=False))
+
+
+def test_text_needs_a_tokenizer():
+    with pytest.raises(ValueError, match="text_input needs the model's tokenizer_dir"):
+        from_arrays(text_arrays("the cat"), True)

@@ -40,20 +40,31 @@ def test_trtllm_repository_validates_with_the_upstream_ensemble(tmp_path: Path):
 
 
 def test_torch_backend_keeps_the_upstream_ensemble_when_told(tmp_path: Path):
-    repo = write_repo(tmp_path, "deploy.torch.detokenize=false")
+    repo = write_repo(tmp_path, "deploy.torch.tokenize=false", "deploy.torch.detokenize=false")
     assert (repo / "ensemble" / "config.pbtxt").read_text() == UPSTREAM_ENSEMBLE.read_text()
     steps = [s.model_name for s in read_config(repo, "ensemble").ensemble_scheduling.step]
     assert steps == ["preprocessing", "tensorrt_llm", "postprocessing"]
 
 
-def test_torch_ensemble_takes_text_from_the_llm_model(tmp_path: Path):
+def test_torch_ensemble_is_the_llm_model_alone(tmp_path: Path):
     repo = write_repo(tmp_path)
     steps = read_config(repo, "ensemble").ensemble_scheduling.step
-    assert [s.model_name for s in steps] == ["preprocessing", "tensorrt_llm"]
-    assert dict(steps[1].output_map) == {
+    assert [s.model_name for s in steps] == ["tensorrt_llm"]
+    assert steps[0].input_map["text_input"] == "text_input"
+    assert steps[0].input_map["request_output_len"] == "max_tokens"
+    assert dict(steps[0].output_map) == {
         "text_output": "text_output",
         "sequence_length": "sequence_length",
     }
     llm = read_config(repo, "tensorrt_llm")
+    assert {"text_input", "stop_words", "bad_words"} <= {t.name for t in llm.input}
     assert "text_output" in {t.name for t in llm.output}
     assert llm.parameters["tokenizer_dir"].string_value == str((tmp_path / "tokenizer").resolve())
+    assert llm.parameters["add_special_tokens"].string_value == "true"
+
+
+def test_torch_ensemble_can_keep_preprocessing(tmp_path: Path):
+    repo = write_repo(tmp_path, "deploy.torch.tokenize=false")
+    steps = read_config(repo, "ensemble").ensemble_scheduling.step
+    assert [s.model_name for s in steps] == ["preprocessing", "tensorrt_llm"]
+    assert steps[1].input_map["input_ids"] == "_INPUT_ID"

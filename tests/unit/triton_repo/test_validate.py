@@ -20,8 +20,8 @@ def repo(tmp_path):
 
 @pytest.fixture
 def upstream_repo(tmp_path):
-    """The ensemble with the postprocessing step (as backend=trtllm's)."""
-    return write_repo(tmp_path, "deploy.torch.detokenize=false")
+    """The ensemble with the pre- and postprocessing steps (as backend=trtllm's)."""
+    return write_repo(tmp_path, "deploy.torch.tokenize=false", "deploy.torch.detokenize=false")
 
 
 def problems(repo, backend: str = "torch") -> str:
@@ -117,16 +117,21 @@ def test_ensemble_step_names_a_missing_model(upstream_repo):
     assert "step names model 'detokenizer', which is not in the repository" in message
 
 
-def test_required_input_left_unmapped(repo):
-    edit(repo, "ensemble", lambda c: c.ensemble_scheduling.step[1].input_map.pop("input_lengths"))
-    assert "step 'tensorrt_llm' leaves required inputs ['input_lengths'] unmapped" in problems(repo)
+def test_required_input_left_unmapped(upstream_repo):
+    edit(
+        upstream_repo,
+        "ensemble",
+        lambda c: c.ensemble_scheduling.step[1].input_map.pop("request_output_len"),
+    )
+    message = problems(upstream_repo)
+    assert "step 'tensorrt_llm' leaves required inputs ['request_output_len'] unmapped" in message
 
 
 def test_mapped_input_that_nothing_produces(repo):
     edit(
         repo,
         "ensemble",
-        lambda c: c.ensemble_scheduling.step[1].input_map.update({"temperature": "temp"}),
+        lambda c: c.ensemble_scheduling.step[0].input_map.update({"temperature": "temp"}),
     )
     assert "input 'temperature' <- 'temp': no ensemble input or earlier step" in problems(repo)
 
@@ -158,13 +163,13 @@ def test_output_map_of_an_undeclared_output(upstream_repo):
     assert "maps output 'LOGITS', which postprocessing does not declare" in problems(upstream_repo)
 
 
-def test_tensor_produced_twice(repo):
+def test_tensor_produced_twice(upstream_repo):
     edit(
-        repo,
+        upstream_repo,
         "ensemble",
         lambda c: c.ensemble_scheduling.step[0].output_map.update({"OUT_END_ID": "text_output"}),
     )
-    assert "tensor 'text_output' is produced more than once" in problems(repo)
+    assert "tensor 'text_output' is produced more than once" in problems(upstream_repo)
 
 
 def writing_fails(tmp_path, *overrides: str) -> str:

@@ -1,4 +1,5 @@
-"""Who makes the ensemble's text_output: the wiring rules, each with a failing example."""
+"""Who reads the ensemble's text_input and makes its text_output: the wiring rules, each with a
+failing example."""
 
 import pytest
 
@@ -12,7 +13,7 @@ def repo(tmp_path):
 
 
 def test_outputs_from_two_steps(tmp_path):
-    repo = write_repo(tmp_path, "deploy.torch.detokenize=false")
+    repo = write_repo(tmp_path, "deploy.torch.tokenize=false", "deploy.torch.detokenize=false")
 
     def text_from_the_llm(cfg):
         steps = cfg.ensemble_scheduling.step
@@ -29,12 +30,32 @@ def test_llm_text_without_a_tokenizer(repo):
     assert "tensorrt_llm: gives the ensemble text_output but has no tokenizer_dir" in problems(repo)
 
 
-def test_llm_text_from_the_tensorrtllm_backend(repo):
+def test_llm_text_from_the_tensorrtllm_backend(tmp_path):
+    repo = write_repo(tmp_path, "deploy.torch.tokenize=false")
     assert read_config(repo, "ensemble").ensemble_scheduling.step[1].output_map["text_output"]
     message = problems(repo, "trtllm")
     assert (
         "backend=trtllm's tensorrt_llm cannot detokenize; keep the postprocessing step" in message
     )
+    assert "cannot tokenize" not in message
+
+
+def test_llm_text_input_to_the_tensorrtllm_backend(tmp_path):
+    repo = write_repo(tmp_path, "deploy.torch.detokenize=false")
+    assert read_config(repo, "ensemble").ensemble_scheduling.step[0].input_map["text_input"]
+    message = problems(repo, "trtllm")
+    assert (
+        "tensorrt_llm takes the ensemble's text_input, but backend=trtllm's tensorrt_llm cannot "
+        "tokenize; keep the preprocessing step" in message
+    )
+    assert "cannot detokenize" not in message
+
+
+def test_llm_text_input_without_a_tokenizer(tmp_path):
+    repo = write_repo(tmp_path, "deploy.torch.detokenize=false")
+    edit(repo, "tensorrt_llm", lambda c: c.parameters.pop("tokenizer_dir"))
+    message = problems(repo)
+    assert "tensorrt_llm: takes the ensemble's text_input but has no tokenizer_dir" in message
 
 
 def test_llm_model_that_does_not_declare_text_output(repo):
