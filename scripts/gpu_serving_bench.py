@@ -143,8 +143,12 @@ def random_weights_dir(shape_dir: Path, dtype: str, out_dir: Path) -> Path:
     if not (out_dir / "config.json").is_file():
         config = AutoConfig.from_pretrained(shape_dir)
         torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(config).to(getattr(torch, dtype))
+        # an 8B model's random init takes minutes on the CPU, seconds on a GPU
+        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+            model = AutoModelForCausalLM.from_config(config).to(getattr(torch, dtype))
         model.save_pretrained(out_dir)
+        del model
+        torch.cuda.empty_cache()  # the steps run in processes of their own, on this GPU
         for path in shape_dir.iterdir():  # tokenizer, chat template: all but weights and config
             is_weights = path.suffix in (".safetensors", ".bin", ".gguf", ".pt")
             if path.is_file() and not is_weights and not (out_dir / path.name).exists():
