@@ -2,7 +2,9 @@
 
 The sleep is corrected for the time each query takes (NVML PCIe queries alone take ~20 ms), so
 the rate holds; when a query overruns the period the next sample is taken at once, without a
-burst to catch up. Times are seconds since `origin_s`, shared with the load generator.
+burst to catch up. Times are seconds since `origin_s`, shared with the load generator. A source
+that fails is noted in the timeline (its first error) and the others go on being sampled: a
+profiler thread that died would leave a run's timeline silently short.
 """
 
 import logging
@@ -41,6 +43,7 @@ class Sampler:
         self.notes = list(notes)
         self.samples: list[dict] = []
         self.phases: list[dict] = []
+        self._failed: set[str] = set()  # sources whose first error is in the notes
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="profiler", daemon=True)
 
@@ -77,7 +80,16 @@ class Sampler:
             began = time.perf_counter()
             sample: dict = {"t_s": began - self.origin_s}
             for source in self.sources:
-                sample.update(source.sample())
+                try:
+                    sample.update(source.sample())
+                except Exception as exc:  # noqa: BLE001 - noted; the other sources go on
+                    if source.name not in self._failed:
+                        self._failed.add(source.name)
+                        log.exception("profiler: source %s failed", source.name)
+                        self.notes.append(
+                            f"{source.name} source failed at t={sample['t_s']:.2f} s "
+                            f"({type(exc).__name__}: {exc}); its later samples may be missing"
+                        )
             sample["query_s"] = time.perf_counter() - began
             self.samples.append(sample)
             next_s, delay = next_deadline(next_s, time.perf_counter(), self.period_s)

@@ -52,6 +52,32 @@ def test_a_root_added_during_a_sample_joins_the_next_one():
     assert set(source.sample()) == {"bench", "server"}
 
 
+class FailingSource:
+    name = "flaky"
+
+    def describe(self) -> dict:
+        return {"source": self.name}
+
+    def sample(self) -> dict:
+        raise RuntimeError("device lost")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_failing_source_is_noted_and_the_others_go_on():
+    sampler = Sampler(
+        [FailingSource(), ProcessSource({"bench": os.getpid()})], rate_hz=100.0, origin_s=0.0
+    )
+    with sampler:
+        time.sleep(0.1)
+    timeline = sampler.timeline()
+    assert timeline["num_samples"] >= 2
+    assert all(s["bench"]["rss_bytes"] > 0 for s in timeline["samples"])
+    (note,) = timeline["notes"]
+    assert "flaky source failed" in note and "device lost" in note
+
+
 def test_sampler_records_phases_and_plots(tmp_path):
     sampler = make_sampler(rate_hz=50.0)
     with sampler:
