@@ -2,9 +2,8 @@
 
 Same inputs/outputs as the tensorrtllm backend's model, plus text_input/stop_words/bad_words and
 text_output (ours: the model tokenizes and detokenizes, so the torch backend's ensemble needs no
-preprocessing or postprocessing step). One instance (one
-engine, one KV cache); concurrent Triton requests are batched in flight by the engine's
-scheduler, not by Triton.
+preprocessing or postprocessing step). One instance (one engine, one KV cache); concurrent Triton
+requests are batched in flight by the engine's scheduler, not by Triton.
 """
 
 import shutil

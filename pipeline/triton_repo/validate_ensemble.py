@@ -126,7 +126,8 @@ def check_text_source(configs: dict, backend: str) -> list[str]:
             f"ensemble: its outputs come from steps {from_steps}; one step must make them all "
             f"(each of its responses is one client response)"
         )
-    roles = []  # (what tensorrt_llm does, the step it replaces) where the ensemble relies on it
+    # (what the ensemble relies on tensorrt_llm for, the verb, the step that would do it instead)
+    roles = []
     if any(s.model_name == "tensorrt_llm" and "text_input" in s.input_map.values() for s in steps):
         roles.append(("takes the ensemble's text_input", "tokenize", "preprocessing"))
     if producers.get("text_output") == "tensorrt_llm":
