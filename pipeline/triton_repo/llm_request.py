@@ -38,6 +38,8 @@ class TextEncoder:
         return ids
 
     def words(self, words: list[str]) -> tuple[tuple[int, ...], ...]:
+        """Each word's ids; a word with none (an empty string) is dropped, as preprocessing
+        drops it."""
         encoded = (self.tokenizer.encode(w, add_special_tokens=False) for w in words)
         return tuple(tuple(ids) for ids in encoded if ids)
 
@@ -123,7 +125,7 @@ def _sequences(arrays: dict[str, np.ndarray], kind: str, encoder: TextEncoder | 
     if f"{kind}_words" in arrays:
         if encoder is None:
             raise ValueError(f"{kind}_words needs the model's tokenizer_dir parameter")
-        sequences += encoder.words([w for w in _strings(arrays, f"{kind}_words") if w])
+        sequences += encoder.words(_strings(arrays, f"{kind}_words"))
     return sequences
 
 
@@ -134,11 +136,12 @@ def from_arrays(
 ) -> LLMRequest:
     """Raises ValueError (sent back as the request's error) for inputs the engine can't take.
     encoder: tokenizes text inputs; a text prompt's end_id/pad_id default to its tokenizer's."""
-    end_id, pad_id, seed = (_scalar(arrays, n) for n in ("end_id", "pad_id", "seed"))
-    prompt = _prompt(arrays, encoder)
-    if "text_input" in arrays:  # preprocessing always sends its tokenizer's ids
-        end_id = encoder.end_id if end_id is None else end_id
-        pad_id = encoder.pad_id if pad_id is None else pad_id
+    prompt = _prompt(arrays, encoder)  # refuses text without an encoder
+    # a text prompt gets preprocessing's defaults: it always sends its tokenizer's ids
+    is_text = "text_input" in arrays
+    end_id = _scalar(arrays, "end_id", encoder.end_id if is_text else None)
+    pad_id = _scalar(arrays, "pad_id", encoder.pad_id if is_text else None)
+    seed = _scalar(arrays, "seed")
     params = SamplingParams(
         max_tokens=int(_scalar(arrays, "request_output_len", 0)),
         seed=None if seed is None else int(seed),

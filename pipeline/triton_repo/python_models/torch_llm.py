@@ -118,7 +118,7 @@ class TritonPythonModel:
             tokenizer_dir=params.get("tokenizer_dir") or None,
             skip_special_tokens=params.get("skip_special_tokens", "true") == "true",
             response_lanes=int(params["response_lanes"]),
-            add_special_tokens=params.get("add_special_tokens", "true") == "true",
+            add_special_tokens=params["add_special_tokens"] == "true",
         )
         labels = {"model": args["model_name"], "version": args["model_version"]}
         # a Metric needs its MetricFamily alive: keep both
