@@ -4,22 +4,34 @@ shutdown, and an outbox that gets each step's list of StreamDeltas (or the engin
 Why a process: in a server, the threads that answer requests (Triton's python backend sends one
 response per stream per step) share one GIL with the engine thread, whose host work paces the
 GPU; every response sent is a step delayed. Here the child owns the engine and writes each
-step's deltas down a pipe, and the parent's threads only forward: the split that vLLM's engine
+step's deltas down a socket, and the parent's threads only forward: the split that vLLM's engine
 core process and TensorRT-LLM's executor worker make for the same reason.
 
-The child stops when told, or when the pipe closes (its parent died); unfinished requests then
-end "cancelled", as in AsyncLLMEngine.shutdown.
+Shared (share_key): several processes use one engine, the way vLLM's API server processes share
+one engine core. Triton runs each instance of a python model as a stub process with a GIL of its
+own, so N instances tokenize, detokenize and send responses N at a time, where one stub's GIL was
+the served path's limit (H100, SmolLM2 at concurrency 64: a request waited ~11 ms in Triton's
+queue for the one instance, ~11 ms more in its execute and ~23 ms for its final response to go
+out). The first process to come spawns the engine, which also listens on an abstract unix socket
+named after the key (no file to leave behind; connections from this user only); the others
+connect to it. Each client gets the deltas of its own requests.
+
+The engine process stops when its last client has gone (told it, or its connection closed); a
+client's unfinished requests end "cancelled", as in AsyncLLMEngine.shutdown.
 """
 
+import contextlib
+import hashlib
 import logging
 import os
 import queue
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Client, Connection
 from pathlib import Path
 
 from pipeline.engine.async_engine import AsyncLLMEngine
@@ -28,9 +40,12 @@ from pipeline.engine.request_limits import RequestLimits
 from pipeline.engine.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
-# child -> parent messages: (kind, payload, stats or None)
+# engine -> client messages: (kind, payload, stats or None); _CLOSED's payload is the number of
+# clients still connected (0: the engine process is exiting)
 _READY, _DELTAS, _STATS, _ERROR, _CLOSED = "ready", "deltas", "stats", "error", "closed"
+_TAKEN = "taken"  # a spawned child found the shared engine's address bound: join that one
 STATS_PERIOD_S = 0.05  # stats ride along with step outputs at most this often
+JOIN_TRIES = 5  # joining races: two spawns at once, or a connect as the engine stops
 
 
 def _portable(exc: BaseException) -> RuntimeError:
@@ -38,65 +53,201 @@ def _portable(exc: BaseException) -> RuntimeError:
     return RuntimeError(f"engine process: {exc!r}")
 
 
-def _child_main(conn: Connection) -> None:
+class _Client:
+    """One connected process: its channel and its requests not finished yet."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.requests: set[str] = set()
+        self.is_closing = False  # it said shutdown or hung up: it leaves once requests is empty
+        self.stats_at = 0.0  # when it last got stats
+        self.stats: dict | None = None  # the last it got
+        self._send_lock = threading.Lock()  # the forwarder, its reader and the acceptor send
+
+    def send(self, message: tuple) -> None:
+        with self._send_lock, contextlib.suppress(OSError):  # gone: its reader sees EOF
+            self.conn.send(message)
+
+
+class _Hub:
+    """The engine's side: routes each step's deltas to the clients that own them."""
+
+    def __init__(self, async_engine: AsyncLLMEngine, outbox: queue.SimpleQueue):
+        self.async_engine, self.engine = async_engine, async_engine.engine
+        self.outbox = outbox
+        self._lock = threading.Lock()
+        self._clients: list[_Client] = []
+        self._owners: dict[str, _Client] = {}
+        self._error: BaseException | None = None
+        self._is_empty = threading.Event()  # the last client has left
+
+    def join(self, conn: Connection) -> None:
+        client = _Client(conn)
+        with self._lock:
+            self._clients.append(client)
+        client.send((_READY, self.engine.limits, self.engine.stats()))
+        threading.Thread(target=self._read, args=(client,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except OSError:  # shut down: the engine is stopping
+                return
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            if struct.unpack("3i", creds)[1] != os.getuid():  # (pid, uid, gid)
+                sock.close()
+                continue
+            self.join(Connection(sock.detach()))
+
+    def _read(self, client: _Client) -> None:
+        while True:
+            try:
+                command, *args = client.conn.recv()
+            except (EOFError, OSError):  # its process is gone
+                command = "shutdown"
+            if command == "submit":
+                prompt_token_ids, params, request_id = args
+                with self._lock:
+                    self._owners[request_id] = client
+                    client.requests.add(request_id)
+                try:
+                    self.async_engine.submit(prompt_token_ids, params, request_id)
+                except BaseException as exc:  # noqa: BLE001 - engine failed or shut down meanwhile
+                    with self._lock:
+                        self._owners.pop(request_id, None)
+                        client.requests.discard(request_id)
+                    client.send((_ERROR, _portable(exc), None))
+            elif command == "cancel":
+                self.async_engine.cancel(*args)
+            else:  # its unfinished requests get their "cancelled" deltas, then it leaves
+                with self._lock:
+                    client.is_closing = True
+                    unfinished = list(client.requests)
+                for request_id in unfinished:
+                    self.async_engine.cancel(request_id)
+                self._leave_if_done(client)
+                return
+
+    def _leave_if_done(self, client: _Client) -> None:
+        with self._lock:
+            done = client.is_closing and (not client.requests or self._error is not None)
+            if not done or client not in self._clients:
+                return
+            self._clients.remove(client)
+            num_left = len(self._clients)
+        client.send((_CLOSED, num_left, self.engine.stats()))
+        client.conn.close()
+        if not num_left:
+            self._is_empty.set()
+
+    def forward(self) -> None:
+        """One send per client per step, on this thread: the engine thread never waits on it.
+        Returns when the last client has left."""
+        while not self._is_empty.is_set():
+            try:
+                item = self.outbox.get(timeout=STATS_PERIOD_S)
+            except queue.Empty:  # idle: clients still get the counters of the last steps
+                self._send_stats()
+                continue
+            if isinstance(item, BaseException):
+                with self._lock:
+                    self._error = item
+                    clients = list(self._clients)
+                for client in clients:
+                    client.send((_ERROR, _portable(item), self.engine.stats()))
+                    self._leave_if_done(client)
+                continue
+            self._route(item)
+
+    def _route(self, deltas: list[StreamDelta]) -> None:
+        by_client: dict[_Client, list[tuple]] = {}
+        with self._lock:
+            for d in deltas:
+                client = self._owners.get(d.request_id)
+                if client is None:
+                    continue
+                # plain tuples: 64 StreamDeltas pickle in ~190 us (a slotted dataclass goes
+                # through Python-level __getstate__), as tuples in ~20 us of the engine's GIL
+                by_client.setdefault(client, []).append(
+                    (d.request_id, d.token_ids, d.finished, d.finish_reason)
+                )
+                if d.finished:
+                    del self._owners[d.request_id]
+                    client.requests.discard(d.request_id)
+        now, stats = time.monotonic(), None
+        with self._lock:  # a client with no deltas this step still gets fresh stats
+            clients = [*by_client, *(c for c in self._clients if c not in by_client)]
+        for client in clients:
+            is_due = now - client.stats_at >= STATS_PERIOD_S
+            if is_due:
+                stats = stats or self.engine.stats()
+                client.stats_at, client.stats = now, stats
+            if client in by_client:
+                client.send((_DELTAS, by_client[client], stats if is_due else None))
+                self._leave_if_done(client)
+            elif is_due:
+                client.send((_STATS, None, stats))
+
+    def _send_stats(self) -> None:
+        stats = self.engine.stats()
+        with self._lock:
+            stale = [c for c in self._clients if c.stats != stats]
+        for client in stale:
+            client.stats_at, client.stats = time.monotonic(), stats
+            client.send((_STATS, None, stats))
+
+    def serve(self, listener: socket.socket | None) -> None:
+        """Until the last client has left, taking new ones from listener (shared engines) until
+        then."""
+        if listener is None:
+            self.forward()
+            return
+        acceptor = threading.Thread(target=self._accept, args=(listener,), daemon=True)
+        acceptor.start()
+        self.forward()
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)  # wakes accept(): nobody joins from here on
+        acceptor.join()
+        listener.close()
+        with self._lock:
+            if self._clients:  # joined just before: served to the end
+                self._is_empty.clear()
+        self.forward()
+
+
+def _child_main(first: Connection, name: str | None) -> None:
     from pipeline.engine.llm_engine import LLMEngine
 
     # its log lines (model runner: kernels, graphs, KV blocks) join the server's log via stderr
     logging.basicConfig(level=logging.INFO, format="[engine process] %(levelname)s %(message)s")
-    engine_dir, device, runtime = conn.recv()
+    listener = None
+    if name is not None:  # bound before loading: processes that come meanwhile wait in line
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind("\0" + name)
+        except OSError:  # in use: another process spawned this engine first
+            first.send((_TAKEN, None, None))
+            return
+        listener.listen(64)
+    engine_dir, device, runtime = first.recv()
     try:
         engine = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)
     except BaseException as exc:  # noqa: BLE001 - the parent reports it
-        conn.send((_ERROR, _portable(exc), None))
+        first.send((_ERROR, _portable(exc), None))
         return
     outbox: queue.SimpleQueue = queue.SimpleQueue()
     async_engine = AsyncLLMEngine(engine, outbox=outbox)
-    conn.send((_READY, engine.limits, engine.stats()))
+    hub = _Hub(async_engine, outbox)
+    hub.join(first)
+    hub.serve(listener)
+    async_engine.shutdown()
 
-    def forward() -> None:  # one send per step, on its own thread: the engine never waits on it
-        stats_at, is_stale = 0.0, False
-        while True:
-            try:
-                item = outbox.get(timeout=STATS_PERIOD_S)
-            except queue.Empty:  # idle: the parent still gets the counters of the last steps
-                if is_stale:
-                    conn.send((_STATS, None, engine.stats()))
-                    is_stale = False
-                continue
-            if item is None:
-                return
-            now = time.monotonic()
-            stats, is_stale = None, True
-            if now - stats_at >= STATS_PERIOD_S:
-                stats, stats_at, is_stale = engine.stats(), now, False
-            if isinstance(item, BaseException):
-                conn.send((_ERROR, _portable(item), stats))
-            else:
-                # plain tuples: 64 StreamDeltas pickle in ~190 us (a slotted dataclass goes
-                # through Python-level __getstate__), as tuples in ~20 us of the engine's GIL
-                deltas = [(d.request_id, d.token_ids, d.finished, d.finish_reason) for d in item]
-                conn.send((_DELTAS, deltas, stats))
 
-    forwarder = threading.Thread(target=forward, name="llm-engine-forward", daemon=True)
-    forwarder.start()
-    while True:
-        try:
-            command, *args = conn.recv()
-        except EOFError:  # the parent is gone
-            command = "shutdown"
-        if command == "submit":
-            try:
-                async_engine.submit(*args)
-            except BaseException as exc:  # noqa: BLE001 - engine failed or shut down meanwhile
-                outbox.put(exc)
-        elif command == "cancel":
-            async_engine.cancel(*args)
-        else:
-            async_engine.shutdown()  # unfinished requests get their "cancelled" deltas
-            outbox.put(None)
-            forwarder.join()
-            conn.send((_CLOSED, None, engine.stats()))
-            return
+def _socket_name(share_key: str) -> str:
+    """The shared engine's abstract unix socket (Linux) is this name after a NUL byte: no file,
+    so none to clean up after a crash and no path-length limit from TMPDIR."""
+    return "pipeline-engine-" + hashlib.sha256(share_key.encode()).hexdigest()[:32]
 
 
 class EngineProcess:
@@ -108,42 +259,77 @@ class EngineProcess:
         outbox: queue.SimpleQueue,
         python: str = sys.executable,
         startup_timeout_s: float = 1800.0,
+        share_key: str | None = None,
     ):
-        """Start the child and wait until its engine is loaded (graphs captured). python: the
-        interpreter to run it (a Triton stub's own sys.executable is not a Python); it sees
-        this process's sys.path."""
-        # a plain subprocess, not multiprocessing: spawn would also leave its resource tracker
-        # running in the server's process group after shutdown
-        ours, theirs = socket.socketpair()
-        self._process = subprocess.Popen(
-            [python, "-m", __name__, str(theirs.fileno())],
-            pass_fds=[theirs.fileno()],
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},  # this pipeline
-        )
-        theirs.close()
-        self._conn = Connection(ours.detach())
-        self._conn.send((str(engine_dir), device, runtime))
-        if not self._conn.poll(startup_timeout_s):
-            self._process.kill()
-            self._process.wait()
-            raise RuntimeError(f"engine process: not ready after {startup_timeout_s:.0f} s")
-        try:
-            kind, payload, stats = self._conn.recv()
-        except EOFError:
-            raise RuntimeError(
-                f"engine process exited during start-up (code {self._process.wait()})"
-            ) from None
+        """Start the child and wait until its engine is loaded (graphs captured); with a
+        share_key, join the engine that a process with the same key started, if it still runs.
+        python: the interpreter to run it (a Triton stub's own sys.executable is not a Python);
+        it sees this process's sys.path."""
+        self._process: subprocess.Popen | None = None  # when this one spawned it
+        spawn = (str(engine_dir), device, runtime, python)
+        if share_key is None:
+            kind, payload, stats = self._spawn(*spawn, None, startup_timeout_s)
+        else:
+            kind, payload, stats = self._join(*spawn, _socket_name(share_key), startup_timeout_s)
         if kind == _ERROR:
-            self._process.wait()
             raise payload
         self.limits: RequestLimits = payload
+        self.is_spawner = self._process is not None
         self._stats: dict = stats
         self._outbox = outbox
         self._error: BaseException | None = None
         self._send_lock = threading.Lock()  # execute() submits while the responder cancels
         self._is_closing = False
+        self._num_left: int | None = None  # clients the engine still had when this one left
         self._reader = threading.Thread(target=self._read, name="llm-engine-read", daemon=True)
         self._reader.start()
+
+    def _join(self, engine_dir, device, runtime, python, name, timeout_s) -> tuple:
+        """Connect to the shared engine, or spawn it when none runs. Races end in a retry: of two
+        children spawned at once one binds the name and the other says _TAKEN; a connection
+        made as the engine stops ends before _READY."""
+        for _ in range(JOIN_TRIES):
+            self._process = None
+            try:
+                self._conn = Client("\0" + name, family="AF_UNIX")
+            except ConnectionRefusedError:  # nobody listens: start it
+                message = self._spawn(engine_dir, device, runtime, python, name, timeout_s)
+                if message[0] != _TAKEN:
+                    return message
+                self._process.wait()
+                continue
+            if not self._conn.poll(timeout_s):
+                raise RuntimeError(f"engine process: not ready after {timeout_s:.0f} s")
+            with contextlib.suppress(EOFError):
+                return self._conn.recv()
+        raise RuntimeError(f"engine process: could not join or start {name} in {JOIN_TRIES} tries")
+
+    def _spawn(self, engine_dir, device, runtime, python, name, timeout_s) -> tuple:
+        """Start the child (listening as name when shared) and wait for its first message."""
+        # a plain subprocess, not multiprocessing: spawn would also leave its resource tracker
+        # running in the server's process group after shutdown
+        ours, theirs = socket.socketpair()
+        self._process = subprocess.Popen(
+            [python, "-m", __name__, str(theirs.fileno()), *([name] if name else [])],
+            pass_fds=[theirs.fileno()],
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},  # this pipeline
+        )
+        theirs.close()
+        self._conn = Connection(ours.detach())
+        self._conn.send((engine_dir, device, runtime))
+        if not self._conn.poll(timeout_s):
+            self._process.kill()
+            self._process.wait()
+            raise RuntimeError(f"engine process: not ready after {timeout_s:.0f} s")
+        try:
+            message = self._conn.recv()
+        except EOFError:
+            raise RuntimeError(
+                f"engine process exited during start-up (code {self._process.wait()})"
+            ) from None
+        if message[0] == _ERROR:
+            self._process.wait()
+        return message
 
     def submit(self, prompt_token_ids: list[int], params: SamplingParams, request_id: str) -> None:
         """Queue a request; ValueError at once if the engine can never serve it."""
@@ -163,14 +349,16 @@ class EngineProcess:
         return self._stats
 
     def shutdown(self, timeout_s: float = 60.0) -> None:
-        """Unfinished requests end "cancelled" (their deltas reach the outbox), then the child
-        exits."""
+        """Unfinished requests end "cancelled" (their deltas reach the outbox); the child exits
+        when no other client is left."""
         self._is_closing = True
         try:
             self._send(("shutdown",))
         except OSError:  # already gone
             pass
         self._reader.join(timeout_s)
+        if self._process is None or self._num_left:  # it goes on serving the others
+            return
         try:
             self._process.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -188,14 +376,14 @@ class EngineProcess:
                 kind, payload, stats = self._conn.recv()
             except (EOFError, OSError):
                 if not self._is_closing:
-                    self._error = RuntimeError(
-                        f"engine process exited (code {self._process.wait()})"
-                    )
+                    code = self._process.wait() if self._process is not None else "unknown"
+                    self._error = RuntimeError(f"engine process exited (code {code})")
                     self._outbox.put(self._error)
                 return
             if stats is not None:
                 self._stats = stats
             if kind == _CLOSED:
+                self._num_left = payload
                 return
             if kind == _STATS:
                 continue
@@ -207,4 +395,4 @@ class EngineProcess:
 
 
 if __name__ == "__main__":
-    _child_main(Connection(int(sys.argv[1])))
+    _child_main(Connection(int(sys.argv[1])), *(sys.argv[2:3] or (None,)))

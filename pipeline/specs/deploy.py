@@ -22,6 +22,8 @@ class TorchDeployOptions:
     detokenize: bool = True
     # the engine in a child process: responses sent by the model do not hold up engine steps
     engine_process: bool = True
+    # instances of the model (stub processes, a GIL each) sharing the engine process; 0 = auto
+    instances: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,17 +145,23 @@ class LLMService:
         skip_special_tokens: bool = True,
         response_lanes: int = 1,
         add_special_tokens: bool = True,
+        share_engine: str | None = None,
     ):
-        """runtime: the engine's runtime options (engine_config.RuntimeOptions)."""
+        """runtime: the engine's runtime options (engine_config.RuntimeOptions). share_engine
+        (with engine_process): services with the same key share one engine process."""
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         if engine_process:
             # the python stub's sys.executable is the stub binary; python3 on its PATH is the
             # interpreter it embeds (pipeline.server.stub_python)
             python = shutil.which("python3") or sys.executable
-            self.async_engine = EngineProcess(engine_dir, device, runtime, self._outbox, python)
+            self.async_engine = EngineProcess(
+                engine_dir, device, runtime, self._outbox, python, share_key=share_engine
+            )
+            self.owns_engine = self.async_engine.is_spawner
         else:
             engine = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)
             self.async_engine = AsyncLLMEngine(engine, outbox=self._outbox)
+            self.owns_engine = True  # False: another service started the engine it shares
         self.exclude_input_in_output = exclude_input_in_output
         self.detokenizer = (
             None if tokenizer_dir is None else Detokenizer(tokenizer_dir, skip_special_tokens)

@@ -2,20 +2,49 @@
 
 Same inputs/outputs as the tensorrtllm backend's model, plus text_input/stop_words/bad_words and
 text_output (ours: the model tokenizes and detokenizes, so the torch backend's ensemble needs no
-preprocessing or postprocessing step). One instance (one engine, one KV cache); concurrent Triton
-requests are batched in flight by the engine's scheduler, not by Triton.
+preprocessing or postprocessing step). One engine, one KV cache: concurrent Triton requests are
+batched in flight by the engine's scheduler, not by Triton. With the engine in a process of its
+own, several instances share it (instance_count).
 """
 
 import shutil
 from pathlib import Path
 
 import pipeline
+from pipeline.errors import ConfigError
 from pipeline.specs.deploy import DeploySpec
 from pipeline.triton_repo import interface as io
 from pipeline.triton_repo import model_config as mcfg
 from pipeline.triton_repo.engine_info import EngineInfo, triton_max_batch_size
 
 MODEL_SOURCE = Path(__file__).parent / "python_models" / "torch_llm.py"
+# stub processes on a GPU: one stub's GIL capped the served rate of a fast engine (SmolLM2 on an
+# H100); a CPU engine is slower than one stub
+AUTO_GPU_INSTANCES = 4
+
+
+def instance_count(deploy: DeploySpec, device: str) -> int:
+    """deploy.torch.instances, or for 0: AUTO_GPU_INSTANCES where the engine runs on a GPU (with
+    its own process), else 1."""
+    opts = deploy.torch
+    if opts.instances < 0:
+        raise ConfigError(
+            f"deploy: deploy.torch.instances={opts.instances} must be >= 0 (0 = auto)"
+        )
+    if opts.instances > 1 and not opts.engine_process:
+        raise ConfigError(
+            f"deploy: deploy.torch.instances={opts.instances} needs "
+            f"deploy.torch.engine_process=true (the instances share the engine's process); set "
+            f"it, or instances=1"
+        )
+    if opts.instances:
+        return opts.instances
+    if not opts.engine_process:
+        return 1
+    import torch
+
+    is_gpu = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    return AUTO_GPU_INSTANCES if is_gpu else 1
 
 
 def model_config(engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, device: str):
@@ -31,7 +60,7 @@ def model_config(engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, devi
         deploy.max_queue_delay_microseconds,
         deploy.max_queue_size,
     )
-    mcfg.set_cpu_instances(cfg, 1)
+    mcfg.set_cpu_instances(cfg, instance_count(deploy, device))
     mcfg.set_parameters(
         cfg,
         {

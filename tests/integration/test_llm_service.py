@@ -223,6 +223,45 @@ def test_an_engine_process_answers_alike_and_its_death_fails_every_open_request(
         svc.shutdown()
 
 
+def test_services_with_one_share_key_share_one_engine_process_until_the_last_leaves(
+    smollm_engine_dir, prompts, greedy, tmp_path
+):
+    key = f"test-{tmp_path.name}"
+    first, second = Recorder(), Recorder()
+    a = service(smollm_engine_dir, first, engine_process=True, share_engine=key)
+    try:
+        b = service(smollm_engine_dir, second, engine_process=True, share_engine=key)
+    except BaseException:
+        a.shutdown()
+        raise
+    process = a.async_engine._process
+    try:
+        assert a.async_engine.is_spawner and not b.async_engine.is_spawner
+        a.generate(arrays(prompts[0], streaming=True), "a0")
+        b.generate(arrays(prompts[1], streaming=True), "b1")
+        b.generate(arrays(prompts[2], streaming=False), "b2")
+        first.wait_final(["a0"])
+        second.wait_final(["b1", "b2"])
+        assert [t for c in first.chunks["a0"] for t in c.token_ids.tolist()] == greedy[0]
+        assert [t for c in second.chunks["b1"] for t in c.token_ids.tolist()] == greedy[1]
+        assert second.chunks["b2"][0].token_ids.tolist() == greedy[2]
+        assert set(first.chunks) == {"a0"}  # each gets its own requests' answers only
+
+        # the spawner leaves in the middle of the other's request: the engine goes on serving
+        b.generate(arrays(prompts[0], streaming=True, max_tokens=40), "long")
+        with second.finished:
+            assert second.finished.wait_for(lambda: "long" in second.chunks, 60)
+        a.shutdown()
+        assert process.poll() is None
+        second.wait_final(["long"])
+        assert sum(c.token_ids.size for c in second.chunks["long"]) == 40
+        assert second.chunks["long"][-1].is_final
+    finally:
+        b.shutdown()
+        a.shutdown()
+    assert process.wait(30) == 0  # the last one out stops it
+
+
 @pytest.mark.parametrize("max_response_rate", [0, 4], ids=["stalled-responder", "paced"])
 def test_queued_tokens_of_a_stream_go_out_at_once(
     smollm_engine_dir, prompts, greedy, max_response_rate

@@ -1,8 +1,9 @@
 """The deployed SmolLM2 repository in the real tritonserver, through every client path.
 
-One server for the module (torch backend, CPU, one engine thread), its python models run in a
-stub env (pipeline.server.stub_env) as a numpy-2 install would; the engine loaded in-process gives
-the expected greedy text. The last test stops the server and checks nothing is left.
+One server for the module (torch backend, CPU, one engine thread; two instances of the LLM model
+share its engine process), its python models run in a stub env (pipeline.server.stub_env) as a
+numpy-2 install would; the engine loaded in-process gives the expected greedy text. The last test
+stops the server and checks nothing is left.
 """
 
 import os
@@ -57,6 +58,7 @@ def served_spec(session_workdir, smollm_engine_dir, stub_python3):
         f"deploy.grpc_port={grpc}",
         f"deploy.metrics_port={metrics}",
         "deploy.torch.num_threads=1",
+        "deploy.torch.instances=2",  # two stubs share the engine process
         f"deploy.stub_python={stub_python3}",
         workdir=session_workdir,
     )
@@ -309,9 +311,12 @@ def test_cli_as_the_readme_shows(server, expected, capsys):
 def test_python_models_run_in_the_stub_env(server, stub_python3):
     processes = psutil.Process(server.process.pid).children(recursive=True)
     stubs = [p for p in processes if "triton_python_backend_stub" in " ".join(p.cmdline())]
-    assert len(stubs) == 4  # preprocessing, tensorrt_llm, postprocessing, tensorrt_llm_bls
+    # preprocessing, postprocessing, tensorrt_llm_bls, and two tensorrt_llm instances
+    assert len(stubs) == 5
     for stub in stubs:
         assert stub.environ()["PATH"].split(":")[0] == str(stub_python3.parent)
+    engines = [p for p in processes if "pipeline.engine.engine_process" in " ".join(p.cmdline())]
+    assert len(engines) == 1  # the two instances share it
 
 
 def test_server_stops_cleanly(server):

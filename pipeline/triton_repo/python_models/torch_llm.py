@@ -6,12 +6,18 @@ carries the outputs its request asked for: output_ids and sequence_length as the
 backend's, and text_output (ours), detokenized in the responder thread. It also takes the
 ensemble's text inputs (text_input, stop_words, bad_words; ours) and tokenizes them itself.
 
+Instances: with engine_process, the instances (each a stub process, with a GIL of its own) share
+one engine process, so tokenizing, detokenizing and sending responses run in parallel; each
+instance keeps its share of max_response_rate.
+
 Engine counters are exported as Triton custom metrics (pipeline_engine_*), since Triton's own
 counters can't see in-flight batching: generated_tokens > steps proves that steps served several
-requests at once.
+requests at once. The instance that started the engine exports them; every instance exports its
+own hops (label `instance`).
 """
 
 import json
+import os
 import sys
 import threading
 import time
@@ -91,9 +97,11 @@ class _Caller:
 
 class TritonPythonModel:
     def initialize(self, args):
-        params = {
-            k: v["string_value"] for k, v in json.loads(args["model_config"])["parameters"].items()
-        }
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config["parameters"].items()}
+        num_instances = sum(int(group["count"]) for group in config["instance_group"])
+        # one engine per server and model: the stubs' parent is the tritonserver process
+        share_key = f"{os.getppid()}/{args['model_name']}/{args['model_version']}"
         if params["python_path"] not in sys.path:
             sys.path.insert(0, params["python_path"])
         if int(params["num_threads"]):
@@ -112,23 +120,32 @@ class TritonPythonModel:
             },
             exclude_input_in_output=params["exclude_input_in_output"] == "true",
             coalesce_stream=params["coalesce_stream"] == "true",
-            max_response_rate=float(params["max_response_rate"]),
+            max_response_rate=float(params["max_response_rate"]) / num_instances,
             engine_process=params["engine_process"] == "true",
             respond=self._respond,
             tokenizer_dir=params.get("tokenizer_dir") or None,
             skip_special_tokens=params.get("skip_special_tokens", "true") == "true",
             response_lanes=int(params["response_lanes"]),
             add_special_tokens=params["add_special_tokens"] == "true",
+            share_engine=share_key if num_instances > 1 else None,
         )
         labels = {"model": args["model_name"], "version": args["model_version"]}
+        self.instance = args["model_instance_name"]
+        hop_labels = labels | {"instance": self.instance}
+        exported = [
+            *((key, metric, labels) for key, metric in METRICS.items() if self.service.owns_engine),
+            *((key, metric, hop_labels) for key, metric in hop_metrics(HOPS, HOP_STATS).items()),
+        ]
         # a Metric needs its MetricFamily alive: keep both
         self.families = {
             key: pb_utils.MetricFamily(
                 name=name, description=text, kind=pb_utils.MetricFamily.GAUGE
             )
-            for key, (name, text) in (METRICS | hop_metrics(HOPS, HOP_STATS)).items()
+            for key, (name, text), _ in exported
         }
-        self.gauges = {key: family.Metric(labels) for key, family in self.families.items()}
+        self.gauges = {
+            key: self.families[key].Metric(key_labels) for key, _, key_labels in exported
+        }
         self.stopped = threading.Event()
         self.metrics_thread = threading.Thread(target=self._export_metrics, daemon=True)
         self.metrics_thread.start()
@@ -195,12 +212,13 @@ class TritonPythonModel:
         hops = self.service.hops()
         if hops:  # in the server log: where this run's request time went inside the model
             text = ", ".join(f"{key} {value:.1f}" for key, value in hops.items())
-            pb_utils.Logger.log_info(f"tensorrt_llm: hops: {text}")
-        stats = self.service.stats()  # how full and how mixed the steps were
-        seqs_per_step = stats["num_scheduled_seqs"] / max(1, stats["num_steps"])
-        pb_utils.Logger.log_info(
-            f"tensorrt_llm: engine steps {stats['num_steps']}, with prompt tokens "
-            f"{stats['num_prompt_steps']}, sequences a step {seqs_per_step:.1f}, "
-            f"tokens generated {stats['num_generated_tokens']}"
-        )
+            pb_utils.Logger.log_info(f"{self.instance}: hops: {text}")
+        if self.service.owns_engine:  # how full and how mixed the steps were (once an engine)
+            stats = self.service.stats()
+            seqs_per_step = stats["num_scheduled_seqs"] / max(1, stats["num_steps"])
+            pb_utils.Logger.log_info(
+                f"tensorrt_llm: engine steps {stats['num_steps']}, with prompt tokens "
+                f"{stats['num_prompt_steps']}, sequences a step {seqs_per_step:.1f}, "
+                f"tokens generated {stats['num_generated_tokens']}"
+            )
         self.service.shutdown()

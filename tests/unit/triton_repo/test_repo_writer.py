@@ -73,3 +73,32 @@ def test_publish_refuses_a_directory_it_did_not_write(tmp_path):
     with pytest.raises(ConfigError, match="holds files the pipeline did not write"):
         publish(repo, target, {"artifact": "a"})
     assert (target / "weights.bin").read_text() == "precious"
+
+
+def _llm_instances(repo: Path) -> int:
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    cfg = text_format.Parse(
+        (repo / "tensorrt_llm" / "config.pbtxt").read_text(), model_config_pb2.ModelConfig()
+    )
+    return sum(group.count for group in cfg.instance_group)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "want"),
+    [
+        ((), 1),  # auto, no GPU here
+        (("backend.device=cuda",), 4),  # auto for a GPU engine, even deployed from a CPU box
+        (("backend.device=cuda", "deploy.torch.engine_process=false"), 1),
+        (("deploy.torch.instances=3",), 3),
+    ],
+    ids=["auto-cpu", "auto-gpu", "auto-gpu-in-process", "set"],
+)
+def test_the_torch_model_has_instances_that_share_its_engine_process(tmp_path, overrides, want):
+    assert _llm_instances(write_repo(tmp_path, *overrides)) == want
+
+
+def test_instances_without_an_engine_process_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"instances=2 needs deploy.torch.engine_process=true"):
+        write_repo(tmp_path, "deploy.torch.instances=2", "deploy.torch.engine_process=false")
