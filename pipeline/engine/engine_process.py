@@ -41,7 +41,7 @@ from pipeline.engine.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
 # engine -> client messages: (kind, payload, stats or None); _CLOSED's payload is the number of
-# clients still connected (0: the engine process is exiting)
+# clients still connected (0: the engine process is exiting, and closes the connection at exit)
 _READY, _DELTAS, _STATS, _ERROR, _CLOSED = "ready", "deltas", "stats", "error", "closed"
 _TAKEN = "taken"  # a spawned child found the shared engine's address bound: join that one
 STATS_PERIOD_S = 0.05  # stats ride along with step outputs at most this often
@@ -137,8 +137,9 @@ class _Hub:
             self._clients.remove(client)
             num_left = len(self._clients)
         client.send((_CLOSED, num_left, self.engine.stats()))
-        client.conn.close()
-        if not num_left:
+        if num_left:
+            client.conn.close()
+        else:  # the last one's connection closes as this process exits, which it waits for
             self._is_empty.set()
 
     def forward(self) -> None:
@@ -198,8 +199,8 @@ class _Hub:
             client.send((_STATS, None, stats))
 
     def serve(self, listener: socket.socket | None) -> None:
-        """Until the last client has left, taking new ones from listener (shared engines) until
-        then."""
+        """Route deltas until the last client has left; with a listener (a shared engine), new
+        clients join until then."""
         if listener is None:
             self.forward()
             return
@@ -297,11 +298,14 @@ class EngineProcess:
                 if message[0] != _TAKEN:
                     return message
                 self._process.wait()
+                self._conn.close()
                 continue
             if not self._conn.poll(timeout_s):
                 raise RuntimeError(f"engine process: not ready after {timeout_s:.0f} s")
-            with contextlib.suppress(EOFError):
+            try:
                 return self._conn.recv()
+            except EOFError:  # it stopped as this one connected
+                self._conn.close()
         raise RuntimeError(f"engine process: could not join or start {name} in {JOIN_TRIES} tries")
 
     def _spawn(self, engine_dir, device, runtime, python, name, timeout_s) -> tuple:
@@ -357,7 +361,12 @@ class EngineProcess:
         except OSError:  # already gone
             pass
         self._reader.join(timeout_s)
-        if self._process is None or self._num_left:  # it goes on serving the others
+        if self._num_left:  # it goes on serving the others
+            return
+        if self._process is None:  # the engine's exit closes the connection
+            with contextlib.suppress(EOFError, OSError):
+                if self._conn.poll(timeout_s):
+                    self._conn.recv()
             return
         try:
             self._process.wait(timeout_s)

@@ -3,6 +3,7 @@ every request through `respond`, streaming or not, and a caller that is gone is 
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 import numpy as np
@@ -260,6 +261,30 @@ def test_services_with_one_share_key_share_one_engine_process_until_the_last_lea
         b.shutdown()
         a.shutdown()
     assert process.wait(30) == 0  # the last one out stops it
+
+
+def test_services_that_start_together_still_share_one_engine(
+    smollm_engine_dir, prompts, greedy, tmp_path
+):
+    """Both find no engine and spawn one: one child binds the name, the other's parent joins it."""
+    key = f"test-{tmp_path.name}"
+    recorders = [Recorder(), Recorder()]
+    with ThreadPoolExecutor(2) as pool:
+        futures = [
+            pool.submit(service, smollm_engine_dir, recorder, engine_process=True, share_engine=key)
+            for recorder in recorders
+        ]
+    services = [future.result() for future in futures]
+    try:
+        assert sorted(svc.owns_engine for svc in services) == [False, True]
+        for svc, prompt in zip(services, prompts, strict=False):
+            svc.generate(arrays(prompt, streaming=False), "x")
+        for recorder, want in zip(recorders, greedy, strict=False):
+            recorder.wait_final(["x"])
+            assert recorder.chunks["x"][0].token_ids.tolist() == want
+    finally:
+        for svc in services:
+            svc.shutdown()
 
 
 @pytest.mark.parametrize("max_response_rate", [0, 4], ids=["stalled-responder", "paced"])
