@@ -41,7 +41,7 @@ from pipeline.engine.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
 # engine -> client messages: (kind, payload, stats or None); _CLOSED's payload is the number of
-# clients still connected (0: the engine process is exiting, and closes the connection at exit)
+# clients still connected (0: the engine process is exiting, and the client waits for that)
 _READY, _DELTAS, _STATS, _ERROR, _CLOSED = "ready", "deltas", "stats", "error", "closed"
 _TAKEN = "taken"  # a spawned child found the shared engine's address bound: join that one
 STATS_PERIOD_S = 0.05  # stats ride along with step outputs at most this often
@@ -94,8 +94,7 @@ class _Hub:
                 sock, _ = listener.accept()
             except OSError:  # shut down: the engine is stopping
                 return
-            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            if struct.unpack("3i", creds)[1] != os.getuid():  # (pid, uid, gid)
+            if _peer(sock)[1] != os.getuid():
                 sock.close()
                 continue
             self.join(Connection(sock.detach()))
@@ -137,9 +136,8 @@ class _Hub:
             self._clients.remove(client)
             num_left = len(self._clients)
         client.send((_CLOSED, num_left, self.engine.stats()))
-        if num_left:
-            client.conn.close()
-        else:  # the last one's connection closes as this process exits, which it waits for
+        client.conn.close()
+        if not num_left:
             self._is_empty.set()
 
     def forward(self) -> None:
@@ -245,6 +243,22 @@ def _child_main(first: Connection, name: str | None) -> None:
     async_engine.shutdown()
 
 
+def _peer(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a unix socket."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)
+
+
+def _is_running(pid: int) -> bool:
+    """False once pid has exited (a zombie waits for its parent to reap it, and counts as
+    gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def _socket_name(share_key: str) -> str:
     """The shared engine's abstract unix socket (Linux) is this name after a NUL byte: no file,
     so none to clean up after a crash and no path-length limit from TMPDIR."""
@@ -267,6 +281,7 @@ class EngineProcess:
         python: the interpreter to run it (a Triton stub's own sys.executable is not a Python);
         it sees this process's sys.path."""
         self._process: subprocess.Popen | None = None  # when this one spawned it
+        self._engine_pid: int | None = None  # when it joined one another process spawned
         spawn = (str(engine_dir), device, runtime, python)
         if share_key is None:
             kind, payload, stats = self._spawn(*spawn, None, startup_timeout_s)
@@ -293,6 +308,8 @@ class EngineProcess:
             self._process = None
             try:
                 self._conn = Client("\0" + name, family="AF_UNIX")
+                with socket.socket(fileno=os.dup(self._conn.fileno())) as sock:
+                    self._engine_pid = _peer(sock)[0]
             except ConnectionRefusedError:  # nobody listens: start it
                 message = self._spawn(engine_dir, device, runtime, python, name, timeout_s)
                 if message[0] != _TAKEN:
@@ -363,10 +380,10 @@ class EngineProcess:
         self._reader.join(timeout_s)
         if self._num_left:  # it goes on serving the others
             return
-        if self._process is None:  # the engine's exit closes the connection
-            with contextlib.suppress(EOFError, OSError):
-                if self._conn.poll(timeout_s):
-                    self._conn.recv()
+        if self._process is None:  # not this one's child: wait until it has exited
+            deadline = time.monotonic() + timeout_s
+            while _is_running(self._engine_pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
             return
         try:
             self._process.wait(timeout_s)
@@ -405,3 +422,7 @@ class EngineProcess:
 
 if __name__ == "__main__":
     _child_main(Connection(int(sys.argv[1])), *(sys.argv[2:3] or (None,)))
+    logging.shutdown()
+    # no interpreter teardown (torch's and CUDA's take seconds): a client that waits for this
+    # process to exit, or a server stopping, sees it gone at once
+    os._exit(0)
