@@ -207,6 +207,7 @@ class TritonServer:
             except ProcessLookupError:
                 pass
             self.process.wait()
+            _wait_group_gone(self.process.pid, EXIT_TIMEOUT_S)
         self._remove_leftovers()
 
     def _remove_leftovers(self) -> None:
@@ -215,3 +216,15 @@ class TritonServer:
                 path.unlink(missing_ok=True)
         if self.tmp_dir is not None:
             shutil.rmtree(self.tmp_dir, ignore_errors=True)
+
+
+def _wait_group_gone(pgid: int, timeout_s: float) -> None:
+    """Until the group's last process is reaped: one that outlived the server (an engine process
+    whose stub left first) belongs to init by now, which reaps it a moment later."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.01)
