@@ -41,7 +41,7 @@ from pipeline.engine.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
 # engine -> client messages: (kind, payload, stats or None); _CLOSED's payload is the number of
-# clients still connected (0: the engine process is exiting, and the client waits for that)
+# clients still connected (0: the engine process is exiting)
 _READY, _DELTAS, _STATS, _ERROR, _CLOSED = "ready", "deltas", "stats", "error", "closed"
 _TAKEN = "taken"  # a spawned child found the shared engine's address bound: join that one
 STATS_PERIOD_S = 0.05  # stats ride along with step outputs at most this often
@@ -94,7 +94,8 @@ class _Hub:
                 sock, _ = listener.accept()
             except OSError:  # shut down: the engine is stopping
                 return
-            if _peer(sock)[1] != os.getuid():
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            if struct.unpack("3i", creds)[1] != os.getuid():  # (pid, uid, gid)
                 sock.close()
                 continue
             self.join(Connection(sock.detach()))
@@ -243,22 +244,6 @@ def _child_main(first: Connection, name: str | None) -> None:
     async_engine.shutdown()
 
 
-def _peer(sock: socket.socket) -> tuple[int, int, int]:
-    """(pid, uid, gid) of the process at the other end of a unix socket."""
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)
-
-
-def _is_running(pid: int) -> bool:
-    """False once pid has exited (a zombie waits for its parent to reap it, and counts as
-    gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _socket_name(share_key: str) -> str:
     """The shared engine's abstract unix socket (Linux) is this name after a NUL byte: no file,
     so none to clean up after a crash and no path-length limit from TMPDIR."""
@@ -281,7 +266,6 @@ class EngineProcess:
         python: the interpreter to run it (a Triton stub's own sys.executable is not a Python);
         it sees this process's sys.path."""
         self._process: subprocess.Popen | None = None  # when this one spawned it
-        self._engine_pid: int | None = None  # when it joined one another process spawned
         spawn = (str(engine_dir), device, runtime, python)
         if share_key is None:
             kind, payload, stats = self._spawn(*spawn, None, startup_timeout_s)
@@ -290,7 +274,6 @@ class EngineProcess:
         if kind == _ERROR:
             raise payload
         self.limits: RequestLimits = payload
-        self.is_spawner = self._process is not None
         self._stats: dict = stats
         self._outbox = outbox
         self._error: BaseException | None = None
@@ -300,6 +283,11 @@ class EngineProcess:
         self._reader = threading.Thread(target=self._read, name="llm-engine-read", daemon=True)
         self._reader.start()
 
+    @property
+    def is_spawner(self) -> bool:
+        """True when this one started the engine process (False: it joined a shared one)."""
+        return self._process is not None
+
     def _join(self, engine_dir, device, runtime, python, name, timeout_s) -> tuple:
         """Connect to the shared engine, or spawn it when none runs. Races end in a retry: of two
         children spawned at once one binds the name and the other says _TAKEN; a connection
@@ -308,8 +296,6 @@ class EngineProcess:
             self._process = None
             try:
                 self._conn = Client("\0" + name, family="AF_UNIX")
-                with socket.socket(fileno=os.dup(self._conn.fileno())) as sock:
-                    self._engine_pid = _peer(sock)[0]
             except ConnectionRefusedError:  # nobody listens: start it
                 message = self._spawn(engine_dir, device, runtime, python, name, timeout_s)
                 if message[0] != _TAKEN:
@@ -317,10 +303,8 @@ class EngineProcess:
                 self._process.wait()
                 self._conn.close()
                 continue
-            if not self._conn.poll(timeout_s):
-                raise RuntimeError(f"engine process: not ready after {timeout_s:.0f} s")
             try:
-                return self._conn.recv()
+                return self._first_message(timeout_s)
             except EOFError:  # it stopped as this one connected
                 self._conn.close()
         raise RuntimeError(f"engine process: could not join or start {name} in {JOIN_TRIES} tries")
@@ -338,12 +322,8 @@ class EngineProcess:
         theirs.close()
         self._conn = Connection(ours.detach())
         self._conn.send((engine_dir, device, runtime))
-        if not self._conn.poll(timeout_s):
-            self._process.kill()
-            self._process.wait()
-            raise RuntimeError(f"engine process: not ready after {timeout_s:.0f} s")
         try:
-            message = self._conn.recv()
+            message = self._first_message(timeout_s)
         except EOFError:
             raise RuntimeError(
                 f"engine process exited during start-up (code {self._process.wait()})"
@@ -351,6 +331,16 @@ class EngineProcess:
         if message[0] == _ERROR:
             self._process.wait()
         return message
+
+    def _first_message(self, timeout_s: float) -> tuple:
+        """The engine's first message on the connection (EOFError: it went away first); a child
+        of this one that is not ready in time is killed."""
+        if not self._conn.poll(timeout_s):
+            if self._process is not None:
+                self._process.kill()
+                self._process.wait()
+            raise RuntimeError(f"engine process: not ready after {timeout_s:.0f} s")
+        return self._conn.recv()
 
     def submit(self, prompt_token_ids: list[int], params: SamplingParams, request_id: str) -> None:
         """Queue a request; ValueError at once if the engine can never serve it."""
@@ -371,19 +361,14 @@ class EngineProcess:
 
     def shutdown(self, timeout_s: float = 60.0) -> None:
         """Unfinished requests end "cancelled" (their deltas reach the outbox); the child exits
-        when no other client is left."""
+        when no other client is left (its spawner, if the last, waits for that)."""
         self._is_closing = True
         try:
             self._send(("shutdown",))
         except OSError:  # already gone
             pass
         self._reader.join(timeout_s)
-        if self._num_left:  # it goes on serving the others
-            return
-        if self._process is None:  # not this one's child: wait until it has exited
-            deadline = time.monotonic() + timeout_s
-            while _is_running(self._engine_pid) and time.monotonic() < deadline:
-                time.sleep(0.01)
+        if self._process is None or self._num_left:  # not its child, or it serves others
             return
         try:
             self._process.wait(timeout_s)
@@ -423,6 +408,6 @@ class EngineProcess:
 if __name__ == "__main__":
     _child_main(Connection(int(sys.argv[1])), *(sys.argv[2:3] or (None,)))
     logging.shutdown()
-    # no interpreter teardown (torch's and CUDA's take seconds): a client that waits for this
+    # no interpreter teardown (torch's and CUDA's take seconds): the spawner that waits for this
     # process to exit, or a server stopping, sees it gone at once
     os._exit(0)
