@@ -36,25 +36,37 @@ import json, sys
 from dataclasses import asdict
 from pathlib import Path
 import torch
-tree, scripts, engine_dir, device, dtype, work, vocab = sys.argv[1:]
+tree, scripts, engine_dir, device, dtype, work, vocab, runtime = sys.argv[1:]
 sys.path[:0] = [tree, scripts]
 import pipeline.engine  # the tree's package, in sys.modules before bench_engine puts REPO first
 from bench_engine import Workload, bench_engine
 work = Workload(**json.loads(work))
-result = bench_engine(Path(engine_dir), torch.device(device), dtype, work, int(vocab))
+result = bench_engine(
+    Path(engine_dir), torch.device(device), dtype, work, int(vocab), runtime=json.loads(runtime)
+)
 print("RESULT", json.dumps(result))
 """
 
 
-def run_child(tree: Path, engine_dir: Path, args: argparse.Namespace, work, vocab: int) -> dict:
+def run_child(
+    tree: Path, engine_dir: Path, args: argparse.Namespace, work, vocab: int, runtime: dict
+) -> dict:
     """bench_engine.bench_engine in a fresh process that imports `pipeline` from `tree`."""
     argv = [str(tree), str(REPO / "scripts"), str(engine_dir), args.device, args.dtype]
-    argv += [json.dumps(asdict(work)), str(vocab)]
+    argv += [json.dumps(asdict(work)), str(vocab), json.dumps(runtime)]
     proc = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     result = json.loads(lines[0][7:]) if lines else {"error": proc.stderr[-2000:]}
     # relative to this tree: results are committed, and machine paths mean nothing elsewhere
     return {"tree": os.path.relpath(tree, REPO), **result}
+
+
+def runtime_options(text: str) -> dict:
+    """'num_scheduler_steps=4,max_batch_size=64' -> {name: int}."""
+    try:
+        return {k.strip(): int(v) for k, v in (item.split("=") for item in text.split(","))}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: use KEY=INT[,KEY=INT...]") from None
 
 
 def markdown(results: dict) -> str:
@@ -87,6 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quant", default="", help="formats for the first model, e.g. int8_wo")
     parser.add_argument("--num-requests", type=int, default=512)
     parser.add_argument("--max-batch-size", type=int, help="default: the workload's (512)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        type=runtime_options,
+        help="one more run of this tree with engine runtime options, e.g. num_scheduler_steps=4"
+        " (repeatable; KEY=INT[,KEY=INT])",
+    )
     parser.add_argument("--tiny", action="store_true", help="CPU, tiny model: tests the script")
     args = parser.parse_args(argv)
     # here, not at the top: importing bench_engine binds `pipeline` to this tree, and CHILD
@@ -112,7 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         num_requests=args.num_requests,
         **({"max_batch_size": args.max_batch_size} if args.max_batch_size else {}),
     )
-    trees = {"after": REPO, **({"before": args.before_tree} if args.before_tree else {})}
+    # label -> (tree, engine runtime options)
+    runs = {"after": (REPO, {}), **({"before": (args.before_tree, {})} if args.before_tree else {})}
+    for options in args.variant:
+        runs["after " + ",".join(f"{k}={v}" for k, v in options.items())] = (REPO, options)
     args.out.mkdir(parents=True, exist_ok=True)
     results = {"device": args.device, "num_requests": args.num_requests, "runs": {}}
     with tempfile.TemporaryDirectory(prefix="bench_ab_") as tmp:
@@ -133,9 +156,11 @@ def main(argv: list[str] | None = None) -> int:
                 engines[fmt] = build_engine(qckpt, tokenizer, tmp / f"{name}-{fmt}-engine", work)
                 shutil.rmtree(qckpt)
             for fmt, engine_dir in engines.items():
-                for label, tree in trees.items() if fmt == "bf16" else [("after", REPO)]:
+                for label, (tree, runtime) in (
+                    runs.items() if fmt == "bf16" else [("after", (REPO, {}))]
+                ):
                     key = f"{name}/{label} {fmt}"
-                    run = run_child(tree, engine_dir, args, work, shape["vocab_size"])
+                    run = run_child(tree, engine_dir, args, work, shape["vocab_size"], runtime)
                     results["runs"][key] = run
                     print(key, json.dumps(results["runs"][key])[:300], flush=True)
                     write(results, args.out)

@@ -16,6 +16,7 @@ def served_runtime(deploy, num_kv_blocks: int = 0) -> dict:
     runtime = {
         "scheduler_policy": deploy.batch_scheduler_policy,
         "enable_chunked_prefill": deploy.torch.enable_chunked_prefill,
+        "num_scheduler_steps": deploy.torch.num_scheduler_steps or None,
     }
     kv_blocks = num_kv_blocks or deploy.torch.num_kv_blocks
     if kv_blocks:

@@ -102,6 +102,10 @@ class RuntimeOptions:
     # launch step N+1 before reading step N's tokens; None: on CUDA (the CPU computes in the
     # host's own time, so there is nothing to overlap)
     overlap_scheduling: bool | None = None
+    # steps per launch: after a step, the sequences that sampled decode num_scheduler_steps - 1
+    # more before the host schedules again (their tokens reach it together; stop rules act on
+    # them then, dropping what follows a stop). Amortizes the host's per-step work. None: 1
+    num_scheduler_steps: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +126,7 @@ class EngineConfig:
     use_cuda_graph: bool
     compile: bool
     overlap_scheduling: bool
+    num_scheduler_steps: int
 
 
 def resolve_device(device: str) -> torch.device:
@@ -164,6 +169,8 @@ def _check_runtime(opts: RuntimeOptions, build: dict, where: str) -> None:
         problems.append(
             f"kv_cache_free_mem_fraction={opts.kv_cache_free_mem_fraction} must be in (0, 1]"
         )
+    if opts.num_scheduler_steps is not None and opts.num_scheduler_steps < 1:
+        problems.append(f"num_scheduler_steps={opts.num_scheduler_steps} must be >= 1")
     if opts.dtype is not None and opts.dtype not in DTYPES:
         problems.append(f"dtype={opts.dtype!r} (use one of {', '.join(DTYPES)})")
     if problems:
@@ -215,4 +222,5 @@ def _engine_config(
         overlap_scheduling=(
             resolved.type == "cuda" if opts.overlap_scheduling is None else opts.overlap_scheduling
         ),
+        num_scheduler_steps=opts.num_scheduler_steps or 1,
     )

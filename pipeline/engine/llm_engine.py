@@ -66,6 +66,7 @@ class LLMEngine:
             config.max_num_tokens,
             config.scheduler_policy,
             config.enable_chunked_prefill,
+            num_lookahead_tokens=config.num_scheduler_steps - 1,
         )
         self.limits = RequestLimits(
             max_input_len=config.max_input_len,
@@ -81,6 +82,7 @@ class LLMEngine:
         self._requests: dict[str, Sequence] = {}  # unfinished, by request id
         self._cancelled: list[StreamDelta] = []  # reported by the next step()
         self.overlap_scheduling = config.overlap_scheduling
+        self.num_scheduler_steps = config.num_scheduler_steps
         self._in_flight: SampledTokens | None = None  # launched, not postprocessed (overlap)
         self._num_steps = self._num_scheduled_tokens = self._num_generated_tokens = 0
         self._num_prompt_steps = 0  # steps that carried prompt tokens (prefill or mixed)
@@ -146,35 +148,45 @@ class LLMEngine:
         return deltas
 
     def _launch(self, scheduled: list[ScheduledSequence]) -> SampledTokens:
-        """Queue the step on the device; every scheduled sequence advances now, and each one
-        that samples owes one pending token until its step is postprocessed."""
-        sampled = self.model_runner.launch(scheduled)
-        self._num_steps += 1
+        """Queue the step (and the decode steps after it) on the device; every scheduled
+        sequence advances now, and each one that samples owes its sampled tokens until the
+        launch is postprocessed."""
+        num_steps = self.num_scheduler_steps
+        # a bad sequence of 2+ tokens needs each new token on the host before the next step
+        if num_steps > 1 and any(entry.seq.needs_host_tokens for entry in scheduled):
+            num_steps = 1
+        sampled = self.model_runner.launch(scheduled, num_steps)
         num_tokens = 0
         for entry in scheduled:
             entry.seq.num_computed_tokens += entry.num_tokens
             num_tokens += entry.num_tokens
-        self._num_scheduled_tokens += num_tokens
+        num_ahead, num_sampled = sampled.num_steps - 1, len(sampled.seqs)
+        self._num_steps += sampled.num_steps
+        self._num_scheduled_tokens += num_tokens + num_ahead * num_sampled
         self._num_prompt_steps += num_tokens > len(scheduled)
-        self._num_scheduled_seqs += len(scheduled)
+        self._num_scheduled_seqs += len(scheduled) + num_ahead * num_sampled
         for row, seq in enumerate(sampled.seqs):
-            seq.num_pending_tokens += 1
+            seq.num_computed_tokens += num_ahead  # the tokens the decode steps fed back
+            seq.num_pending_tokens += sampled.num_steps
             seq.pending_row = row
         return sampled
 
     def _postprocess(self, sampled: SampledTokens, deltas: list[StreamDelta]) -> None:
-        """Append each sampled token and its delta; a sequence that ended (or was cancelled)
-        since its step was launched drops the token."""
-        for seq, token_id in zip(sampled.seqs, sampled.tolist(), strict=True):
-            seq.num_pending_tokens -= 1
+        """Append each sequence's sampled tokens up to a stop, and its delta; a sequence that
+        ended (or was cancelled) since its step was launched drops them."""
+        tokens, num_seqs = sampled.tolist(), len(sampled.seqs)
+        for row, seq in enumerate(sampled.seqs):
+            seq.num_pending_tokens -= sampled.num_steps
             if seq.is_finished:
                 continue
             num_before = seq.num_tokens
-            reason = seq.append_token(token_id)
-            self._num_generated_tokens += 1
-            if reason is not None:
-                self.scheduler.finish(seq, reason)
-                del self._requests[seq.request_id]
+            for token_id in tokens[row::num_seqs]:
+                reason = seq.append_token(token_id)
+                self._num_generated_tokens += 1
+                if reason is not None:
+                    self.scheduler.finish(seq, reason)
+                    del self._requests[seq.request_id]
+                    break
             deltas.append(
                 StreamDelta(seq.request_id, seq.token_ids[num_before:], reason is not None, reason)
             )
@@ -230,6 +242,7 @@ class LLMEngine:
             "max_num_tokens": self.max_num_tokens,
             "scheduler_policy": self.scheduler_policy,
             "overlap_scheduling": self.overlap_scheduling,
+            "num_scheduler_steps": self.num_scheduler_steps,
             "device": str(runner.device),
             "dtype": str(runner.dtype).removeprefix("torch."),
             "cuda_graph_batch_sizes": runner.graphs.batch_sizes if runner.graphs else [],

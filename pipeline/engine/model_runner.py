@@ -24,6 +24,10 @@ from pipeline.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
+PreparedLaunch = tuple[
+    torch.Tensor, BatchMetadata, torch.Tensor | None, list[Sequence], list[BatchMetadata]
+]
+
 
 class ModelRunner:
     """Owns the device state: weights, the KV cache, CUDA graphs, the sampling RNG.
@@ -41,6 +45,7 @@ class ModelRunner:
         )
         self.kv_layout = (m.num_layers, config.block_size, m.num_kv_heads, m.head_dim)
         self.num_kv_blocks = config.num_kv_blocks or self._default_num_kv_blocks(config)
+        self.scratch_slot = self.num_kv_blocks * config.block_size  # first of the extra block
         self.kv_cache = torch.zeros(
             self._kv_shape(self.num_kv_blocks + 1), dtype=self.dtype, device=self.device
         )
@@ -48,12 +53,13 @@ class ModelRunner:
         generator.seed()
         self.sampler = Sampler(generator)
         self._last_sampled: torch.Tensor | None = None  # [S] the last launched step's tokens
-        if self.device.type == "cuda":  # a step's packed inputs in, its sampled tokens out
-            bs = config.max_batch_size
+        if self.device.type == "cuda":  # a launch's packed inputs in, its sampled tokens out
+            bs, ahead = config.max_batch_size, config.num_scheduler_steps - 1
+            first = 4 * config.max_num_tokens + bs * (self.max_blocks_per_seq + 4)
             self._inputs_ring = PinnedRing(
-                4 * config.max_num_tokens + bs * (self.max_blocks_per_seq + 4)
+                first + bs * (3 * ahead + self.max_blocks_per_seq + 1) + 1 if ahead else first
             )
-            self._tokens_ring = PinnedRing(bs)
+            self._tokens_ring = PinnedRing(bs * config.num_scheduler_steps)
         self.graphs = None
         if config.compile and self.device.type == "cuda":
             _drop_triton_kernels(self.model)
@@ -141,18 +147,18 @@ class ModelRunner:
             graphs.capture()
         return graphs
 
-    def _prepare(
-        self, scheduled: list[ScheduledSequence]
-    ) -> tuple[torch.Tensor, BatchMetadata, torch.Tensor | None, list[Sequence]]:
+    def _prepare(self, scheduled: list[ScheduledSequence], num_steps: int) -> PreparedLaunch:
         """Pack the step: (input_ids [T], metadata, rows to turn into logits [S]: None when
-        every token's row samples, the S sequences that sample). Built with numpy on the host
-        into a pinned buffer, sent in one copy; input tokens still pending on the device come
-        from the last step's sampled tokens."""
+        every token's row samples, the S sequences that sample, the metadata of the
+        num_steps - 1 decode steps of those S that follow it). Built with numpy on the host into
+        a pinned buffer, sent in one copy; input tokens still pending on the device come from the
+        last step's sampled tokens."""
         bs = self.block_size
         num_seqs = len(scheduled)
         ids, tables, starts, query_lens = [], [], [], []
         sampling, logits_rows = [], []  # the sequences whose step ends in logits, their rows
         pending_at, pending_rows = [], []  # input index <- row of the last step's tokens
+        sampled_ends = []  # the context length of each that samples, after this step
         for entry in scheduled:
             seq, num_tokens = entry.seq, entry.num_tokens
             token_ids, start = seq.token_ids, seq.num_computed_tokens
@@ -168,15 +174,12 @@ class ModelRunner:
             if seq.reaches_end(num_tokens):
                 sampling.append(seq)
                 logits_rows.append(len(ids) - 1)
+                sampled_ends.append(end)
         num_tokens = len(ids)
         is_decode = num_tokens == num_seqs
         samples_all = is_decode and len(sampling) == num_seqs  # every token's logits row
         starts_np = np.array(starts)
-        table_lens = np.fromiter(map(len, tables), np.int64, num_seqs)
-        width = int(table_lens.max())
-        table_np = np.zeros((num_seqs, width), np.int64)  # padding is past context_lens: unread
-        flat = np.fromiter(itertools.chain.from_iterable(tables), np.int64, int(table_lens.sum()))
-        table_np[np.arange(width) < table_lens[:, None]] = flat  # row-major: each row's prefix
+        table_np = _table_array(tables)
         if is_decode:  # one token a sequence, at its start
             positions, context_lens = starts_np, starts_np + 1
             query_start = np.arange(num_seqs + 1)
@@ -196,6 +199,8 @@ class ModelRunner:
             and self._last_sampled.shape[0] == num_seqs
             and pending_rows == list(range(num_seqs))
         )
+        num_ahead = num_steps - 1 if sampling else 0
+        ahead = self._decode_ahead(sampling, sampled_ends, num_ahead) if num_ahead else ()
         parts = (
             ids,
             positions,
@@ -206,6 +211,7 @@ class ModelRunner:
             table_np.ravel(),
             [] if inputs_are_last else pending_at,
             [] if inputs_are_last else pending_rows,
+            *ahead,
         )
         sizes = [len(p) for p in parts]
         # unsafe: an empty list is a float64 array to numpy; every value is an integer
@@ -216,9 +222,8 @@ class ModelRunner:
             self._inputs_ring.copied()
         else:
             packed = torch.from_numpy(np.concatenate(parts, dtype=np.int64, casting="unsafe"))
-        input_ids, positions_t, slots_t, rows_t, ctx_t, qstart_t, tables_t, at_t, from_t = (
-            packed.split(sizes)
-        )
+        split = packed.split(sizes)
+        input_ids, positions_t, slots_t, rows_t, ctx_t, qstart_t, tables_t, at_t, from_t = split[:9]
         if inputs_are_last:
             input_ids = self._last_sampled
         elif pending_at:
@@ -226,12 +231,48 @@ class ModelRunner:
         meta = BatchMetadata(
             positions=positions_t,
             slot_mapping=slots_t,
-            block_tables=tables_t.view(num_seqs, width),
+            block_tables=tables_t.view(num_seqs, -1),
             context_lens=ctx_t,
             query_start=qstart_t,
             is_decode=is_decode,
         )
-        return input_ids, meta, None if samples_all else rows_t, sampling
+        ahead_metas = []
+        if num_ahead:
+            num_sampled = len(sampling)
+            positions_a, slots_a, ctx_a, qstart_a, tables_a = split[9:]
+            rows = [t.view(num_ahead, num_sampled) for t in (positions_a, slots_a, ctx_a)]
+            tables_a = tables_a.view(num_sampled, -1)
+            ahead_metas = [
+                BatchMetadata(pos, slot, tables_a, ctx, qstart_a, is_decode=True)
+                for pos, slot, ctx in zip(*rows, strict=True)
+            ]
+        return input_ids, meta, None if samples_all else rows_t, sampling, ahead_metas
+
+    def _decode_ahead(
+        self, seqs: list[Sequence], ends: list[int], num_ahead: int
+    ) -> tuple[np.ndarray, ...]:
+        """Host metadata of num_ahead decode steps of seqs after a step that left them ends[i]
+        tokens of context: (positions, slots, context_lens, each [num_ahead, S] row-major;
+        query_start [S + 1]; block tables [S, width]). A row past what its request can use
+        (max_kv_tokens) is padding: it writes the scratch slot and reads its own blocks."""
+        bs = self.block_size
+        num_seqs = len(seqs)
+        tables = _table_array([seq.block_table for seq in seqs])
+        max_kv_tokens = np.fromiter((seq.max_kv_tokens for seq in seqs), np.int64, num_seqs)
+        capacity = np.fromiter((len(seq.block_table) for seq in seqs), np.int64, num_seqs) * bs
+        limits = np.minimum(max_kv_tokens, capacity)
+        positions = np.asarray(ends)[None, :] + np.arange(num_ahead)[:, None]
+        is_real = positions < limits
+        positions = np.minimum(positions, limits - 1)
+        blocks = tables[np.arange(num_seqs), positions // bs]
+        slots = np.where(is_real, blocks * bs + positions % bs, self.scratch_slot)
+        return (
+            positions.ravel(),
+            slots.ravel(),
+            (positions + 1).ravel(),
+            np.arange(num_seqs + 1),
+            tables.ravel(),
+        )
 
     def _sampling_tensors(self, seqs: list[Sequence]) -> SamplingTensors:
         for seq in seqs:
@@ -272,34 +313,43 @@ class ModelRunner:
         return self.model.compute_logits(hidden if logits_rows is None else hidden[logits_rows])
 
     @torch.inference_mode()
-    def launch(self, scheduled: list[ScheduledSequence]) -> "SampledTokens":
-        """Queue one forward step and its sampling on the device; returns without waiting. The
-        sequences whose step reaches the end of their tokens sample, in batch order (a prompt
-        chunk that does not, samples nothing); the next launch may read these tokens as inputs
-        before the host has them."""
+    def launch(self, scheduled: list[ScheduledSequence], num_steps: int = 1) -> "SampledTokens":
+        """Queue one forward step and its sampling on the device, then num_steps - 1 decode
+        steps of the sequences that sampled (each reads the tokens the one before sampled);
+        returns without waiting. The sequences whose step reaches the end of their tokens
+        sample, in batch order (a prompt chunk that does not, samples nothing); the next launch
+        may read the last step's tokens as inputs before the host has them."""
         with record_function("engine.prepare"):
-            input_ids, meta, logits_rows, seqs = self._prepare(scheduled)
+            input_ids, meta, logits_rows, seqs, ahead = self._prepare(scheduled, num_steps)
         with record_function("engine.forward"):
             logits = self._forward(input_ids, meta, logits_rows)
         if not seqs:
-            return SampledTokens([], None, None)
+            return SampledTokens([], None, None, 1)
         with record_function("engine.sample"):
-            tokens = self.sampler(logits, self._sampling_tensors(seqs))
-        self._last_sampled = tokens
+            sampling = self._sampling_tensors(seqs)
+            steps = [self.sampler(logits, sampling)]
+        for step_meta in ahead:
+            with record_function("engine.forward"):
+                logits = self._forward(steps[-1], step_meta, None)
+            with record_function("engine.sample"):
+                steps.append(self.sampler(logits, sampling))
+        self._last_sampled = steps[-1]
+        tokens = torch.cat(steps) if ahead else steps[0]  # [steps * S], step-major
         if self.device.type != "cuda":
-            return SampledTokens(seqs, tokens, None)
+            return SampledTokens(seqs, tokens, None, len(steps))
         host = self._tokens_ring.take(tokens.numel())
         host.copy_(tokens, non_blocking=True)
-        return SampledTokens(seqs, host, self._tokens_ring.copied())
+        return SampledTokens(seqs, host, self._tokens_ring.copied(), len(steps))
 
 
 @dataclass(slots=True)
 class SampledTokens:
-    """One launched step's sampled tokens, on their way to the host."""
+    """One launch's sampled tokens, on their way to the host."""
 
     seqs: list[Sequence]  # the sequences that sampled, row by row
-    tokens: torch.Tensor | None  # [S] int64 on the host, valid once `done` has passed
+    tokens: torch.Tensor | None  # [num_steps * S] int64 on the host, valid once `done` has passed
     done: torch.cuda.Event | None
+    num_steps: int  # tokens each sequence sampled: token j of row r is tokens[j * S + r]
 
     def tolist(self) -> list[int]:
         if self.tokens is None:
@@ -316,3 +366,14 @@ def _drop_triton_kernels(model: torch.nn.Module) -> None:
         for name, value in list(vars(module).items()):
             if isinstance(value, ModuleType):
                 setattr(module, name, None)
+
+
+def _table_array(tables: list[list[int]]) -> np.ndarray:
+    """Block tables -> [len(tables), longest] int64, each row's prefix; the padding past a row's
+    blocks is never read (it lies past the context_lens)."""
+    lens = np.fromiter(map(len, tables), np.int64, len(tables))
+    width = int(lens.max())
+    array = np.zeros((len(tables), width), np.int64)
+    flat = np.fromiter(itertools.chain.from_iterable(tables), np.int64, int(lens.sum()))
+    array[np.arange(width) < lens[:, None]] = flat  # row-major: each row's prefix
+    return array

@@ -7,6 +7,8 @@ Policies (TensorRT-LLM's CapacitySchedulerPolicy):
   free, and reserve them, so a running request never waits for memory;
 - max_utilization: admit when the next chunk fits; when blocks run out, preempt the newest
   running request (its blocks are freed and it is recomputed from its tokens later).
+A sequence whose step samples also gets blocks for num_lookahead_tokens more: the engine may decode
+it that many steps further before scheduling again (num_scheduler_steps).
 """
 
 from collections import deque
@@ -34,6 +36,7 @@ class Scheduler:
         max_num_tokens: int,
         policy: str,
         enable_chunked_prefill: bool,
+        num_lookahead_tokens: int = 0,
     ):
         assert policy in POLICIES, policy
         self.block_manager = block_manager
@@ -41,6 +44,7 @@ class Scheduler:
         self.max_num_tokens = max_num_tokens
         self.is_no_evict = policy == "guaranteed_no_evict"
         self.enable_chunked_prefill = enable_chunked_prefill
+        self.num_lookahead_tokens = num_lookahead_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
@@ -77,7 +81,7 @@ class Scheduler:
         ):
             seq = self.waiting[0]
             num_tokens = self._num_tokens_to_run(seq, budget)
-            needed = seq.num_computed_tokens + num_tokens
+            needed = self._kv_tokens_needed(seq, num_tokens)
             if self.is_no_evict:
                 needed = max(needed, seq.max_kv_tokens)
             if num_tokens == 0 or not self.block_manager.grow(seq, needed):
@@ -90,8 +94,12 @@ class Scheduler:
         return scheduled
 
     def _num_tokens_to_run(self, seq: Sequence, budget: int) -> int:
-        if seq.num_pending_tokens and (seq.is_ending or seq.needs_host_tokens):
-            return 0  # wait for the host to see its pending token (overlap scheduling)
+        # wait for the host to see its pending tokens (overlap scheduling): a step can read only
+        # the newest from the device, and a preempted sequence would recompute them all
+        if seq.num_pending_tokens and (
+            seq.is_ending or seq.needs_host_tokens or seq.num_uncomputed_tokens > 1
+        ):
+            return 0
         remaining = seq.num_uncomputed_tokens
         if remaining <= budget:
             return remaining
@@ -100,10 +108,17 @@ class Scheduler:
             return budget
         return 0
 
+    def _kv_tokens_needed(self, seq: Sequence, num_tokens: int) -> int:
+        needed = seq.num_computed_tokens + num_tokens
+        if self.num_lookahead_tokens and seq.reaches_end(num_tokens):
+            # never past what the request can use: rows beyond it write a scratch slot
+            return max(needed, min(needed + self.num_lookahead_tokens, seq.max_kv_tokens))
+        return needed
+
     def _make_room(self, seq: Sequence, num_tokens: int) -> bool:
         """Give seq blocks for num_tokens more tokens, preempting the newest running sequences
         while blocks are short. False when seq itself had to be preempted."""
-        needed = seq.num_computed_tokens + num_tokens
+        needed = self._kv_tokens_needed(seq, num_tokens)
         while not self.block_manager.grow(seq, needed):
             assert not self.is_no_evict, "guaranteed_no_evict reserved too few blocks"
             victim = self.running[-1]

@@ -24,6 +24,8 @@ class TorchDeployOptions:
     engine_process: bool = True
     # instances of the model (stub processes, a GIL each) sharing the engine process; 0 = auto
     instances: int = 0
+    # engine steps per scheduling (the engine's num_scheduler_steps); 0 = the engine's default
+    num_scheduler_steps: int = 0
 
 
 @dataclass(frozen=True, slots=True)

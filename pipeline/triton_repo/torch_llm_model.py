@@ -48,6 +48,11 @@ def instance_count(deploy: DeploySpec, device: str) -> int:
 
 
 def model_config(engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, device: str):
+    if deploy.torch.num_scheduler_steps < 0:
+        raise ConfigError(
+            f"deploy: deploy.torch.num_scheduler_steps={deploy.torch.num_scheduler_steps} must "
+            f"be >= 0 (0 = the engine's default)"
+        )
     engine = EngineInfo.read(engine_dir)
     max_batch_size = triton_max_batch_size(deploy, engine)
     cfg = mcfg.new_config("tensorrt_llm", max_batch_size, backend="python")
@@ -74,6 +79,7 @@ def model_config(engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, devi
             "num_threads": deploy.torch.num_threads,
             "num_kv_blocks": deploy.torch.num_kv_blocks,
             "enable_chunked_prefill": deploy.torch.enable_chunked_prefill,
+            "num_scheduler_steps": deploy.torch.num_scheduler_steps,
             "coalesce_stream": deploy.torch.coalesce_stream,
             "max_response_rate": deploy.torch.max_response_rate,
             "response_lanes": deploy.torch.response_lanes,

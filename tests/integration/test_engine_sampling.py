@@ -12,12 +12,26 @@ NUM_TOKENS = 8
 
 
 # overlap: step N+1 launches before step N's tokens are read (CUDA's default), so stop rules,
-# bans and cancels act one step late and must drop the extra token
-@pytest.fixture(scope="module", params=[False, True], ids=["sync", "overlap"])
+# bans and cancels act one step late and must drop the extra token; multistep: each launch is
+# also followed by 2 more decode steps, whose tokens reach the host together (a stop drops those
+# after it)
+@pytest.fixture(
+    scope="module", params=[(False, 1), (True, 1), (True, 3)], ids=["sync", "overlap", "multistep"]
+)
 def engine(smollm_engine_dir, request) -> LLMEngine:
+    overlap, num_steps = request.param
     return LLMEngine.from_engine_dir(
-        smollm_engine_dir, device="cpu", overlap_scheduling=request.param
+        smollm_engine_dir,
+        device="cpu",
+        overlap_scheduling=overlap,
+        num_scheduler_steps=num_steps,
     )
+
+
+def steps_for(engine, num_tokens: int) -> int:
+    """Steps the engine runs for num_tokens tokens of one request: whole launches."""
+    k = engine.num_scheduler_steps
+    return -(-num_tokens // k) * k
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +97,7 @@ def test_bad_sequences_are_never_generated(engine, prompt, greedy):
     assert out.token_ids[0] == greedy[0] and out.token_ids[1] != greedy[1]
 
 
-def test_overlap_reports_a_step_one_call_later_and_wastes_one_row_on_a_stop(engine, prompt, greedy):
+def test_overlap_reports_a_launch_one_call_later_and_wastes_one_on_a_stop(engine, prompt, greedy):
     def run(**params) -> tuple[list[list[int]], int, int]:
         before = engine.stats()
         engine.add_request(prompt, SamplingParams(max_tokens=NUM_TOKENS, **params))
@@ -94,16 +108,19 @@ def test_overlap_reports_a_step_one_call_later_and_wastes_one_row_on_a_stop(engi
         steps = after["num_steps"] - before["num_steps"]
         return per_call, steps, after["num_scheduled_tokens"] - before["num_scheduled_tokens"]
 
-    late = int(engine.overlap_scheduling)
+    late, k = int(engine.overlap_scheduling), engine.num_scheduler_steps
     per_call, steps, scheduled = run(ignore_eos=True)
-    assert per_call[0] == greedy[:1] * (1 - late) and sum(per_call, []) == greedy
-    # a step whose token must reach max_tokens is the last one launched, in either mode
-    assert (steps, scheduled) == (NUM_TOKENS, len(prompt) + NUM_TOKENS - 1)
+    assert per_call[0] == greedy[:k] * (1 - late) and sum(per_call, []) == greedy
+    # a launch whose tokens must reach max_tokens is the last one, in either mode
+    num_steps = steps_for(engine, NUM_TOKENS)
+    assert (steps, scheduled) == (num_steps, len(prompt) + num_steps - 1)
     end = greedy.index(greedy[2])
     per_call, steps, scheduled = run(end_id=greedy[2])
     assert sum(per_call, []) == greedy[:end]
-    # the end token is known one step late: that step was launched for nothing
-    assert (steps, scheduled) == (end + 1 + late, len(prompt) + end + late)
+    # the end token is known one launch late: that launch was for nothing (unless the one with
+    # the end token already reached max_tokens)
+    num_steps = min((end // k + 1 + late) * k, steps_for(engine, NUM_TOKENS))
+    assert (steps, scheduled) == (num_steps, len(prompt) + num_steps - 1)
     assert engine.stats()["num_free_blocks"] == engine.stats()["num_total_blocks"]
 
 
@@ -113,9 +130,10 @@ def test_steps_with_prompt_tokens_and_batch_sizes_are_counted(engine, prompt):
     while engine.has_unfinished():
         engine.step()
     after = engine.stats()
-    assert after["num_steps"] - before["num_steps"] == 3
-    assert after["num_prompt_steps"] - before["num_prompt_steps"] == 1  # then two decodes
-    assert after["num_scheduled_seqs"] - before["num_scheduled_seqs"] == 3
+    num_steps = steps_for(engine, 3)
+    assert after["num_steps"] - before["num_steps"] == num_steps
+    assert after["num_prompt_steps"] - before["num_prompt_steps"] == 1  # then decodes
+    assert after["num_scheduled_seqs"] - before["num_scheduled_seqs"] == num_steps
     # two requests share their steps: 2 sequences a step
     before = after
     for _ in range(2):
@@ -123,8 +141,9 @@ def test_steps_with_prompt_tokens_and_batch_sizes_are_counted(engine, prompt):
     while engine.has_unfinished():
         engine.step()
     after = engine.stats()
-    assert after["num_steps"] - before["num_steps"] == 2
-    assert after["num_scheduled_seqs"] - before["num_scheduled_seqs"] == 4
+    num_steps = steps_for(engine, 2)
+    assert after["num_steps"] - before["num_steps"] == num_steps
+    assert after["num_scheduled_seqs"] - before["num_scheduled_seqs"] == 2 * num_steps
 
 
 def test_abort_cancels_and_frees_blocks(engine, prompt):
@@ -157,6 +176,8 @@ def test_runtime_options_above_build_limits_are_refused(smollm_engine_dir):
         LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu", max_batch=2)
     with pytest.raises(ConfigError, match="scheduler_policy"):
         LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu", scheduler_policy="fifo")
+    with pytest.raises(ConfigError, match="num_scheduler_steps=0 must be >= 1"):
+        LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu", num_scheduler_steps=0)
 
 
 def test_async_engine_streams_to_two_threads_and_cancels(engine, prompt, greedy):
@@ -191,7 +212,8 @@ def test_async_engine_streams_to_two_threads_and_cancels(engine, prompt, greedy)
     aeng.shutdown()
     assert not errors
     tokens_a, reason_a, num_deltas_a = results["a"]
-    assert tokens_a == greedy and reason_a == "length" and num_deltas_a == NUM_TOKENS
+    assert tokens_a == greedy and reason_a == "length"
+    assert num_deltas_a == steps_for(engine, NUM_TOKENS) // engine.num_scheduler_steps
     tokens_b, reason_b, _ = results["b"]
     assert reason_b == "cancelled" and 3 <= len(tokens_b) < 100
     assert tokens_b[:3] == greedy[:3]
@@ -202,7 +224,7 @@ def test_async_engine_streams_to_two_threads_and_cancels(engine, prompt, greedy)
 def test_shutdown_cancels_requests_in_flight(engine, prompt):
     aeng = AsyncLLMEngine(engine)
     deltas = iter(aeng.submit(prompt, SamplingParams(max_tokens=100)))
-    assert len(next(deltas).token_ids) == 1
+    assert len(next(deltas).token_ids) == engine.num_scheduler_steps
     aeng.shutdown()
     assert list(deltas)[-1].finish_reason == "cancelled"
     engine.step()  # hands back the abort's delta; the engine is reusable

@@ -68,19 +68,39 @@ def test_greedy_tokens_equal_transformers(engine, prompt_ids, hf_greedy):
     assert stats["num_running"] == stats["num_waiting"] == 0
 
 
+def test_multistep_greedy_tokens_equal_transformers(smollm_engine_dir, prompt_ids, hf_greedy):
+    # 3 steps a launch: 32 tokens end inside a launch, whose last rows are padding
+    multistep = LLMEngine.from_engine_dir(
+        smollm_engine_dir, device="cpu", overlap_scheduling=True, num_scheduler_steps=3
+    )
+    outputs = multistep.generate(prompt_ids, SamplingParams(max_tokens=NUM_NEW_TOKENS))
+    assert [o.token_ids for o in outputs] == hf_greedy
+    stats = multistep.stats()
+    assert stats["num_free_blocks"] == stats["num_total_blocks"]
+    # every launch is 3 steps, the prompt step's too
+    assert stats["num_steps"] == 3 * -(-NUM_NEW_TOKENS // 3)
+
+
 def test_string_prompts_are_tokenized(engine, hf_greedy):
     (out,) = engine.generate(PROMPTS[:1], SamplingParams(max_tokens=4))
     assert out.token_ids == hf_greedy[0][:4]
 
 
-def test_inflight_chunked_batching_equals_one_at_a_time(engine, smollm_engine_dir, prompt_ids):
+@pytest.mark.parametrize("steps_per_launch", [1, 3], ids=["one-step", "multistep"])
+def test_inflight_chunked_batching_equals_one_at_a_time(
+    engine, smollm_engine_dir, prompt_ids, steps_per_launch
+):
     params = SamplingParams(max_tokens=10)
     alone = [engine.generate([ids], params)[0].token_ids for ids in prompt_ids]
     # a 16-token budget per step: the 20+ token prompt can only run in chunks, decodes share
     # steps with prompt chunks, and half the requests arrive while the others are decoding
     assert max(len(ids) for ids in prompt_ids) > 16
     inflight = LLMEngine.from_engine_dir(
-        smollm_engine_dir, device="cpu", max_num_tokens=16, overlap_scheduling=True
+        smollm_engine_dir,
+        device="cpu",
+        max_num_tokens=16,
+        overlap_scheduling=True,
+        num_scheduler_steps=steps_per_launch,
     )
     ids_by_request, tokens = {}, {}
     for ids in prompt_ids[:4]:
@@ -93,7 +113,7 @@ def test_inflight_chunked_batching_equals_one_at_a_time(engine, smollm_engine_di
         for delta in inflight.step():
             tokens.setdefault(delta.request_id, []).extend(delta.token_ids)
         num_steps += 1
-        assert inflight.stats()["num_scheduled_tokens"] <= 16 * num_steps
+        assert inflight.stats()["num_scheduled_tokens"] <= 16 * num_steps * steps_per_launch
     order = {tuple(ids): i for i, ids in enumerate(prompt_ids)}
     got = [None] * len(prompt_ids)
     for request_id, ids in ids_by_request.items():
@@ -101,9 +121,10 @@ def test_inflight_chunked_batching_equals_one_at_a_time(engine, smollm_engine_di
     assert got == alone
 
 
+@pytest.mark.parametrize("num_steps", [1, 3], ids=["one-step", "multistep"])
 @pytest.mark.parametrize("policy", ["guaranteed_no_evict", "max_utilization"])
 def test_small_kv_cache_queues_or_preempts_and_stays_correct(
-    smollm_engine_dir, prompt_ids, hf_greedy, policy
+    smollm_engine_dir, prompt_ids, hf_greedy, policy, num_steps
 ):
     # 5 blocks of 16 tokens; each request needs 2-3 blocks for prompt + 20 new tokens
     small = LLMEngine.from_engine_dir(
@@ -112,6 +133,7 @@ def test_small_kv_cache_queues_or_preempts_and_stays_correct(
         num_kv_blocks=5,
         scheduler_policy=policy,
         overlap_scheduling=True,
+        num_scheduler_steps=num_steps,
     )
     chosen = [0, 2, 3, 6]
     for i in chosen:

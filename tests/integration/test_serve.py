@@ -59,6 +59,7 @@ def served_spec(session_workdir, smollm_engine_dir, stub_python3):
         f"deploy.metrics_port={metrics}",
         "deploy.torch.num_threads=1",
         "deploy.torch.instances=2",  # two stubs share the engine process
+        "deploy.torch.num_scheduler_steps=2",  # each launch decodes one step further
         f"deploy.stub_python={stub_python3}",
         workdir=session_workdir,
     )

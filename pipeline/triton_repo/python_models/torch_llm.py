@@ -117,6 +117,7 @@ class TritonPythonModel:
                 "scheduler_policy": params["batch_scheduler_policy"],
                 "num_kv_blocks": int(params["num_kv_blocks"]) or None,
                 "enable_chunked_prefill": params["enable_chunked_prefill"] == "true",
+                "num_scheduler_steps": int(params["num_scheduler_steps"]) or None,
             },
             exclude_input_in_output=params["exclude_input_in_output"] == "true",
             coalesce_stream=params["coalesce_stream"] == "true",

@@ -75,14 +75,17 @@ def test_publish_refuses_a_directory_it_did_not_write(tmp_path):
     assert (target / "weights.bin").read_text() == "precious"
 
 
-def _llm_instances(repo: Path) -> int:
+def _llm_config(repo: Path):
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
-    cfg = text_format.Parse(
+    return text_format.Parse(
         (repo / "tensorrt_llm" / "config.pbtxt").read_text(), model_config_pb2.ModelConfig()
     )
-    return sum(group.count for group in cfg.instance_group)
+
+
+def _llm_instances(repo: Path) -> int:
+    return sum(group.count for group in _llm_config(repo).instance_group)
 
 
 @pytest.mark.parametrize(
@@ -102,3 +105,10 @@ def test_the_torch_model_has_instances_that_share_its_engine_process(tmp_path, o
 def test_instances_without_an_engine_process_are_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"instances=2 needs deploy.torch.engine_process=true"):
         write_repo(tmp_path, "deploy.torch.instances=2", "deploy.torch.engine_process=false")
+
+
+def test_engine_steps_per_scheduling_reach_the_model_and_negatives_are_refused(tmp_path):
+    cfg = _llm_config(write_repo(tmp_path / "a", "deploy.torch.num_scheduler_steps=4"))
+    assert cfg.parameters["num_scheduler_steps"].string_value == "4"
+    with pytest.raises(ConfigError, match=r"num_scheduler_steps=-1 must be >= 0"):
+        write_repo(tmp_path / "b", "deploy.torch.num_scheduler_steps=-1")
