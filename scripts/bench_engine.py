@@ -259,6 +259,7 @@ def bench_engine(
         "load_s": load_s,
         "warmup_s": warmup_s,
         "decode_tok_s": statistics.median(decode_tok_s),
+        "num_scheduler_steps": engine.num_scheduler_steps,
         "greedy_tokens": tokens,
         "kernels": kernel_counts(engine.model_runner.model),
     }

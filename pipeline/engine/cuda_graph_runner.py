@@ -100,6 +100,19 @@ class CudaGraphRunner:
             self.graphs[key] = graph
         torch.cuda.synchronize()
 
+    def decode_ms(self, num_replays: int = 10) -> float:
+        """GPU time of one replay of the largest decode graph, on its capture-time inputs (every
+        row padding, a context of one token)."""
+        graph = self.graphs[("decode", self.max_batch_size)]
+        graph.replay()  # warm
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(num_replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / num_replays
+
     def can_run(self, meta: BatchMetadata) -> bool:
         return meta.is_decode or bool(self.token_counts)
 

@@ -104,7 +104,8 @@ class RuntimeOptions:
     overlap_scheduling: bool | None = None
     # steps per launch: after a step, the sequences that sampled decode num_scheduler_steps - 1
     # more before the host schedules again (their tokens reach it together; stop rules act on
-    # them then, dropping what follows a stop). Amortizes the host's per-step work. None: 1
+    # them then, dropping what follows a stop). Amortizes the host's per-step work. None: auto
+    # (ModelRunner: from the GPU time of a decode step; 1 on the CPU)
     num_scheduler_steps: int | None = None
 
 
@@ -126,7 +127,7 @@ class EngineConfig:
     use_cuda_graph: bool
     compile: bool
     overlap_scheduling: bool
-    num_scheduler_steps: int
+    num_scheduler_steps: int | None  # None: the model runner decides
 
 
 def resolve_device(device: str) -> torch.device:
@@ -222,5 +223,5 @@ def _engine_config(
         overlap_scheduling=(
             resolved.type == "cuda" if opts.overlap_scheduling is None else opts.overlap_scheduling
         ),
-        num_scheduler_steps=opts.num_scheduler_steps or 1,
+        num_scheduler_steps=opts.num_scheduler_steps,
     )

@@ -66,7 +66,7 @@ class LLMEngine:
             config.max_num_tokens,
             config.scheduler_policy,
             config.enable_chunked_prefill,
-            num_lookahead_tokens=config.num_scheduler_steps - 1,
+            num_lookahead_tokens=self.model_runner.num_scheduler_steps - 1,
         )
         self.limits = RequestLimits(
             max_input_len=config.max_input_len,
@@ -82,7 +82,7 @@ class LLMEngine:
         self._requests: dict[str, Sequence] = {}  # unfinished, by request id
         self._cancelled: list[StreamDelta] = []  # reported by the next step()
         self.overlap_scheduling = config.overlap_scheduling
-        self.num_scheduler_steps = config.num_scheduler_steps
+        self.num_scheduler_steps = self.model_runner.num_scheduler_steps
         self._in_flight: SampledTokens | None = None  # launched, not postprocessed (overlap)
         self._num_steps = self._num_scheduled_tokens = self._num_generated_tokens = 0
         self._num_prompt_steps = 0  # steps that carried prompt tokens (prefill or mixed)

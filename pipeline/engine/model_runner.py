@@ -24,6 +24,9 @@ from pipeline.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
+AUTO_LAUNCH_GPU_MS = 4.0
+MAX_AUTO_SCHEDULER_STEPS = 8
+
 PreparedLaunch = tuple[
     torch.Tensor, BatchMetadata, torch.Tensor | None, list[Sequence], list[BatchMetadata]
 ]
@@ -53,13 +56,6 @@ class ModelRunner:
         generator.seed()
         self.sampler = Sampler(generator)
         self._last_sampled: torch.Tensor | None = None  # [S] the last launched step's tokens
-        if self.device.type == "cuda":  # a launch's packed inputs in, its sampled tokens out
-            bs, ahead = config.max_batch_size, config.num_scheduler_steps - 1
-            first = 4 * config.max_num_tokens + bs * (self.max_blocks_per_seq + 4)
-            self._inputs_ring = PinnedRing(
-                first + bs * (3 * ahead + self.max_blocks_per_seq + 1) + 1 if ahead else first
-            )
-            self._tokens_ring = PinnedRing(bs * config.num_scheduler_steps)
         self.graphs = None
         if config.compile and self.device.type == "cuda":
             _drop_triton_kernels(self.model)
@@ -69,9 +65,18 @@ class ModelRunner:
             logger.warning(
                 "build.torch.compile applies to CUDA-graph decode only; ignored on %s", self.device
             )
+        self.num_scheduler_steps = config.num_scheduler_steps or self._auto_scheduler_steps()
+        if self.device.type == "cuda":  # a launch's packed inputs in, its sampled tokens out
+            bs, ahead = config.max_batch_size, self.num_scheduler_steps - 1
+            first = 4 * config.max_num_tokens + bs * (self.max_blocks_per_seq + 4)
+            self._inputs_ring = PinnedRing(
+                first + bs * (3 * ahead + self.max_blocks_per_seq + 1) + 1 if ahead else first
+            )
+            self._tokens_ring = PinnedRing(bs * self.num_scheduler_steps)
         logger.info(
             "model runner: %s %s, %d KV blocks x %d tokens (%.2f GiB), linears %s, "
-            "Triton kernels %s, CUDA graphs: decode %s, mixed %s, torch.compile %s",
+            "Triton kernels %s, CUDA graphs: decode %s, mixed %s, torch.compile %s, "
+            "%d step(s) a launch",
             self.device,
             self.dtype,
             self.num_kv_blocks,
@@ -82,7 +87,25 @@ class ModelRunner:
             self.graphs.batch_sizes if self.graphs else "off",
             self.graphs.token_counts if self.graphs and self.graphs.token_counts else "off",
             "on" if self.graphs and config.compile else "off",
+            self.num_scheduler_steps,
         )
+
+    def _auto_scheduler_steps(self) -> int:
+        """Steps a launch runs unless num_scheduler_steps is set: as many decode steps as fill
+        AUTO_LAUNCH_GPU_MS of GPU time at the largest batch (1 without CUDA graphs). The host's
+        part of a launch (schedule, pack, read back, stop rules: Python per sequence) is ~1.2-1.5
+        ms at batch 64 on an H100 host, and slower beside a server; a small model's decode step
+        is shorter (SmolLM2: ~1.1 ms), so one step a launch left the GPU waiting on the host, and
+        its steps slowed with every process beside it. A large model's step (8B: 7+ ms) covers
+        the host by itself, and more steps a launch would only delay new requests' first tokens."""
+        if self.graphs is None:
+            return 1
+        step_ms = self.graphs.decode_ms()
+        steps = max(1, min(MAX_AUTO_SCHEDULER_STEPS, round(AUTO_LAUNCH_GPU_MS / step_ms)))
+        logger.info(
+            "a decode step at batch %d: %.2f ms on the GPU", self.graphs.max_batch_size, step_ms
+        )
+        return steps
 
     def _kv_shape(self, num_blocks: int) -> tuple[int, ...]:
         layers, block_size, kv_heads, head_dim = self.kv_layout

@@ -24,7 +24,7 @@ class TorchDeployOptions:
     engine_process: bool = True
     # instances of the model (stub processes, a GIL each) sharing the engine process; 0 = auto
     instances: int = 0
-    # engine steps per scheduling (the engine's num_scheduler_steps); 0 = the engine's default
+    # engine steps a launch (the engine's num_scheduler_steps); 0 = auto (the engine decides)
     num_scheduler_steps: int = 0
 
 
