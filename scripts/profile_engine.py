@@ -237,8 +237,14 @@ def load_engine(
     cfg = json.loads((engine_dir / "config.json").read_text())["build_config"]
     block_size = cfg["plugin_config"]["tokens_per_block"]
     num_kv_blocks = max_batch * -(-cfg["max_seq_len"] // block_size)
+    # one step a launch: each step() is the one step this breaks down (and the phases' token
+    # budget counts steps); the auto value would run several decode steps in a step() on a GPU
     engine = LLMEngine.from_engine_dir(
-        engine_dir, device=str(device), dtype=dtype_name, num_kv_blocks=num_kv_blocks
+        engine_dir,
+        device=str(device),
+        dtype=dtype_name,
+        num_kv_blocks=num_kv_blocks,
+        num_scheduler_steps=1,
     )
     return engine, time.perf_counter() - start
 
