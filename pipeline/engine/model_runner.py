@@ -24,6 +24,8 @@ from pipeline.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
+# GPU time a launch should cover when num_scheduler_steps is unset: the host's part of a launch
+# is ~1.2-1.5 ms at batch 64 on an H100 host, and slower beside a server's processes
 AUTO_LAUNCH_GPU_MS = 4.0
 MAX_AUTO_SCHEDULER_STEPS = 8
 
@@ -92,12 +94,10 @@ class ModelRunner:
 
     def _auto_scheduler_steps(self) -> int:
         """Steps a launch runs unless num_scheduler_steps is set: as many decode steps as fill
-        AUTO_LAUNCH_GPU_MS of GPU time at the largest batch (1 without CUDA graphs). The host's
-        part of a launch (schedule, pack, read back, stop rules: Python per sequence) is ~1.2-1.5
-        ms at batch 64 on an H100 host, and slower beside a server; a small model's decode step
-        is shorter (SmolLM2: ~1.1 ms), so one step a launch left the GPU waiting on the host, and
-        its steps slowed with every process beside it. A large model's step (8B: 7+ ms) covers
-        the host by itself, and more steps a launch would only delay new requests' first tokens."""
+        AUTO_LAUNCH_GPU_MS at the largest batch (1 without CUDA graphs). A small model's step
+        (SmolLM2: ~1.2 ms) is shorter than the host's work for it, which then paced every step;
+        a large one's (8B: 7+ ms) covers it alone, and more steps would only hold back new
+        requests' first tokens."""
         if self.graphs is None:
             return 1
         step_ms = self.graphs.decode_ms()
@@ -336,7 +336,7 @@ class ModelRunner:
         return self.model.compute_logits(hidden if logits_rows is None else hidden[logits_rows])
 
     @torch.inference_mode()
-    def launch(self, scheduled: list[ScheduledSequence], num_steps: int = 1) -> "SampledTokens":
+    def launch(self, scheduled: list[ScheduledSequence], num_steps: int) -> "SampledTokens":
         """Queue one forward step and its sampling on the device, then num_steps - 1 decode
         steps of the sequences that sampled (each reads the tokens the one before sampled);
         returns without waiting. The sequences whose step reaches the end of their tokens
