@@ -101,11 +101,10 @@ class ModelRunner:
         if self.graphs is None:
             return 1
         step_ms = self.graphs.decode_ms()
-        steps = max(1, min(MAX_AUTO_SCHEDULER_STEPS, round(AUTO_LAUNCH_GPU_MS / step_ms)))
         logger.info(
             "a decode step at batch %d: %.2f ms on the GPU", self.graphs.max_batch_size, step_ms
         )
-        return steps
+        return steps_to_fill_launch(step_ms)
 
     def _kv_shape(self, num_blocks: int) -> tuple[int, ...]:
         layers, block_size, kv_heads, head_dim = self.kv_layout
@@ -389,6 +388,11 @@ def _drop_triton_kernels(model: torch.nn.Module) -> None:
         for name, value in list(vars(module).items()):
             if isinstance(value, ModuleType):
                 setattr(module, name, None)
+
+
+def steps_to_fill_launch(step_ms: float) -> int:
+    """Decode steps of step_ms each that fill AUTO_LAUNCH_GPU_MS (1 to MAX_AUTO_SCHEDULER_STEPS)."""
+    return max(1, min(MAX_AUTO_SCHEDULER_STEPS, round(AUTO_LAUNCH_GPU_MS / step_ms)))
 
 
 def _table_array(tables: list[list[int]]) -> np.ndarray:

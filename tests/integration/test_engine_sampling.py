@@ -180,6 +180,10 @@ def test_runtime_options_above_build_limits_are_refused(smollm_engine_dir):
         LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu", num_scheduler_steps=0)
 
 
+def test_steps_a_launch_are_one_without_cuda_graphs_unless_set(smollm_engine_dir):
+    assert LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu").num_scheduler_steps == 1
+
+
 def test_async_engine_streams_to_two_threads_and_cancels(engine, prompt, greedy):
     aeng = AsyncLLMEngine(engine)
     results, errors = {}, []

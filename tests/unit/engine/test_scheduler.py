@@ -151,3 +151,27 @@ def test_finish_takes_a_preempted_sequence_out_of_the_waiting_queue():
     s.finish(seq, "stop")
     assert not s.has_unfinished() and seq.is_finished
     assert s.block_manager.num_free_blocks == s.block_manager.num_total_blocks
+
+
+def test_a_sampling_sequence_gets_blocks_for_the_steps_ahead_up_to_what_it_can_use():
+    s = Scheduler(BlockManager(64, 4), 8, 12, "max_utilization", True, num_lookahead_tokens=3)
+    s.add(make_seq("a", 4, max_tokens=20))  # the prompt fills one block: 3 more need another
+    s.add(make_seq("b", 4, max_tokens=2))  # can use 4 + 2 - 1 = 5 slots: 2 blocks at most
+    s.add(make_seq("c", 9, max_tokens=20))  # a chunk of the 12-token budget: samples nothing
+    assert _launch(s) == [("a", 4), ("b", 4), ("c", 4)]
+    tables = {seq.request_id: len(seq.block_table) for seq in s.running}
+    assert tables == {"a": 2, "b": 2, "c": 1}
+
+
+def test_a_preempted_sequence_waits_for_its_pending_tokens():
+    s = scheduler(policy="max_utilization")
+    seq = make_seq("a", 4, max_tokens=8)
+    s.add(seq)
+    assert _launch(s) == [("a", 4)]
+    seq.num_pending_tokens += 2  # a launch of 3 steps: its tokens are on the device
+    seq.num_computed_tokens += 2
+    s._preempt(seq)  # recomputing would need all 3 as inputs, only the newest is on the device
+    assert s.schedule() == []
+    seq.num_pending_tokens = 0  # the host appended them
+    seq.token_ids += [5, 5, 5]
+    assert _launch(s) == [("a", 7)]
