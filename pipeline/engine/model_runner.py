@@ -70,9 +70,13 @@ class ModelRunner:
         self.num_scheduler_steps = config.num_scheduler_steps or self._auto_scheduler_steps()
         if self.device.type == "cuda":  # a launch's packed inputs in, its sampled tokens out
             bs, ahead = config.max_batch_size, self.num_scheduler_steps - 1
-            first = 4 * config.max_num_tokens + bs * (self.max_blocks_per_seq + 4)
+            # the first step's parts, then the steps ahead's (positions, slots, context lens x
+            # ahead; query starts; block tables)
             self._inputs_ring = PinnedRing(
-                first + bs * (3 * ahead + self.max_blocks_per_seq + 1) + 1 if ahead else first
+                4 * config.max_num_tokens
+                + bs * (self.max_blocks_per_seq + 4)
+                + bs * (3 * ahead + self.max_blocks_per_seq + 1)
+                + 1
             )
             self._tokens_ring = PinnedRing(bs * self.num_scheduler_steps)
         logger.info(

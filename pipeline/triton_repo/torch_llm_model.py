@@ -48,11 +48,6 @@ def instance_count(deploy: DeploySpec, device: str) -> int:
 
 
 def model_config(engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, device: str):
-    if deploy.torch.num_scheduler_steps < 0:
-        raise ConfigError(
-            f"deploy: deploy.torch.num_scheduler_steps={deploy.torch.num_scheduler_steps} must "
-            f"be >= 0 (0 = the engine's default)"
-        )
     engine = EngineInfo.read(engine_dir)
     max_batch_size = triton_max_batch_size(deploy, engine)
     cfg = mcfg.new_config("tensorrt_llm", max_batch_size, backend="python")

@@ -104,6 +104,12 @@ def check_parameters(name: str, cfg) -> list[str]:
             f"{name}: batch_scheduler_policy={policy!r} is not one of "
             f"{SCHEDULER_POLICIES}; fix deploy.batch_scheduler_policy"
         )
+    steps = params.get("num_scheduler_steps")  # the torch model's engine
+    if steps is not None and not steps.isdigit():
+        errors.append(
+            f"{name}: num_scheduler_steps={steps} must be >= 0 (0 = auto); fix "
+            f"deploy.torch.num_scheduler_steps"
+        )
     if cfg.backend != "tensorrtllm":
         return errors
     if params.get("gpt_model_type") not in GPT_MODEL_TYPES:
