@@ -24,7 +24,7 @@ KERNEL_CLASSES = (
         "attention_prefill",
         ("_varlen_attention_kernel", "flash", "sdpa", "fmha", "efficient_attention"),
     ),
-    ("kv_store", ("_store_kv", "index_copy")),
+    ("kv_store", ("_store_kv", "index_copy")),  # on CUDA, rotary is fused into the store
     # rsqrt: an inductor-fused rmsnorm (build.torch.compile) is named after its ops
     ("norm_rotary_act", ("rmsnorm", "rms_norm", "rsqrt", "rotary", "silu", "act_and_mul")),
     ("sampling", ("argmax", "sort", "softmax", "multinomial", "topk", "cumsum")),

@@ -23,7 +23,7 @@ def is_available(device: torch.device | str) -> bool:
 
 
 def load(name: str, device: torch.device | str) -> ModuleType | None:
-    """Kernel module `name` (rmsnorm, rotary, activation, kv_store, paged_attention,
+    """Kernel module `name` (rmsnorm, activation, rotary_kv_store, paged_attention,
     varlen_attention, int8_matmul) when the kernels run on `device`; None: plain PyTorch."""
     if not is_available(device):
         return None

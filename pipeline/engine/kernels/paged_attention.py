@@ -3,7 +3,8 @@
 Grid: (sequence, kv head, split). Each program walks its share of the sequence's cache blocks
 with an online softmax for all query heads of its kv head (padded to 16 rows for tl.dot).
 With more than one split (long contexts, few sequences) the partial results are merged by a
-second small kernel, flash-decoding style, so a batch of one still fills the GPU.
+second small kernel, flash-decoding style, so a batch of one still fills the GPU; with one (a
+large batch) the program writes the output itself, and there is no second kernel.
 """
 
 import torch
@@ -47,7 +48,10 @@ def _decode_kernel(
     BLOCKS_PER_SPLIT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
+    IS_SPLIT: tl.constexpr,
 ):
+    # IS_SPLIT: out is the fp32 partials [B, S, H, D] and max/sum get the merge's statistics;
+    # otherwise out is the result [B, H, D] (stride_os unused)
     seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     context_len = tl.load(context_lens_ptr + seq)
     rows = tl.arange(0, GROUP_PAD)
@@ -99,10 +103,12 @@ def _decode_kernel(
         m_i = m_new
     out_rows = out_ptr + seq * stride_ob + split * stride_os + heads[:, None] * stride_oh
     l_safe = tl.where(l_i > 0, l_i, 1.0)  # a split past the context has no keys: acc is 0
-    tl.store(out_rows + dims[None, :], acc / l_safe[:, None], mask=row_mask[:, None])
-    stat = seq * stride_mb + heads * stride_mh + split
-    tl.store(max_ptr + stat, m_i, mask=row_mask)
-    tl.store(sum_ptr + stat, l_i, mask=row_mask)
+    result = (acc / l_safe[:, None]).to(out_ptr.dtype.element_ty)
+    tl.store(out_rows + dims[None, :], result, mask=row_mask[:, None])
+    if IS_SPLIT:
+        stat = seq * stride_mb + heads * stride_mh + split
+        tl.store(max_ptr + stat, m_i, mask=row_mask)
+        tl.store(sum_ptr + stat, l_i, mask=row_mask)
 
 
 @triton.jit(do_not_specialize=["num_splits"])  # varies per step: one compile
@@ -172,19 +178,32 @@ def paged_decode_attention(
     out = torch.empty_like(q)
     if batch == 0:
         return out
-    partial = torch.empty(
-        batch, num_splits, num_heads, head_dim, dtype=torch.float32, device=q.device
-    )  # [B, S, H, D]
-    stats = torch.empty(2, batch, num_heads, num_splits, dtype=torch.float32, device=q.device)
+    is_split = num_splits > 1
+    if is_split:
+        partial = torch.empty(
+            batch, num_splits, num_heads, head_dim, dtype=torch.float32, device=q.device
+        )  # [B, S, H, D]
+        stats = torch.empty(2, batch, num_heads, num_splits, dtype=torch.float32, device=q.device)
+        dest, maxes, sums = partial, stats[0], stats[1]
+        strides = (  # out's [b, h, s], then max/sum's [b, h]
+            partial.stride(0),
+            partial.stride(2),
+            partial.stride(1),
+            stats.stride(1),
+            stats.stride(2),
+        )
+    else:  # the program writes the result: no statistics to keep
+        dest = maxes = sums = out
+        strides = (out.stride(0), out.stride(1), 0, 0, 0)
     _decode_kernel[(batch, num_kv_heads, num_splits)](
         q,
         k_cache,
         v_cache,
         block_tables,
         context_lens,
-        partial,
-        stats[0],
-        stats[1],
+        dest,
+        maxes,
+        sums,
         scale,
         group,
         q.stride(0),
@@ -196,18 +215,17 @@ def paged_decode_attention(
         v_cache.stride(1),
         v_cache.stride(2),
         block_tables.stride(0),
-        partial.stride(0),
-        partial.stride(2),
-        partial.stride(1),
-        stats.stride(1),
-        stats.stride(2),
+        *strides,
         BLOCK_SIZE=block_size,
         HEAD_DIM=head_dim,
         GROUP_PAD=max(MIN_DOT, triton.next_power_of_2(group)),
         BLOCKS_PER_SPLIT=blocks_per_split,
         DOT_PRECISION=dot_precision(dot_type),
         DOT_DTYPE=dot_type,
+        IS_SPLIT=is_split,
     )
+    if not is_split:
+        return out
     _merge_kernel[(batch, num_heads)](
         partial,
         stats[0],

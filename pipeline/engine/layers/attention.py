@@ -1,7 +1,7 @@
-"""Attention over the paged KV cache: plain PyTorch everywhere (the CPU path, and the reference
-the kernels are tested against); on CUDA, Triton kernels (pipeline.engine.kernels) store K/V and
-attend: split-K paged decode for decode steps, one varlen kernel over the packed batch for
-steps with prompt chunks.
+"""Attention over the paged KV cache, rotary embedding included: plain PyTorch everywhere (the
+CPU path, and the reference the kernels are tested against); on CUDA, Triton kernels
+(pipeline.engine.kernels) rotate q and k as they store K/V, then attend: split-K paged decode
+for decode steps, one varlen kernel over the packed batch for steps with prompt chunks.
 
 Cache layout per layer: k_cache, v_cache [num_blocks, block_size, Hkv, D]. New K/V are written
 to their slots first; attention then reads every sequence's keys through its block table, so a
@@ -15,6 +15,7 @@ from torch.nn import functional as F
 from pipeline.engine import kernels
 from pipeline.engine.batch_metadata import BatchMetadata
 from pipeline.engine.kernels.reference import store_kv, varlen_attention
+from pipeline.engine.layers.rotary import RotaryEmbedding
 
 
 def paged_decode_attention(
@@ -38,12 +39,14 @@ def paged_decode_attention(
 
 
 class Attention(nn.Module):
-    """Writes this step's K/V into the layer's cache, then attends (decode or varlen)."""
+    """Rotates q and k, writes this step's K/V into the layer's cache, then attends (decode or
+    varlen)."""
 
-    def __init__(self, head_dim: int, device: torch.device):
+    def __init__(self, head_dim: int, rotary: RotaryEmbedding, device: torch.device):
         super().__init__()
         self.scale = head_dim**-0.5
-        self.store_kernel = kernels.load("kv_store", device)
+        self.rotary = rotary
+        self.store_kernel = kernels.load("rotary_kv_store", device)
         self.decode_kernel = kernels.load("paged_attention", device)
         self.varlen_kernel = kernels.load("varlen_attention", device)
 
@@ -55,11 +58,23 @@ class Attention(nn.Module):
         kv_cache: torch.Tensor,
         meta: BatchMetadata,
     ) -> torch.Tensor:
-        # q [T, H, D]; k, v [T, Hkv, D]; kv_cache [2, NB, BS, Hkv, D] -> [T, H, D]
+        # q [T, H, D]; k, v [T, Hkv, D] (q, k not rotated yet); kv_cache [2, NB, BS, Hkv, D]
+        # -> [T, H, D]
         k_cache, v_cache = kv_cache[0], kv_cache[1]
         if self.store_kernel:
-            self.store_kernel.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+            q = self.store_kernel.rotary_store_kv(
+                meta.positions,
+                q,
+                k,
+                v,
+                self.rotary.cos,
+                self.rotary.sin,
+                k_cache,
+                v_cache,
+                meta.slot_mapping,
+            )
         else:
+            q, k = self.rotary(meta.positions, q, k)
             store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
         if meta.is_decode:
             kernel = self.decode_kernel

@@ -1,5 +1,6 @@
 """Rotary position embedding, GPT-NeoX layout (rotate halves), as TensorRT-LLM's rope_gpt_neox.
-Triton kernel on CUDA, plain PyTorch elsewhere.
+Its cos/sin tables, and the plain-PyTorch rotation; on CUDA the attention layer applies them in
+the kernel that writes the KV cache (kernels/rotary_kv_store.py).
 
 Frequencies follow transformers' rope init functions, so positions match the HF reference
 bit for bit in fp32. Scalings: none, linear, llama3.
@@ -9,8 +10,6 @@ import math
 
 import torch
 from torch import nn
-
-from pipeline.engine import kernels
 
 SUPPORTED_SCALINGS = ("linear", "llama3")
 
@@ -74,14 +73,11 @@ class RotaryEmbedding(nn.Module):
         angles = torch.cat((freqs, freqs), dim=-1)  # [max_positions, head_dim]
         self.register_buffer("cos", angles.cos().to(device, dtype), persistent=False)
         self.register_buffer("sin", angles.sin().to(device, dtype), persistent=False)
-        self.kernel = kernels.load("rotary", device)
 
     def forward(
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # positions [T]; q [T, H, D]; k [T, Hkv, D] -> rotated q, k
-        if self.kernel:
-            return self.kernel.rotary_neox(positions, q, k, self.cos, self.sin)
         cos = self.cos[positions].unsqueeze(1)  # [T, 1, D]
         sin = self.sin[positions].unsqueeze(1)
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin

@@ -48,8 +48,7 @@ class LlamaAttention(nn.Module):
         quant = cfg.quantization
         self.qkv = build_linear(weights, [f"{prefix}.qkv"], quant, dtype, device)
         self.dense = build_linear(weights, [f"{prefix}.dense"], quant, dtype, device)
-        self.rotary = rotary
-        self.attn = Attention(cfg.head_dim, device)
+        self.attn = Attention(cfg.head_dim, rotary, device)
 
     def forward(self, x: torch.Tensor, meta: BatchMetadata, kv_cache: torch.Tensor) -> torch.Tensor:
         # x [T, hidden]; kv_cache [2, NB, BS, Hkv, D] -> [T, hidden]
@@ -57,8 +56,8 @@ class LlamaAttention(nn.Module):
         q, k, v = self.qkv(x).split(
             [self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], dim=-1
         )
-        q, k = self.rotary(meta.positions, q.view(num_tokens, -1, d), k.view(num_tokens, -1, d))
-        out = self.attn(q, k, v.view(num_tokens, -1, d), kv_cache, meta)  # [T, H, D]
+        q, k, v = (t.view(num_tokens, -1, d) for t in (q, k, v))
+        out = self.attn(q, k, v, kv_cache, meta)  # [T, H, D]
         return self.dense(out.reshape(num_tokens, -1))
 
 

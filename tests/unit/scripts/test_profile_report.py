@@ -27,12 +27,11 @@ KERNELS = {
     "fmha_cutlassF_bf16_aligned_64x64_rf_sm80": "attention_prefill",
     "_decode_kernel": "attention_decode",
     "_merge_kernel": "attention_decode",
-    "_store_kv_kernel": "kv_store",
+    "_rotary_store_kv_kernel": "kv_store",
     "void at::native::gpu_kernel_impl_nocast<at::native::index_copy_kernel_impl<long>>": (
         "kv_store"
     ),
     "_rmsnorm_kernel": "norm_rotary_act",
-    "_rotary_kernel": "norm_rotary_act",
     "_silu_and_mul_kernel": "norm_rotary_act",
     "triton_per_fused_add_mean_mul_pow_rsqrt_0": "norm_rotary_act",
     "void at::native::reduce_kernel<512, 1, ReduceOp<float, ArgMaxOps<float>, long>>": "sampling",

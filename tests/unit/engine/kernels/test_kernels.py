@@ -33,23 +33,35 @@ def test_silu_and_mul_matches_reference(kernel_device, assert_close, dtype):
     assert_close(activation.silu_and_mul(x), reference.silu_and_mul(x))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("head_dim", [64, 80])
-def test_rotary_neox_matches_reference(kernel_device, assert_close, dtype, head_dim):
-    from pipeline.engine.kernels import rotary
-
-    torch.manual_seed(0)
-    max_pos = 300
+def rotary_tables(kernel_device, dtype, head_dim: int, max_pos: int = 300):
     inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
     angles = torch.outer(torch.arange(max_pos).float(), inv_freq).repeat(1, 2)
-    cos, sin = (t.to(kernel_device, dtype) for t in (angles.cos(), angles.sin()))
-    positions = torch.tensor([0, 5, 299, 17], device=kernel_device)
-    q = torch.randn(4, 9, head_dim, device=kernel_device).to(dtype)
-    k = torch.randn(4, 3, head_dim, device=kernel_device).to(dtype)
-    q_rot, k_rot = rotary.rotary_neox(positions, q, k, cos, sin)
+    return tuple(t.to(kernel_device, dtype) for t in (angles.cos(), angles.sin()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", [64, 80])
+def test_rotary_store_kv_matches_rotary_then_store(kernel_device, assert_close, dtype, head_dim):
+    from pipeline.engine.kernels import rotary_kv_store
+
+    torch.manual_seed(0)
+    cos, sin = rotary_tables(kernel_device, dtype, head_dim)
+    positions = torch.tensor([0, 5, 299, 17, 3], device=kernel_device)
+    slots = torch.tensor([9, 0, 31, -1, 14], device=kernel_device)  # -1: a padding row
+    q = torch.randn(5, 9, head_dim, device=kernel_device).to(dtype)
+    k, v = (torch.randn(5, 3, head_dim, device=kernel_device).to(dtype) for _ in range(2))
+    k_cache = torch.zeros(4, 8, 3, head_dim, dtype=dtype, device=kernel_device)
+    v_cache = torch.zeros_like(k_cache)
+    q_rot = rotary_kv_store.rotary_store_kv(positions, q, k, v, cos, sin, k_cache, v_cache, slots)
     q_ref, k_ref = reference.rotary_neox(positions, q, k, cos, sin)
     assert_close(q_rot, q_ref)
-    assert_close(k_rot, k_ref)
+    stored = slots >= 0
+    flat_k, flat_v = k_cache.view(-1, 3, head_dim), v_cache.view(-1, 3, head_dim)
+    assert_close(flat_k[slots[stored]], k_ref[stored])
+    assert torch.equal(flat_v[slots[stored]], v[stored])
+    untouched = torch.ones(32, dtype=torch.bool, device=kernel_device)
+    untouched[slots[stored]] = False
+    assert not flat_k[untouched].any() and not flat_v[untouched].any()  # padding row: no write
 
 
 def paged_cache(
@@ -60,9 +72,7 @@ def paged_cache(
     num_kv_heads: int = 3,
     head_dim: int = 64,
 ):
-    """A cache with shuffled block ownership, filled through the KV-store kernel."""
-    from pipeline.engine.kernels import kv_store
-
+    """A cache with shuffled block ownership and random K/V in each sequence's slots."""
     torch.manual_seed(0)
     per_seq = [-(-n // block_size) for n in context_lens]
     num_blocks = sum(per_seq) + 2
@@ -82,32 +92,23 @@ def paged_cache(
         k, v = (
             torch.randn(n, num_kv_heads, head_dim, device=kernel_device).to(dtype) for _ in range(2)
         )
-        kv_store.store_kv(k, v, k_cache, v_cache, slots)
-        ref_k, ref_v = torch.zeros_like(k_cache), torch.zeros_like(v_cache)
-        reference.store_kv(k, v, ref_k, ref_v, slots)
-        written = torch.zeros(num_blocks, block_size, dtype=torch.bool, device=kernel_device)
-        written.view(-1)[slots] = True
-        assert torch.equal(k_cache[written], ref_k[written])
-        assert torch.equal(v_cache[written], ref_v[written])
+        reference.store_kv(k, v, k_cache, v_cache, slots)
     return k_cache, v_cache, tables.to(kernel_device)
 
 
-def test_store_kv_skips_negative_slots(kernel_device):
-    from pipeline.engine.kernels import kv_store
-
-    k = torch.ones(2, 2, 16, device=kernel_device)
-    k_cache = torch.zeros(2, 4, 2, 16, device=kernel_device)
-    v_cache = torch.zeros_like(k_cache)
-    kv_store.store_kv(k, k * 2, k_cache, v_cache, torch.tensor([5, -1], device=kernel_device))
-    assert k_cache.view(-1, 2, 16)[5].eq(1).all() and k_cache.sum() == 32
-    assert v_cache.view(-1, 2, 16)[5].eq(2).all() and v_cache.sum() == 64
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("context_lens", [[1, 16, 17, 70], [300]], ids=["batch", "one-long"])
+@pytest.mark.parametrize(
+    "context_lens",
+    [[1, 16, 17, 70], [300], [1 + (37 * i) % 90 for i in range(48)]],
+    ids=["batch", "one-long", "one-split"],
+)
 def test_paged_decode_attention_matches_reference(kernel_device, dtype, context_lens):
     from pipeline.engine.kernels import paged_attention
 
+    # one-split: 48 sequences x 3 kv heads fill the GPU: one program a head, no merge kernel
+    max_blocks = -(-max(context_lens) // 16) + 1  # paged_cache's table width
+    num_splits = paged_attention.num_splits_for(len(context_lens), 3, max_blocks)
+    assert (num_splits == 1) == (len(context_lens) == 48)
     k_cache, v_cache, tables = paged_cache(kernel_device, dtype, context_lens)
     q = torch.randn(len(context_lens), 9, 64, device=kernel_device).to(dtype)  # GQA: 9 / 3
     lens = torch.tensor(context_lens, dtype=torch.int32, device=kernel_device)
