@@ -25,8 +25,10 @@ from pipeline.errors import ConfigError
 logger = logging.getLogger(__name__)
 
 # GPU time a launch should cover when num_scheduler_steps is unset: the host's part of a launch
-# is ~1.2-1.5 ms at batch 64 on an H100 host, and slower beside a server's processes
-AUTO_LAUNCH_GPU_MS = 4.0
+# is ~1.2-1.5 ms at batch 64 on an H100 host, and slower beside a server's processes. Any more
+# only holds back requests that arrive meanwhile (H100, SmolLM2 served at a 1.05 ms step: 3
+# steps a launch 0.90-0.91 of direct, 4 steps 0.87-0.89, in one lease)
+AUTO_LAUNCH_GPU_MS = 3.0
 MAX_AUTO_SCHEDULER_STEPS = 8
 
 PreparedLaunch = tuple[
@@ -97,8 +99,8 @@ class ModelRunner:
         )
 
     def _auto_scheduler_steps(self) -> int:
-        """Steps a launch runs unless num_scheduler_steps is set: as many decode steps as fill
-        AUTO_LAUNCH_GPU_MS at the largest batch (1 without CUDA graphs). A small model's step
+        """Steps a launch runs unless num_scheduler_steps is set: the fewest decode steps that
+        cover AUTO_LAUNCH_GPU_MS at the largest batch (1 without CUDA graphs). A small model's step
         (SmolLM2: ~1.2 ms) is shorter than the host's work for it, which then paced every step;
         a large one's (8B: 7+ ms) covers it alone, and more steps would only hold back new
         requests' first tokens."""
@@ -395,8 +397,9 @@ def _drop_triton_kernels(model: torch.nn.Module) -> None:
 
 
 def steps_to_fill_launch(step_ms: float) -> int:
-    """Decode steps of step_ms each that fill AUTO_LAUNCH_GPU_MS (1 to MAX_AUTO_SCHEDULER_STEPS)."""
-    return max(1, min(MAX_AUTO_SCHEDULER_STEPS, round(AUTO_LAUNCH_GPU_MS / step_ms)))
+    """The fewest decode steps of step_ms each that cover AUTO_LAUNCH_GPU_MS (at most
+    MAX_AUTO_SCHEDULER_STEPS)."""
+    return min(MAX_AUTO_SCHEDULER_STEPS, math.ceil(AUTO_LAUNCH_GPU_MS / step_ms))
 
 
 def _table_array(tables: list[list[int]]) -> np.ndarray:
