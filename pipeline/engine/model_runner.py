@@ -26,9 +26,9 @@ logger = logging.getLogger(__name__)
 
 # GPU time a launch should cover when num_scheduler_steps is unset: the host's part of a launch
 # is ~1.2-1.5 ms at batch 64 on an H100 host, and slower beside a server's processes. Any more
-# only holds back requests that arrive meanwhile (H100, SmolLM2 served at a 1.05 ms step: 3
-# steps a launch 0.90-0.91 of direct, 4 steps 0.87-0.89, in one lease)
-AUTO_LAUNCH_GPU_MS = 3.0
+# only holds back requests that arrive meanwhile. H100, SmolLM2 served at a ~1 ms step, one
+# lease: 3 steps a launch 0.90-0.91 of direct, 4 steps 0.87-0.89 (2 steps: 0.70-0.85, stop 22)
+AUTO_LAUNCH_GPU_MS = 2.8
 MAX_AUTO_SCHEDULER_STEPS = 8
 
 PreparedLaunch = tuple[
