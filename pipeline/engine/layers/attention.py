@@ -46,7 +46,7 @@ class Attention(nn.Module):
         super().__init__()
         self.scale = head_dim**-0.5
         self.rotary = rotary
-        self.store_kernel = kernels.load("rotary_kv_store", device)
+        self.rotary_store_kernel = kernels.load("rotary_kv_store", device)
         self.decode_kernel = kernels.load("paged_attention", device)
         self.varlen_kernel = kernels.load("varlen_attention", device)
 
@@ -61,8 +61,8 @@ class Attention(nn.Module):
         # q [T, H, D]; k, v [T, Hkv, D] (q, k not rotated yet); kv_cache [2, NB, BS, Hkv, D]
         # -> [T, H, D]
         k_cache, v_cache = kv_cache[0], kv_cache[1]
-        if self.store_kernel:
-            q = self.store_kernel.rotary_store_kv(
+        if self.rotary_store_kernel:
+            q = self.rotary_store_kernel.rotary_store_kv(
                 meta.positions,
                 q,
                 k,

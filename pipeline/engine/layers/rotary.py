@@ -1,6 +1,6 @@
 """Rotary position embedding, GPT-NeoX layout (rotate halves), as TensorRT-LLM's rope_gpt_neox.
-Its cos/sin tables, and the plain-PyTorch rotation; on CUDA the attention layer applies them in
-the kernel that writes the KV cache (kernels/rotary_kv_store.py).
+Its cos/sin tables, and the plain-PyTorch rotation (kernels.reference's); on CUDA the attention
+layer applies them in the kernel that writes the KV cache (kernels/rotary_kv_store.py).
 
 Frequencies follow transformers' rope init functions, so positions match the HF reference
 bit for bit in fp32. Scalings: none, linear, llama3.
@@ -10,6 +10,8 @@ import math
 
 import torch
 from torch import nn
+
+from pipeline.engine.kernels.reference import rotary_neox
 
 SUPPORTED_SCALINGS = ("linear", "llama3")
 
@@ -52,11 +54,6 @@ def inverse_frequencies(head_dim: int, base: float, scaling: dict | None) -> tor
     )
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    first, second = x.chunk(2, dim=-1)
-    return torch.cat((-second, first), dim=-1)
-
-
 class RotaryEmbedding(nn.Module):
     def __init__(
         self,
@@ -78,6 +75,4 @@ class RotaryEmbedding(nn.Module):
         self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # positions [T]; q [T, H, D]; k [T, Hkv, D] -> rotated q, k
-        cos = self.cos[positions].unsqueeze(1)  # [T, 1, D]
-        sin = self.sin[positions].unsqueeze(1)
-        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        return rotary_neox(positions, q, k, self.cos, self.sin)
