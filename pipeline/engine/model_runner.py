@@ -180,14 +180,15 @@ class ModelRunner:
         every token's row samples, the S sequences that sample, the metadata of the
         num_steps - 1 decode steps of those S that follow it). Built with numpy on the host into
         a pinned buffer, sent in one copy; input tokens still pending on the device come from the
-        last step's sampled tokens."""
+        last step's sampled tokens. A sampling sequence's block table covers the steps ahead too,
+        so theirs are rows of this step's."""
         bs = self.block_size
         num_seqs = len(scheduled)
         ids, tables, starts, query_lens = [], [], [], []
         sampling, logits_rows = [], []  # the sequences whose step ends in logits, their rows
         pending_at, pending_rows = [], []  # input index <- row of the last step's tokens
-        sampled_ends = []  # the context length of each that samples, after this step
-        for entry in scheduled:
+        sampled_ends, sampled_at = [], []  # of each that samples: context after this step, row
+        for row, entry in enumerate(scheduled):
             seq, num_tokens = entry.seq, entry.num_tokens
             token_ids, start = seq.token_ids, seq.num_computed_tokens
             end = start + num_tokens
@@ -196,13 +197,16 @@ class ModelRunner:
                 pending_at.append(len(ids))
                 pending_rows.append(seq.pending_row)
                 ids.append(0)
-            tables.append(seq.block_table[: -(-end // bs)])
+            tables.append(
+                seq.block_table[: -(-seq.kv_tokens_after(num_tokens, num_steps - 1) // bs)]
+            )
             starts.append(start)
             query_lens.append(num_tokens)
             if seq.reaches_end(num_tokens):
                 sampling.append(seq)
                 logits_rows.append(len(ids) - 1)
                 sampled_ends.append(end)
+                sampled_at.append(row)
         num_tokens = len(ids)
         is_decode = num_tokens == num_seqs
         samples_all = is_decode and len(sampling) == num_seqs  # every token's logits row
@@ -228,7 +232,11 @@ class ModelRunner:
             and pending_rows == list(range(num_seqs))
         )
         num_ahead = num_steps - 1 if sampling else 0
-        ahead = self._decode_ahead(sampling, sampled_ends, num_ahead) if num_ahead else ()
+        ahead = (
+            self._decode_ahead(sampling, sampled_ends, table_np[sampled_at], num_ahead)
+            if num_ahead
+            else ()
+        )
         parts = (
             ids,
             positions,
@@ -277,18 +285,16 @@ class ModelRunner:
         return input_ids, meta, None if samples_all else rows_t, sampling, ahead_metas
 
     def _decode_ahead(
-        self, seqs: list[Sequence], ends: list[int], num_ahead: int
+        self, seqs: list[Sequence], ends: list[int], tables: np.ndarray, num_ahead: int
     ) -> tuple[np.ndarray, ...]:
         """Host metadata of num_ahead decode steps of seqs after a step that left them ends[i]
-        tokens of context: (positions, slots, context_lens, each [num_ahead, S] row-major;
-        query_start [S + 1]; block tables [S, width]). A row past what its request can use
-        (max_kv_tokens) is padding: it writes the scratch slot and reads its own blocks."""
+        tokens of context, their block tables [S, width] covering those steps: (positions,
+        slots, context_lens, each [num_ahead, S] row-major; query_start [S + 1]; block tables).
+        A row past what its request can use (max_kv_tokens) is padding: it writes the scratch
+        slot and reads its own blocks."""
         bs = self.block_size
         num_seqs = len(seqs)
-        tables = _table_array([seq.block_table for seq in seqs])
-        max_kv_tokens = np.fromiter((seq.max_kv_tokens for seq in seqs), np.int64, num_seqs)
-        capacity = np.fromiter((len(seq.block_table) for seq in seqs), np.int64, num_seqs) * bs
-        limits = np.minimum(max_kv_tokens, capacity)
+        limits = np.fromiter((seq.max_kv_tokens for seq in seqs), np.int64, num_seqs)
         positions = np.asarray(ends)[None, :] + np.arange(num_ahead)[:, None]
         is_real = positions < limits
         positions = np.minimum(positions, limits - 1)

@@ -81,7 +81,7 @@ class Scheduler:
         ):
             seq = self.waiting[0]
             num_tokens = self._num_tokens_to_run(seq, budget)
-            needed = self._kv_tokens_needed(seq, num_tokens)
+            needed = seq.kv_tokens_after(num_tokens, self.num_lookahead_tokens)
             if self.is_no_evict:
                 needed = max(needed, seq.max_kv_tokens)
             if num_tokens == 0 or not self.block_manager.grow(seq, needed):
@@ -108,17 +108,10 @@ class Scheduler:
             return budget
         return 0
 
-    def _kv_tokens_needed(self, seq: Sequence, num_tokens: int) -> int:
-        needed = seq.num_computed_tokens + num_tokens
-        if self.num_lookahead_tokens and seq.reaches_end(num_tokens):
-            # never past what the request can use: rows beyond it write a scratch slot
-            return max(needed, min(needed + self.num_lookahead_tokens, seq.max_kv_tokens))
-        return needed
-
     def _make_room(self, seq: Sequence, num_tokens: int) -> bool:
         """Give seq blocks for num_tokens more tokens, preempting the newest running sequences
         while blocks are short. False when seq itself had to be preempted."""
-        needed = self._kv_tokens_needed(seq, num_tokens)
+        needed = seq.kv_tokens_after(num_tokens, self.num_lookahead_tokens)
         while not self.block_manager.grow(seq, needed):
             assert not self.is_no_evict, "guaranteed_no_evict reserved too few blocks"
             victim = self.running[-1]

@@ -100,6 +100,15 @@ class Sequence:
             len(self.token_ids) + self.num_pending_tokens
         )
 
+    def kv_tokens_after(self, num_scheduled_tokens: int, num_ahead: int) -> int:
+        """K/V slots in use after a step over this many tokens and, when it samples, num_ahead
+        decode steps after it (num_scheduler_steps); never past max_kv_tokens, since rows
+        beyond what the request can use write a scratch slot."""
+        end = self.num_computed_tokens + num_scheduled_tokens
+        if num_ahead and self.reaches_end(num_scheduled_tokens):
+            return max(end, min(end + num_ahead, self.max_kv_tokens))
+        return end
+
     def banned_token_ids(self) -> list[int]:
         """Last tokens of bad_sequences whose other tokens end the sequence right now."""
         banned = []
