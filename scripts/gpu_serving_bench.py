@@ -237,7 +237,7 @@ def key_numbers(out: Path, results: dict) -> dict:
             }
             # how full the direct engine's steps were (the server's: in its log at shutdown)
             stats = result.get("engine_stats") or {}
-            for k in ("num_steps", "seqs_per_step"):
+            for k in ("num_steps", "seqs_per_step", *(k for k in stats if k.endswith("_launch"))):
                 if k in stats:
                     keys[f"{step}.{target}"][k] = stats[k]
         keys[f"{step}.triton_vs_direct"] = report.get("triton_vs_direct")

@@ -14,6 +14,7 @@ from transformers import AutoTokenizer
 
 from pipeline.engine.block_manager import BlockManager
 from pipeline.engine.engine_config import EngineConfig, load_engine_config
+from pipeline.engine.launch_timer import LaunchTimer
 from pipeline.engine.model_runner import ModelRunner, SampledTokens
 from pipeline.engine.outputs import RequestOutput, StreamDelta
 from pipeline.engine.request_limits import RequestLimits
@@ -87,6 +88,7 @@ class LLMEngine:
         self._num_steps = self._num_scheduled_tokens = self._num_generated_tokens = 0
         self._num_prompt_steps = 0  # steps that carried prompt tokens (prefill or mixed)
         self._num_scheduled_seqs = 0  # summed over steps: / num_steps is the mean batch
+        self.timer = LaunchTimer()
 
     @classmethod
     def from_engine_dir(cls, path: str | Path, device: str = "auto", **runtime) -> "LLMEngine":
@@ -135,6 +137,7 @@ class LLMEngine:
         host's scheduling, packing and bookkeeping run while the device computes: each call
         reports the previous step, and a sequence that step N ends has a wasted row in N+1.
         Without it, each call launches a step and reports it."""
+        self.timer.start_step()
         deltas, self._cancelled = self._cancelled, []
         with record_function("engine.schedule"):
             scheduled = self.scheduler.schedule()
@@ -145,6 +148,7 @@ class LLMEngine:
         if finished is not None:
             with record_function("engine.postprocess"):
                 self._postprocess(finished, deltas)
+        self.timer.end_step(launched is not None, self._in_flight is not None)
         return deltas
 
     def _launch(self, scheduled: list[ScheduledSequence]) -> SampledTokens:
@@ -174,7 +178,7 @@ class LLMEngine:
     def _postprocess(self, sampled: SampledTokens, deltas: list[StreamDelta]) -> None:
         """Append each sequence's sampled tokens up to a stop, and its delta; a sequence that
         ended (or was cancelled) since its step was launched drops them."""
-        tokens, num_seqs = sampled.tolist(), len(sampled.seqs)
+        tokens, num_seqs = self.timer.wait_gpu(sampled.tolist), len(sampled.seqs)
         for row, seq in enumerate(sampled.seqs):
             seq.num_pending_tokens -= sampled.num_steps
             if seq.is_finished:
@@ -247,4 +251,4 @@ class LLMEngine:
             "dtype": str(runner.dtype).removeprefix("torch."),
             "cuda_graph_batch_sizes": runner.graphs.batch_sizes if runner.graphs else [],
             "cuda_graph_token_counts": runner.graphs.token_counts if runner.graphs else [],
-        }
+        } | self.timer.stats()

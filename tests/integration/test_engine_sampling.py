@@ -1,10 +1,12 @@
 """Sampling, stop rules, cancellation, request checks and the async front, on real SmolLM2."""
 
 import threading
+import time
 
 import pytest
 
 from pipeline.engine import AsyncLLMEngine, LLMEngine, SamplingParams, StreamDelta
+from pipeline.engine.launch_timer import ms_per_launch
 from pipeline.errors import ConfigError
 
 PROMPT = "My favourite animal is the"
@@ -144,6 +146,30 @@ def test_steps_with_prompt_tokens_and_batch_sizes_are_counted(engine, prompt):
     num_steps = steps_for(engine, 2)
     assert after["num_steps"] - before["num_steps"] == num_steps
     assert after["num_scheduled_seqs"] - before["num_scheduled_seqs"] == 2 * num_steps
+
+
+def test_launch_timer_accounts_for_the_host_time(engine, prompt):
+    before = engine.stats()
+    engine.add_request(prompt, SamplingParams(max_tokens=5, ignore_eos=True))
+    started = time.perf_counter()
+    num_calls = 0
+    while engine.has_unfinished():
+        engine.step()
+        num_calls += 1
+        time.sleep(0.01)  # the caller's own work, between calls
+    wall_ms = 1e3 * (time.perf_counter() - started)
+    after = engine.stats()
+    num_launches = after["num_launches"] - before["num_launches"]
+    assert num_launches == steps_for(engine, 5) // engine.num_scheduler_steps
+    times = ms_per_launch(after, before)
+    assert all(value >= 0 for value in times.values())
+    # each part is a share of the wall time; the CPU this thread ran is a part of its host time
+    spent_ms = num_launches * sum(times[k] for k in times if k != "host_cpu_ms_per_launch")
+    assert spent_ms <= wall_ms
+    assert times["host_cpu_ms_per_launch"] <= times["host_ms_per_launch"] * 1.05 + 0.1
+    # away: the sleeps between calls while a launch was in flight (overlap scheduling)
+    if engine.overlap_scheduling:
+        assert times["away_ms_per_launch"] >= 9.0
 
 
 def test_abort_cancels_and_frees_blocks(engine, prompt):

@@ -215,11 +215,17 @@ class TritonPythonModel:
             text = ", ".join(f"{key} {value:.1f}" for key, value in hops.items())
             pb_utils.Logger.log_info(f"{self.instance}: hops: {text}")
         if self.service.owns_engine:  # how full and how mixed the steps were (once an engine)
+            from pipeline.engine.launch_timer import ms_per_launch
+
             stats = self.service.stats()
             seqs_per_step = stats["num_scheduled_seqs"] / max(1, stats["num_steps"])
             pb_utils.Logger.log_info(
                 f"tensorrt_llm: engine steps {stats['num_steps']}, with prompt tokens "
                 f"{stats['num_prompt_steps']}, sequences a step {seqs_per_step:.1f}, "
                 f"tokens generated {stats['num_generated_tokens']}"
+            )
+            times = ", ".join(f"{k} {v:.2f}" for k, v in ms_per_launch(stats).items())
+            pb_utils.Logger.log_info(
+                f"tensorrt_llm: engine launches {stats['num_launches']}, {times}"
             )
         self.service.shutdown()

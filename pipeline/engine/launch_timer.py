@@ -1,0 +1,67 @@
+"""Where the engine thread's time goes, launch by launch.
+
+A launch's GPU work overlaps the host's work for the next one, so the device idles exactly when
+the host takes longer than the GPU. Split the host's side three ways to see why:
+- host: in step(), not waiting on the device (schedule, pack, launch, postprocess);
+- host_cpu: the part of host this thread actually ran; host - host_cpu is time spent runnable
+  but not running (other threads holding the GIL, or the OS running other processes);
+- away: between step() calls while a launch was in flight (the caller's work: routing deltas).
+gpu_wait is time blocked on the device's tokens: the host was ahead."""
+
+import time
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class LaunchTimer:
+    num_launches: int = 0
+    host_s: float = 0.0
+    host_cpu_s: float = 0.0
+    gpu_wait_s: float = 0.0
+    away_s: float = 0.0
+    _started: float = 0.0
+    _started_cpu: float = 0.0
+    _returned: float | None = None  # when step() last returned with a launch in flight
+    _wait_s: float = 0.0  # gpu wait inside the current step()
+    _wait_cpu_s: float = 0.0
+
+    def start_step(self) -> None:
+        self._started, self._started_cpu = time.perf_counter(), time.thread_time()
+        if self._returned is not None:
+            self.away_s += self._started - self._returned
+        self._wait_s = self._wait_cpu_s = 0.0
+
+    def wait_gpu(self, sync) -> list[int]:
+        """sync(): block until the device's tokens are on the host, and return them."""
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        tokens = sync()
+        self._wait_s += time.perf_counter() - started
+        self._wait_cpu_s += time.thread_time() - started_cpu  # a spinning sync burns CPU
+        return tokens
+
+    def end_step(self, launched: bool, in_flight: bool) -> None:
+        now = time.perf_counter()
+        self.num_launches += launched
+        self.host_s += now - self._started - self._wait_s
+        self.host_cpu_s += time.thread_time() - self._started_cpu - self._wait_cpu_s
+        self.gpu_wait_s += self._wait_s
+        self._returned = now if in_flight else None
+
+    def stats(self) -> dict:
+        return {
+            "num_launches": self.num_launches,
+            "host_s": self.host_s,
+            "host_cpu_s": self.host_cpu_s,
+            "gpu_wait_s": self.gpu_wait_s,
+            "away_s": self.away_s,
+        }
+
+
+def ms_per_launch(after: dict, before: dict | None = None) -> dict[str, float]:
+    """The timer's totals in two engine stats() (before: None for since start) -> ms a launch."""
+    before = before or {}
+    num = max(1, after["num_launches"] - before.get("num_launches", 0))
+    return {
+        key.removesuffix("_s") + "_ms_per_launch": 1e3 * (after[key] - before.get(key, 0.0)) / num
+        for key in ("host_s", "host_cpu_s", "gpu_wait_s", "away_s")
+    }
