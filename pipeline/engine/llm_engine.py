@@ -8,7 +8,6 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
-from torch.profiler import record_function
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
@@ -17,6 +16,7 @@ from pipeline.engine.engine_config import EngineConfig, load_engine_config
 from pipeline.engine.launch_timer import LaunchTimer
 from pipeline.engine.model_runner import ModelRunner, SampledTokens
 from pipeline.engine.outputs import RequestOutput, StreamDelta
+from pipeline.engine.phase_range import phase
 from pipeline.engine.request_limits import RequestLimits
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.scheduler import ScheduledSequence, Scheduler
@@ -139,14 +139,14 @@ class LLMEngine:
         Without it, each call launches a step and reports it."""
         self.timer.start_step()
         deltas, self._cancelled = self._cancelled, []
-        with record_function("engine.schedule"):
+        with phase("engine.schedule"):
             scheduled = self.scheduler.schedule()
         launched = self._launch(scheduled) if scheduled else None
         finished, self._in_flight = (
             (self._in_flight, launched) if self.overlap_scheduling else (launched, None)
         )
         if finished is not None:
-            with record_function("engine.postprocess"):
+            with phase("engine.postprocess"):
                 self._postprocess(finished, deltas)
         self.timer.end_step(launched is not None, self._in_flight is not None)
         return deltas

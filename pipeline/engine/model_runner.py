@@ -8,7 +8,6 @@ from types import ModuleType
 
 import numpy as np
 import torch
-from torch.profiler import record_function
 
 from pipeline.engine import kernels
 from pipeline.engine.batch_metadata import BatchMetadata
@@ -18,6 +17,7 @@ from pipeline.engine.host_buffers import PinnedRing
 from pipeline.engine.layers.linear import kernel_counts
 from pipeline.engine.layers.sampler import Sampler, SamplingTensors
 from pipeline.engine.models import MODELS
+from pipeline.engine.phase_range import phase
 from pipeline.engine.scheduler import ScheduledSequence
 from pipeline.engine.sequence import Sequence
 from pipeline.errors import ConfigError
@@ -353,19 +353,19 @@ class ModelRunner:
         returns without waiting. The sequences whose step reaches the end of their tokens
         sample, in batch order (a prompt chunk that does not, samples nothing); the next launch
         may read the last step's tokens as inputs before the host has them."""
-        with record_function("engine.prepare"):
+        with phase("engine.prepare"):
             input_ids, meta, logits_rows, seqs, ahead = self._prepare(scheduled, num_steps)
-        with record_function("engine.forward"):
+        with phase("engine.forward"):
             logits = self._forward(input_ids, meta, logits_rows)
         if not seqs:
             return SampledTokens([], None, None, 1)
-        with record_function("engine.sample"):
+        with phase("engine.sample"):
             sampling = self._sampling_tensors(seqs)
             steps = [self.sampler(logits, sampling)]
         for step_meta in ahead:
-            with record_function("engine.forward"):
+            with phase("engine.forward"):
                 logits = self._forward(steps[-1], step_meta, None)
-            with record_function("engine.sample"):
+            with phase("engine.sample"):
                 steps.append(self.sampler(logits, sampling))
         self._last_sampled = steps[-1]
         tokens = torch.cat(steps) if ahead else steps[0]  # [steps * S], step-major
