@@ -24,11 +24,14 @@ class LaunchTimer:
     _returned: float | None = None  # when step() last returned with a launch in flight
     _wait_s: float = 0.0  # gpu wait inside the current step()
     _wait_cpu_s: float = 0.0
+    _away_before_s: float = 0.0
+    last_wait_s: float = 0.0  # of the last step(): its wait on the device
+    last_cycle_s: float = 0.0  # its call and the time away before it
 
     def start_step(self) -> None:
         self._started, self._started_cpu = time.perf_counter(), time.thread_time()
-        if self._returned is not None:
-            self.away_s += self._started - self._returned
+        self._away_before_s = 0.0 if self._returned is None else self._started - self._returned
+        self.away_s += self._away_before_s
         self._wait_s = self._wait_cpu_s = 0.0
 
     def wait_gpu(self, sync) -> list[int]:
@@ -45,6 +48,8 @@ class LaunchTimer:
         self.host_s += now - self._started - self._wait_s
         self.host_cpu_s += time.thread_time() - self._started_cpu - self._wait_cpu_s
         self.gpu_wait_s += self._wait_s
+        self.last_wait_s = self._wait_s
+        self.last_cycle_s = now - self._started + self._away_before_s
         self._returned = now if in_flight else None
 
     def stats(self) -> dict:

@@ -13,6 +13,7 @@ from transformers import AutoTokenizer
 
 from pipeline.engine.block_manager import BlockManager
 from pipeline.engine.engine_config import EngineConfig, load_engine_config
+from pipeline.engine.launch_pacer import LaunchPacer
 from pipeline.engine.launch_timer import LaunchTimer
 from pipeline.engine.model_runner import ModelRunner, SampledTokens
 from pipeline.engine.outputs import RequestOutput, StreamDelta
@@ -60,14 +61,16 @@ class LLMEngine:
         weights = load_weights(config.engine_dir / "rank0.safetensors")
         self.model_runner = ModelRunner(config, weights)
         del weights  # the model holds what it needs (possibly repacked or on the GPU)
-        block_manager = BlockManager(self.model_runner.num_kv_blocks, config.block_size)
+        runner = self.model_runner
+        self.pacer = LaunchPacer(runner.num_scheduler_steps, runner.max_scheduler_steps)
+        block_manager = BlockManager(runner.num_kv_blocks, config.block_size)
         self.scheduler = Scheduler(
             block_manager,
             config.max_batch_size,
             config.max_num_tokens,
             config.scheduler_policy,
             config.enable_chunked_prefill,
-            num_lookahead_tokens=self.model_runner.num_scheduler_steps - 1,
+            num_lookahead_tokens=runner.max_scheduler_steps - 1,
         )
         self.limits = RequestLimits(
             max_input_len=config.max_input_len,
@@ -83,12 +86,16 @@ class LLMEngine:
         self._requests: dict[str, Sequence] = {}  # unfinished, by request id
         self._cancelled: list[StreamDelta] = []  # reported by the next step()
         self.overlap_scheduling = config.overlap_scheduling
-        self.num_scheduler_steps = self.model_runner.num_scheduler_steps
         self._in_flight: SampledTokens | None = None  # launched, not postprocessed (overlap)
         self._num_steps = self._num_scheduled_tokens = self._num_generated_tokens = 0
         self._num_prompt_steps = 0  # steps that carried prompt tokens (prefill or mixed)
         self._num_scheduled_seqs = 0  # summed over steps: / num_steps is the mean batch
         self.timer = LaunchTimer()
+
+    @property
+    def num_scheduler_steps(self) -> int:
+        """Steps the next launch runs (the pacer's count)."""
+        return self.pacer.num_steps
 
     @classmethod
     def from_engine_dir(cls, path: str | Path, device: str = "auto", **runtime) -> "LLMEngine":
@@ -149,13 +156,15 @@ class LLMEngine:
             with phase("engine.postprocess"):
                 self._postprocess(finished, deltas)
         self.timer.end_step(launched is not None, self._in_flight is not None)
+        if launched is not None and finished is not None:  # steady: the device had a launch
+            self.pacer.observe(self.timer.last_wait_s, self.timer.last_cycle_s)
         return deltas
 
     def _launch(self, scheduled: list[ScheduledSequence]) -> SampledTokens:
         """Queue the step (and the decode steps after it) on the device; every scheduled
         sequence advances now, and each one that samples owes its sampled tokens until the
         launch is postprocessed."""
-        num_steps = self.num_scheduler_steps
+        num_steps = self.pacer.num_steps
         # a bad sequence of 2+ tokens needs each new token on the host before the next step
         if num_steps > 1 and any(entry.seq.needs_host_tokens for entry in scheduled):
             num_steps = 1
@@ -246,7 +255,8 @@ class LLMEngine:
             "max_num_tokens": self.max_num_tokens,
             "scheduler_policy": self.scheduler_policy,
             "overlap_scheduling": self.overlap_scheduling,
-            "num_scheduler_steps": self.num_scheduler_steps,
+            "num_scheduler_steps": self.pacer.num_steps,
+            "max_scheduler_steps": self.pacer.max_steps,
             "device": str(runner.device),
             "dtype": str(runner.dtype).removeprefix("torch."),
             "cuda_graph_batch_sizes": runner.graphs.batch_sizes if runner.graphs else [],

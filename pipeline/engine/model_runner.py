@@ -70,8 +70,14 @@ class ModelRunner:
                 "build.torch.compile applies to CUDA-graph decode only; ignored on %s", self.device
             )
         self.num_scheduler_steps = config.num_scheduler_steps or self._auto_scheduler_steps()
+        # auto: the engine adds steps, up to twice as many, while its host paces the device
+        self.max_scheduler_steps = (
+            min(MAX_AUTO_SCHEDULER_STEPS, 2 * self.num_scheduler_steps)
+            if config.num_scheduler_steps is None and self.graphs is not None
+            else self.num_scheduler_steps
+        )
         if self.device.type == "cuda":  # a launch's packed inputs in, its sampled tokens out
-            bs, ahead = config.max_batch_size, self.num_scheduler_steps - 1
+            bs, ahead = config.max_batch_size, self.max_scheduler_steps - 1
             # the first step's parts, then the steps ahead's (positions, slots, context lens x
             # ahead; query starts; block tables)
             self._inputs_ring = PinnedRing(
@@ -80,11 +86,11 @@ class ModelRunner:
                 + bs * (3 * ahead + self.max_blocks_per_seq + 1)
                 + 1
             )
-            self._tokens_ring = PinnedRing(bs * self.num_scheduler_steps)
+            self._tokens_ring = PinnedRing(bs * self.max_scheduler_steps)
         logger.info(
             "model runner: %s %s, %d KV blocks x %d tokens (%.2f GiB), linears %s, "
             "Triton kernels %s, CUDA graphs: decode %s, mixed %s, torch.compile %s, "
-            "%d step(s) a launch",
+            "%d step(s) a launch (up to %d)",
             self.device,
             self.dtype,
             self.num_kv_blocks,
@@ -96,6 +102,7 @@ class ModelRunner:
             self.graphs.token_counts if self.graphs and self.graphs.token_counts else "off",
             "on" if self.graphs and config.compile else "off",
             self.num_scheduler_steps,
+            self.max_scheduler_steps,
         )
 
     def _auto_scheduler_steps(self) -> int:

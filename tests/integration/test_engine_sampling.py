@@ -1,11 +1,13 @@
 """Sampling, stop rules, cancellation, request checks and the async front, on real SmolLM2."""
 
+import itertools
 import threading
 import time
 
 import pytest
 
 from pipeline.engine import AsyncLLMEngine, LLMEngine, SamplingParams, StreamDelta
+from pipeline.engine.launch_pacer import LaunchPacer
 from pipeline.engine.launch_timer import ms_per_launch
 from pipeline.errors import ConfigError
 
@@ -170,6 +172,23 @@ def test_launch_timer_accounts_for_the_host_time(engine, prompt):
     # away: the sleeps between calls while a launch was in flight (overlap scheduling)
     if engine.overlap_scheduling:
         assert times["away_ms_per_launch"] >= 9.0
+
+
+def test_steps_a_launch_may_change_between_launches(smollm_engine_dir):
+    """The pacer may change the count at any launch, up to the max the engine reserved for."""
+    engine = LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu", num_scheduler_steps=3)
+    prompts = [engine.tokenizer.encode(PROMPT), engine.tokenizer.encode("The capital of France")]
+    params = [SamplingParams(max_tokens=13, ignore_eos=True), SamplingParams(max_tokens=6)]
+    fixed = [out.token_ids for out in engine.generate(prompts, params)]
+    pacer = LaunchPacer(1, 3)
+    counts = itertools.cycle([2, 1, 3])
+    pacer.observe = lambda wait_s, cycle_s: setattr(pacer, "num_steps", next(counts))
+    engine.pacer = pacer
+    before = engine.stats()
+    assert [out.token_ids for out in engine.generate(prompts, params)] == fixed
+    after = engine.stats()
+    assert after["num_steps"] - before["num_steps"] > after["num_launches"] - before["num_launches"]
+    assert engine.stats()["num_free_blocks"] == engine.stats()["num_total_blocks"]
 
 
 def test_abort_cancels_and_frees_blocks(engine, prompt):

@@ -225,7 +225,10 @@ class TritonPythonModel:
                 f"tokens generated {stats['num_generated_tokens']}"
             )
             times = ", ".join(f"{k} {v:.2f}" for k, v in ms_per_launch(stats).items())
+            steps_a_launch = stats["num_steps"] / max(1, stats["num_launches"])
             pb_utils.Logger.log_info(
-                f"tensorrt_llm: engine launches {stats['num_launches']}, {times}"
+                f"tensorrt_llm: engine launches {stats['num_launches']}, steps a launch "
+                f"{steps_a_launch:.2f} (now {stats['num_scheduler_steps']}, up to "
+                f"{stats['max_scheduler_steps']}), {times}"
             )
         self.service.shutdown()

@@ -1,0 +1,51 @@
+"""The launch pacer: steps a launch follow whether the host keeps up with the device."""
+
+from pipeline.engine.launch_pacer import WINDOW, LaunchPacer
+
+
+def run_window(pacer: LaunchPacer, wait_s: float, cycle_s: float, num_late: int = WINDOW) -> int:
+    for i in range(WINDOW):
+        pacer.observe(0.0 if i < num_late else wait_s, cycle_s)
+    return pacer.num_steps
+
+
+def test_a_late_host_gets_more_steps_up_to_the_max():
+    pacer = LaunchPacer(3, 5)
+    assert [run_window(pacer, 0.0, 4e-3) for _ in range(3)] == [4, 5, 5]
+
+
+def test_one_window_decides_once():
+    pacer = LaunchPacer(3, 6)
+    for _ in range(WINDOW - 1):
+        pacer.observe(0.0, 4e-3)
+    assert pacer.num_steps == 3
+    pacer.observe(0.0, 4e-3)
+    assert pacer.num_steps == 4
+
+
+def test_a_few_late_launches_change_nothing():
+    pacer = LaunchPacer(3, 6)
+    assert run_window(pacer, 0.5e-3, 3e-3, num_late=WINDOW // 2) == 3
+
+
+def test_a_host_well_ahead_gives_steps_back_down_to_the_min():
+    pacer = LaunchPacer(3, 6)
+    run_window(pacer, 0.0, 4e-3)
+    run_window(pacer, 0.0, 4e-3)
+    assert pacer.num_steps == 5
+    # 5 steps of 1 ms; the host waits 2 ms a launch: 2 steps to spare
+    assert run_window(pacer, 2e-3, 5e-3, num_late=0) == 4
+    assert run_window(pacer, 2e-3, 4e-3, num_late=0) == 3
+    assert run_window(pacer, 2e-3, 3e-3, num_late=0) == 3
+
+
+def test_a_step_added_is_kept_while_the_host_is_ahead_by_less_than_it_saves():
+    # 4 steps of 1 ms for a host of ~3.2 ms: the 0.8 ms wait is less than 1.5 steps
+    pacer = LaunchPacer(3, 6)
+    run_window(pacer, 0.0, 3.2e-3)
+    assert [run_window(pacer, 0.8e-3, 4e-3, num_late=0) for _ in range(3)] == [4, 4, 4]
+
+
+def test_a_fixed_count_never_moves():
+    pacer = LaunchPacer(2, 2)
+    assert run_window(pacer, 0.0, 4e-3) == 2
