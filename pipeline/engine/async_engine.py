@@ -13,12 +13,20 @@ import queue
 import threading
 import uuid
 from collections.abc import Iterator
+from typing import Protocol
 
 from pipeline.engine.llm_engine import LLMEngine
 from pipeline.engine.outputs import StreamDelta
 from pipeline.engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
+
+
+class Outbox(Protocol):
+    """Where each step's deltas go as one list (or the engine's failure): a queue that a
+    consumer thread drains, or a router that sends them on at once on the engine thread."""
+
+    def put(self, item: list[StreamDelta] | BaseException) -> None: ...
 
 
 class RequestHandle:
@@ -46,7 +54,7 @@ class RequestHandle:
 
 
 class AsyncLLMEngine:
-    def __init__(self, engine: LLMEngine, outbox: queue.SimpleQueue | None = None):
+    def __init__(self, engine: LLMEngine, outbox: Outbox | None = None):
         """outbox: gets list[StreamDelta] per step (and the exception if the engine fails)
         instead of the handles, which then only name and cancel their requests."""
         self.engine = engine  # touched only by the background thread after this point
