@@ -105,7 +105,8 @@ class RuntimeOptions:
     # steps per launch: after a step, the sequences that sampled decode num_scheduler_steps - 1
     # more before the host schedules again (their tokens reach it together; stop rules act on
     # them then, dropping what follows a stop). Amortizes the host's per-step work. None: auto
-    # (ModelRunner: from the GPU time of a decode step; 1 on the CPU)
+    # (ModelRunner: from the GPU time of a decode step, and LaunchPacer adds steps while the
+    # host lags the device; 1 on the CPU)
     num_scheduler_steps: int | None = None
 
 
