@@ -193,13 +193,11 @@ class LLMEngine:
             if seq.is_finished:
                 continue
             num_before = seq.num_tokens
-            for token_id in tokens[row::num_seqs]:
-                reason = seq.append_token(token_id)
-                self._num_generated_tokens += 1
-                if reason is not None:
-                    self.scheduler.finish(seq, reason)
-                    del self._requests[seq.request_id]
-                    break
+            num_taken, reason = seq.append_tokens(tokens[row::num_seqs])
+            self._num_generated_tokens += num_taken
+            if reason is not None:
+                self.scheduler.finish(seq, reason)
+                del self._requests[seq.request_id]
             deltas.append(
                 StreamDelta(seq.request_id, seq.token_ids[num_before:], reason is not None, reason)
             )

@@ -52,6 +52,9 @@ class Sequence:
             self.end_ids = frozenset(
                 [params.end_id] if params.end_id is not None else eos_token_ids
             )
+        # tokens that end it on sight; with no stop sequences, tokens that avoid them all (and
+        # max_tokens) are appended in one go
+        self._stop_ids = self.end_ids | frozenset(params.stop_token_ids)
         self.arrival_time_s = time.perf_counter() if arrival_time_s is None else arrival_time_s
         self.first_token_time_s: float | None = None
         self.finish_time_s: float | None = None
@@ -117,6 +120,24 @@ class Sequence:
             if not head or self.token_ids[-len(head) :] == head:
                 banned.append(bad[-1])
         return banned
+
+    def append_tokens(self, token_ids: list[int]) -> tuple[int, str | None]:
+        """Record a launch's sampled tokens in order until a stop rule fires: (how many it
+        took, the finish reason or None)."""
+        if (
+            len(token_ids) < self.params.max_tokens - self.num_completion_tokens
+            and not self.params.stop_sequences
+            and self._stop_ids.isdisjoint(token_ids)
+        ):  # no rule can fire: what append_token would do for each
+            if self.first_token_time_s is None:
+                self.first_token_time_s = time.perf_counter()
+            self.token_ids += token_ids
+            return len(token_ids), None
+        for num_taken, token_id in enumerate(token_ids, 1):
+            reason = self.append_token(token_id)
+            if reason is not None:
+                return num_taken, reason
+        return len(token_ids), None
 
     def append_token(self, token_id: int) -> str | None:
         """Record a sampled token; return the finish reason when a stop rule fires.

@@ -43,6 +43,37 @@ def test_max_tokens_gives_length():
     assert s.append_token(7) == "length"
 
 
+@pytest.mark.parametrize(
+    "params, launches",
+    [
+        ({"max_tokens": 9}, [[7, 8, 9], [0, 5, 6]]),  # eos mid-launch: not kept, the rest dropped
+        ({"max_tokens": 9, "ignore_eos": True}, [[0, 0, 0], [0]]),
+        ({"max_tokens": 4}, [[7, 8, 9], [5, 6, 7]]),  # max_tokens inside the second launch
+        ({"max_tokens": 3}, [[7, 8, 9]]),  # ... at the launch's last token
+        ({"max_tokens": 9, "stop_token_ids": [8]}, [[7, 8, 9]]),
+        ({"max_tokens": 9, "stop_sequences": [[8, 9]]}, [[7, 8], [9, 5]]),
+        ({"max_tokens": 9, "end_id": 5}, [[0, 5, 6]]),
+    ],
+)
+def test_a_launchs_tokens_append_as_one_token_at_a_time(params, launches):
+    def one_at_a_time(s: Sequence, tokens: list[int]) -> tuple[int, str | None]:
+        for num_taken, token in enumerate(tokens, 1):
+            reason = s.append_token(token)
+            if reason is not None:
+                return num_taken, reason
+        return len(tokens), None
+
+    batched, single = seq(**params), seq(**params)
+    for tokens in launches:
+        num_taken, reason = batched.append_tokens(tokens)
+        assert (num_taken, reason) == one_at_a_time(single, tokens)
+        assert batched.token_ids == single.token_ids
+        if reason is not None:
+            break
+    assert reason is not None or batched.num_completion_tokens < params["max_tokens"]
+    assert batched.first_token_time_s is not None
+
+
 def test_banned_tokens_follow_bad_sequence_prefixes():
     s = seq(bad_sequences=[[8], [3, 9], [2, 4, 5]])
     assert sorted(s.banned_token_ids()) == [8, 9]  # the prompt ends with 3
