@@ -22,33 +22,31 @@ class LaunchTimer:
     _started: float = 0.0
     _started_cpu: float = 0.0
     _returned: float | None = None  # when step() last returned with a launch in flight
-    _wait_s: float = 0.0  # gpu wait inside the current step()
     _wait_cpu_s: float = 0.0
     _away_before_s: float = 0.0
-    last_wait_s: float = 0.0  # of the last step(): its wait on the device
-    last_cycle_s: float = 0.0  # its call and the time away before it
+    step_wait_s: float = 0.0  # of the current (or last) step(): its wait on the device
+    last_cycle_s: float = 0.0  # the last step() call and the time away before it
 
     def start_step(self) -> None:
         self._started, self._started_cpu = time.perf_counter(), time.thread_time()
         self._away_before_s = 0.0 if self._returned is None else self._started - self._returned
         self.away_s += self._away_before_s
-        self._wait_s = self._wait_cpu_s = 0.0
+        self.step_wait_s = self._wait_cpu_s = 0.0
 
     def wait_gpu(self, sync) -> list[int]:
         """sync(): block until the device's tokens are on the host, and return them."""
         started, started_cpu = time.perf_counter(), time.thread_time()
         tokens = sync()
-        self._wait_s += time.perf_counter() - started
+        self.step_wait_s += time.perf_counter() - started
         self._wait_cpu_s += time.thread_time() - started_cpu  # a spinning sync burns CPU
         return tokens
 
     def end_step(self, launched: bool, in_flight: bool) -> None:
         now = time.perf_counter()
         self.num_launches += launched
-        self.host_s += now - self._started - self._wait_s
+        self.host_s += now - self._started - self.step_wait_s
         self.host_cpu_s += time.thread_time() - self._started_cpu - self._wait_cpu_s
-        self.gpu_wait_s += self._wait_s
-        self.last_wait_s = self._wait_s
+        self.gpu_wait_s += self.step_wait_s
         self.last_cycle_s = now - self._started + self._away_before_s
         self._returned = now if in_flight else None
 

@@ -157,7 +157,7 @@ class LLMEngine:
                 self._postprocess(finished, deltas)
         self.timer.end_step(launched is not None, self._in_flight is not None)
         if launched is not None and finished is not None:  # steady: the device had a launch
-            self.pacer.observe(self.timer.last_wait_s, self.timer.last_cycle_s)
+            self.pacer.observe(self.timer.step_wait_s, self.timer.last_cycle_s)
         return deltas
 
     def _launch(self, scheduled: list[ScheduledSequence]) -> SampledTokens:
