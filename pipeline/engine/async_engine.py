@@ -99,7 +99,8 @@ class AsyncLLMEngine:
         return self.engine.stats()
 
     def shutdown(self) -> None:
-        """Stop the thread; unfinished requests end with finish_reason "cancelled"."""
+        """Stop the thread; unfinished requests end with finish_reason "cancelled", and the
+        engine is left with no work."""
         with self._lock:
             self._is_shutdown = True
             self._lock.notify()
@@ -157,3 +158,5 @@ class AsyncLLMEngine:
         for request_id in handles:
             self.engine.abort(request_id)  # frees its blocks; False if it was still queued here
         self._route([StreamDelta(request_id, [], True, "cancelled") for request_id in handles])
+        while self.engine.has_unfinished():  # a launch in flight (overlap), the aborts' deltas
+            self.engine.step()  # the engine is left empty: reusable by whoever comes next

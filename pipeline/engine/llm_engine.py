@@ -220,6 +220,9 @@ class LLMEngine:
         with tqdm(total=len(seqs), desc="generate", disable=not use_tqdm) as bar:
             while not all(seq.is_finished for seq in seqs):
                 bar.update(sum(d.finished and d.request_id in ids for d in self.step()))
+        if not self.scheduler.has_unfinished():  # retire the launch left with their spare rows
+            while self.has_unfinished():
+                self.step()
         return [
             RequestOutput.from_sequence(seq, self.decode(seq.completion_token_ids)) for seq in seqs
         ]
