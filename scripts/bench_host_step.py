@@ -64,19 +64,28 @@ def stub_forward(engine: LLMEngine) -> None:
 
 def run_shape(engine: LLMEngine, shape: str, batch: int, args: argparse.Namespace) -> dict:
     prompt = [1 + i % 200 for i in range(args.input_len)]
+    running: set[str] = set()
 
     def add(max_tokens: int) -> None:
-        engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        running.add(engine.add_request(prompt, params))
+
+    def step() -> None:
+        """Each finished request is replaced at once (a closed loop at a fixed concurrency)."""
+        for delta in engine.step():
+            if delta.finished:
+                running.discard(delta.request_id)
+                add(args.output_len)
 
     for i in range(batch):  # staggered: the first batch ends over a whole output length
         add(args.output_len if shape == "lockstep" else 1 + i * args.output_len // batch)
     for _ in range(args.warmup_launches):
-        refill(engine, engine.step(), add, args.output_len)
+        step()
     before = engine.stats()
     for _ in range(args.launches):
-        refill(engine, engine.step(), add, args.output_len)
+        step()
     after = engine.stats()
-    for request_id in list(engine._requests):
+    for request_id in running:
         engine.abort(request_id)
     while engine.has_unfinished():
         engine.step()
@@ -90,13 +99,6 @@ def run_shape(engine: LLMEngine, shape: str, batch: int, args: argparse.Namespac
         "prompt_launch_share": num["num_prompt_steps"] / max(1, num["num_launches"]),
         **ms_per_launch(after, before),
     }
-
-
-def refill(engine: LLMEngine, deltas, add, output_len: int) -> None:
-    """Each finished request is replaced at once (a closed loop at a fixed concurrency)."""
-    for delta in deltas:
-        if delta.finished:
-            add(output_len)
 
 
 def markdown(rows: list[dict]) -> str:
