@@ -8,8 +8,8 @@ Each model's checkpoint and engine dir are written once (bench_engine.py's shape
 every measurement then runs bench_engine.bench_engine in a fresh process that imports `pipeline`
 from its tree (this one, or --before-tree), so both see the same weights, engine limits and
 workload: batch-1 decode tok/s (median of 3), then --num-requests prompts of 128 tokens x 128
-new tokens all at t=0 (out tok/s, TTFT p50/p99, wall). --quant adds this tree's engine on each
-quantized format of the first model's weights. Writes bench_ab.json + bench_ab.md after every
+new tokens all at t=0 (out tok/s, TTFT p50/p99, wall). --quant adds each run on each quantized
+format of the first model's weights. Writes bench_ab.json + bench_ab.md after every
 measurement. --tiny runs the same code on CPU with a tiny fp32 model (the unit test).
 """
 
@@ -156,9 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                 engines[fmt] = build_engine(qckpt, tokenizer, tmp / f"{name}-{fmt}-engine", work)
                 shutil.rmtree(qckpt)
             for fmt, engine_dir in engines.items():
-                for label, (tree, runtime) in (
-                    runs.items() if fmt == "bf16" else [("after", (REPO, {}))]
-                ):
+                for label, (tree, runtime) in runs.items():
                     key = f"{name}/{label} {fmt}"
                     run = run_child(tree, engine_dir, args, work, shape["vocab_size"], runtime)
                     results["runs"][key] = run

@@ -44,7 +44,6 @@ from pipeline.engine.layers.linear import kernel_counts  # noqa: E402
 from pipeline.specs.build import BuildSpec  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, when imported by tests
-from bench_gpu_checks import gpu_checks  # noqa: E402
 from bench_hf_baselines import (  # noqa: E402
     bench_hf,
     hf_from_checkpoint,
@@ -420,6 +419,10 @@ def run(args: argparse.Namespace, out_dir: Path, quant: QuantPlan | None = None)
         for n, s, w in model_plan(args)
     ]
     bandwidth = copy_bandwidth(device, plan[0][2].copy_bytes)
+    # imported here: bench_ab.py imports this module against an older tree's `pipeline` package,
+    # which these checks of the current one need not match
+    from bench_gpu_checks import gpu_checks
+
     results = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,

@@ -9,7 +9,7 @@ import torch
 from pipeline.engine import kernels
 from pipeline.engine.kernels import reference
 from pipeline.engine.layers.linear import build_linear
-from pipeline.engine.quant.synthetic import QUANTIZATION, random_layer, reference_forward
+from pipeline.engine.quant.synthetic import QUANTIZATION, fused_reference, random_layer
 
 LINEAR_TOLERANCE = 2e-2  # relative error, bf16 activations (see tests/unit/engine)
 
@@ -82,7 +82,7 @@ def linear_checks(device: torch.device, dtype: torch.dtype) -> dict:
         errors = []
         for rows in (1, 40):
             x = torch.randn(rows, 1024, generator=torch.Generator().manual_seed(rows))
-            expected = torch.cat([reference_forward(algo, tensors, p, x) for p in prefixes], -1)
+            expected = fused_reference(algo, tensors, prefixes, x)
             y = linear(x.to(device, dtype)).float().cpu()
             errors.append(((y - expected).norm() / expected.norm()).item())
         results[algo] = {

@@ -24,7 +24,8 @@ def is_available(device: torch.device | str) -> bool:
 
 def load(name: str, device: torch.device | str) -> ModuleType | None:
     """Kernel module `name` (rmsnorm, activation, rotary_kv_store, paged_attention,
-    varlen_attention, int8_matmul) when the kernels run on `device`; None: plain PyTorch."""
+    varlen_attention, int8_matmul, fp8_quant) when the kernels run on `device`; None: plain
+    PyTorch."""
     if not is_available(device):
         return None
     return importlib.import_module(f"pipeline.engine.kernels.{name}")

@@ -1,10 +1,14 @@
 """RMSNorm as Llama computes it (normalize in fp32, cast back, then scale), optionally fused with
-the residual add that precedes it. Triton kernel on CUDA, plain PyTorch elsewhere."""
+the residual add that precedes it. Triton kernel on CUDA, plain PyTorch elsewhere.
+
+Before an FP8 linear the normed rows leave quantized with that linear's static input scale
+(`quantize_output`): one pass over the activations less."""
 
 import torch
 from torch import nn
 
 from pipeline.engine import kernels
+from pipeline.engine.quant.primitives import quantize_fp8
 
 
 class RMSNorm(nn.Module):
@@ -13,11 +17,17 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(weight, requires_grad=False)  # [hidden]
         self.eps = eps
         self.kernel = kernels.load("rmsnorm", weight.device)
+        self.out_scale: torch.Tensor | None = None  # [] float32: fp8 output
+
+    def quantize_output(self, scale: torch.Tensor | None) -> None:
+        """From now on, output fp8(normed / scale); None: the input's dtype."""
+        self.out_scale = scale
 
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        y = self.weight * x32.to(x.dtype)
+        return y if self.out_scale is None else quantize_fp8(y, self.out_scale)
 
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
@@ -25,8 +35,10 @@ class RMSNorm(nn.Module):
         # x [T, hidden] -> normed [T, hidden]; with residual [T, hidden]: (norm(x + residual),
         # x + residual), the sum being the next residual
         if residual is None:
-            return self.kernel.rmsnorm(x, self.weight, self.eps) if self.kernel else self._norm(x)
+            if self.kernel:
+                return self.kernel.rmsnorm(x, self.weight, self.eps, self.out_scale)
+            return self._norm(x)
         if self.kernel:
-            return self.kernel.add_rmsnorm(x, residual, self.weight, self.eps)
+            return self.kernel.add_rmsnorm(x, residual, self.weight, self.eps, self.out_scale)
         summed = x + residual
         return self._norm(summed), summed

@@ -15,6 +15,7 @@ from pipeline.engine.layers.attention import Attention
 from pipeline.engine.layers.linear import build_linear
 from pipeline.engine.layers.rmsnorm import RMSNorm
 from pipeline.engine.layers.rotary import RotaryEmbedding
+from pipeline.engine.quant.fp8_linear import fused_input_scale
 from pipeline.errors import ArtifactError
 
 
@@ -73,6 +74,7 @@ class LlamaMLP(nn.Module):
         )
         self.act = SiluAndMul(device)
         self.proj = build_linear(weights, [f"{prefix}.proj"], quant, dtype, device)
+        self.act.quantize_output(fused_input_scale(self.proj))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # [T, hidden] -> [T, hidden]
@@ -100,6 +102,8 @@ class LlamaDecoderLayer(nn.Module):
             _tensor(weights, f"{prefix}.post_layernorm.weight", dtype, device), eps
         )
         self.mlp = LlamaMLP(cfg, weights, f"{prefix}.mlp", dtype, device)
+        self.input_layernorm.quantize_output(fused_input_scale(self.attention.qkv))
+        self.post_layernorm.quantize_output(fused_input_scale(self.mlp.gate_up))
 
     def forward(
         self,

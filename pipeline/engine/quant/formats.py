@@ -14,7 +14,12 @@ from torch import nn
 from pipeline.engine.quant.fp8_linear import Fp8Linear
 from pipeline.engine.quant.int4_linear import Int4GroupwiseLinear
 from pipeline.engine.quant.int8_linear import Int8SmoothQuantLinear, Int8WeightOnlyLinear
-from pipeline.engine.quant.primitives import dequantize_groupwise, to_fp8, unpack_int4_rows
+from pipeline.engine.quant.primitives import (
+    dequantize_groupwise,
+    requantize_fp8,
+    to_fp8,
+    unpack_int4_rows,
+)
 from pipeline.errors import ArtifactError
 
 SUFFIXES = (
@@ -121,16 +126,17 @@ def build_w4a16_awq(members: list[Member], dtype: torch.dtype, device) -> nn.Mod
 
 
 def build_fp8(members: list[Member], dtype: torch.dtype, device) -> nn.Module:
+    """Fused members (mlp.fc + mlp.gate) share the largest weight scale: the others' weights are
+    re-rounded to it (vLLM's requantize_with_max_scale), so one GEMM needs no per-row rescale."""
     sizes = [m["weight"].shape[0] for m in members]
-    row_scales = torch.cat(
-        [
-            m["weights_scaling_factor"].float().reshape(1).expand(n)
-            for m, n in zip(members, sizes, strict=True)
-        ]
+    scales = [m["weights_scaling_factor"].float().reshape(1) for m in members]
+    scale = torch.stack(scales).amax(dim=0)
+    weight = torch.cat(
+        [requantize_fp8(m["weight"], s, scale) for m, s in zip(members, scales, strict=True)]
     )
     return Fp8Linear(
-        _cat(members, "weight").to(device),
-        row_scales.to(device),
+        weight.to(device),
+        scale.to(device),
         members[0]["activation_scaling_factor"].to(device),
         _to(members[0].get("prequant_scaling_factor"), device),
         _to(_bias(members, sizes, dtype), device),

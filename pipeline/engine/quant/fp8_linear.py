@@ -3,13 +3,18 @@
 W4A8_AWQ runs here too: modelopt's W4A8 weight quantizer is int4-groupwise followed by a per-tensor
 fp8 quantizer, so fp8(int4 dequant / weights_scaling_factor_2) is that fake-quant weight exactly
 (8 bits per weight in memory instead of 4; the activations are fp8 either way).
+
+The input quantizer is static, so the layer that produces the input can apply it: RMSNorm and
+SwiGLU take `fused_input_scale(linear)` and hand over fp8 rows, which this linear takes as they
+are. Otherwise it quantizes in one Triton pass on CUDA (kernels/fp8_quant.py).
 """
 
 import torch
 from torch import nn
 
+from pipeline.engine import kernels
 from pipeline.engine.quant.matmul_ops import pad_rows, probe_min_rows
-from pipeline.engine.quant.primitives import to_fp8
+from pipeline.engine.quant.primitives import quantize_fp8
 
 
 class Fp8Linear(nn.Module):
@@ -25,23 +30,18 @@ class Fp8Linear(nn.Module):
         dtype: torch.dtype,
         output_sizes: list[int],
     ):
-        # weight [out, in] float8_e4m3fn; w_scale [out] float32 (per member, repeated per row)
+        # weight [out, in] float8_e4m3fn; w_scale [1] float32 (fused members share one)
         super().__init__()
-        w_scale = w_scale.float().reshape(-1)
-        is_uniform = bool((w_scale == w_scale[0]).all())
         self.register_buffer("weight", weight.contiguous(), persistent=False)
+        self.register_buffer("w_scale", w_scale.float().reshape(()), persistent=False)
         self.register_buffer("act_scale", act_scale.float().reshape(()), persistent=False)
-        # one scale goes into the GEMM; members with other scales get a per-row correction
-        self.register_buffer("w_scale", w_scale[0].reshape(()).clone(), persistent=False)
-        self.register_buffer(
-            "row_scale", None if is_uniform else (w_scale / w_scale[0]).to(dtype), persistent=False
-        )
         self.register_buffer(
             "prequant", None if prequant is None else prequant.to(dtype), persistent=False
         )
         self.register_buffer("bias", bias, persistent=False)
         self.output_sizes = output_sizes
         self.dtype = dtype
+        self.quantizer = kernels.load("fp8_quant", weight.device)
         k = weight.shape[1]
 
         def scaled_mm(rows: int) -> torch.Tensor:
@@ -57,15 +57,21 @@ class Fp8Linear(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # [T, in] -> [T, out]
-        if self.prequant is not None:
-            x = x * self.prequant
-        xq = to_fp8(x.float() / self.act_scale)  # [T, in] fp8
+        # [T, in] (float, or fp8 already quantized with act_scale) -> [T, out]
+        if x.dtype != torch.float8_e4m3fn:
+            quantize = self.quantizer.quantize_fp8 if self.quantizer else quantize_fp8
+            x = quantize(x, self.act_scale, self.prequant)
         if self.min_rows is None:
-            w = self.weight.to(x.dtype) * self.w_scale.to(x.dtype)
-            y = nn.functional.linear(xq.to(x.dtype) * self.act_scale.to(x.dtype), w)
+            w = self.weight.to(self.dtype) * self.w_scale.to(self.dtype)
+            y = nn.functional.linear(x.to(self.dtype) * self.act_scale.to(self.dtype), w)
         else:
-            y = self._scaled_mm(pad_rows(xq, self.min_rows))[: x.shape[0]].to(x.dtype)
-        if self.row_scale is not None:
-            y = y * self.row_scale
+            y = self._scaled_mm(pad_rows(x, self.min_rows))[: x.shape[0]]
         return y if self.bias is None else y + self.bias
+
+
+def fused_input_scale(linear: nn.Module) -> torch.Tensor | None:
+    """The activation scale a producing layer may quantize linear's input with (fp8 out), or
+    None: linear is not FP8, or its input needs AWQ's per-channel pre-scale first."""
+    if isinstance(linear, Fp8Linear) and linear.prequant is None:
+        return linear.act_scale
+    return None

@@ -77,6 +77,21 @@ def to_fp8(x: torch.Tensor) -> torch.Tensor:
     return x.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
 
 
+def quantize_fp8(
+    x: torch.Tensor, scale: torch.Tensor, prequant: torch.Tensor | None = None
+) -> torch.Tensor:
+    # [T, in] float, scale [] float32, prequant [in] x.dtype -> [T, in] float8_e4m3fn: the static
+    # per-tensor FP8 activation quantizer (AWQ's pre-scale first, rounded to x's dtype)
+    if prequant is not None:
+        x = x * prequant
+    return to_fp8(x.float() / scale)
+
+
+def requantize_fp8(q: torch.Tensor, scale: torch.Tensor, new_scale: torch.Tensor) -> torch.Tensor:
+    # fp8 q with per-tensor scale -> fp8 with new_scale >= scale (the same values, re-rounded)
+    return to_fp8(q.float() * (scale.float() / new_scale.float()))
+
+
 def quantize_int8_activation(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     # [T, in] float, scale [1] -> [T, in] int8, the static per-tensor activation quantizer
     return torch.clamp(torch.round(x.float() / scale), -INT8_MAX - 1, INT8_MAX).to(torch.int8)

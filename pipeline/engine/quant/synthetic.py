@@ -14,6 +14,7 @@ from pipeline.engine.quant.primitives import (
     quantize_fp8_per_tensor,
     quantize_int4_groupwise,
     quantize_int8_per_channel,
+    requantize_fp8,
     to_fp8,
     unpack_int4_rows,
 )
@@ -71,30 +72,51 @@ def export_like_modelopt(
 
 
 def reference_forward(
-    algo: str, tensors: dict[str, torch.Tensor], prefix: str, x: torch.Tensor
+    algo: str,
+    tensors: dict[str, torch.Tensor],
+    prefix: str,
+    x: torch.Tensor,
+    shared_fp8_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    # [T, in] float32 -> [T, out] float32: dequantized weights, fake-quantized activations
+    # [T, in] float32 -> [T, out] float32: dequantized weights, fake-quantized activations;
+    # shared_fp8_scale: the fp8 weight re-rounded to the scale of the GEMM it is fused into
     get = lambda s: tensors[f"{prefix}.{s}"].float()  # noqa: E731
     if f"{prefix}.prequant_scaling_factor" in tensors:
         x = x * get("prequant_scaling_factor")
     if algo in ("W8A16", "W8A8_SQ_PER_CHANNEL"):
         w = get("weight") * get("weights_scaling_factor")[:, None]
     elif algo == "FP8":
-        w = get("weight") * get("weights_scaling_factor")
+        w8, s = tensors[f"{prefix}.weight"], get("weights_scaling_factor")
     else:
         w = dequantize_groupwise(
             unpack_int4_rows(tensors[f"{prefix}.weight"]), get("weights_scaling_factor")
         )
     if algo == "W4A8_AWQ":
-        s2 = get("weights_scaling_factor_2")
-        w = to_fp8(w / s2).float() * s2
-    if algo == "W8A8_SQ_PER_CHANNEL":
-        s = get("activation_scaling_factor")
-        x = torch.clamp(torch.round(x / s), -INT8_MAX - 1, INT8_MAX) * s
+        s = get("weights_scaling_factor_2")
+        w8 = to_fp8(w / s)
     if algo in ("FP8", "W4A8_AWQ"):
-        s = get("activation_scaling_factor")
-        x = to_fp8(x / s).float() * s
+        if shared_fp8_scale is not None:
+            w8, s = requantize_fp8(w8, s, shared_fp8_scale), shared_fp8_scale
+        w = w8.float() * s
+        a = get("activation_scaling_factor")
+        x = to_fp8(x / a).float() * a
+    if algo == "W8A8_SQ_PER_CHANNEL":
+        a = get("activation_scaling_factor")
+        x = torch.clamp(torch.round(x / a), -INT8_MAX - 1, INT8_MAX) * a
     return x @ w.t()
+
+
+def fused_reference(
+    algo: str, tensors: dict[str, torch.Tensor], prefixes: list[str], x: torch.Tensor
+) -> torch.Tensor:
+    # [T, in] float32 -> [T, sum(out)] float32: members that share their input, fused as
+    # build_linear fuses them (fp8 weights re-rounded to the members' largest scale)
+    shared = None
+    if algo in ("FP8", "W4A8_AWQ"):
+        key = "weights_scaling_factor" if algo == "FP8" else "weights_scaling_factor_2"
+        shared = torch.stack([tensors[f"{p}.{key}"].float().reshape(1) for p in prefixes])
+        shared = shared.amax(dim=0)
+    return torch.cat([reference_forward(algo, tensors, p, x, shared) for p in prefixes], dim=-1)
 
 
 def random_layer(

@@ -28,13 +28,19 @@ def test_bench_ab_tiny_measures_both_trees_a_variant_and_a_quantized_format(tmp_
         "tiny/after bf16",
         "tiny/after int8_wo",
         "tiny/after num_scheduler_steps=3 bf16",
+        "tiny/after num_scheduler_steps=3 int8_wo",
         "tiny/before bf16",
+        "tiny/before int8_wo",
     ]
     for key, run in runs.items():
         assert "error" not in run, (key, run.get("error"))
         assert run["decode_tok_s"] > 0 and run["throughput_out_tok_s"] > 0
         assert run["ttft_p50_s"] >= 0
     assert any("int8" in kernel for kernel in runs["tiny/after int8_wo"]["kernels"])
+    # the quantized engine runs in both trees too: the same greedy tokens
+    assert (
+        runs["tiny/before int8_wo"]["greedy_tokens"] == runs["tiny/after int8_wo"]["greedy_tokens"]
+    )
     # the same greedy tokens, 3 steps a launch or one
     steps3 = runs["tiny/after num_scheduler_steps=3 bf16"]
     assert steps3["greedy_tokens"] == runs["tiny/after bf16"]["greedy_tokens"]

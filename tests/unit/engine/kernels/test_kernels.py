@@ -33,6 +33,52 @@ def test_silu_and_mul_matches_reference(kernel_device, assert_close, dtype):
     assert_close(activation.silu_and_mul(x), reference.silu_and_mul(x))
 
 
+def assert_same_fp8(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """fp8 codes equal but for a few one-step moves (the kernel's last-bit rounding of the
+    16-bit value it quantizes)."""
+    assert actual.dtype == expected.dtype == torch.float8_e4m3fn
+    a, e = actual.float(), expected.float()
+    torch.testing.assert_close(a, e, rtol=2**-3, atol=2**-9)  # one e4m3 step
+    assert (a != e).float().mean() < 0.01
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fp8_outputs_of_norm_and_swiglu_are_the_quantized_reference(kernel_device, dtype):
+    from pipeline.engine.kernels import activation, rmsnorm
+    from pipeline.engine.quant.primitives import quantize_fp8
+
+    torch.manual_seed(0)
+    scale = torch.tensor(0.01, device=kernel_device)  # some values saturate at +-448
+    x, res = (torch.randn(7, 576, device=kernel_device).to(dtype) for _ in range(2))
+    weight = (torch.rand(576, device=kernel_device) + 0.5).to(dtype)
+    assert_same_fp8(
+        rmsnorm.rmsnorm(x, weight, 1e-5, scale),
+        quantize_fp8(reference.rmsnorm(x, weight, 1e-5), scale),
+    )
+    out, summed = rmsnorm.add_rmsnorm(x, res, weight, 1e-5, scale)
+    ref_out, ref_summed = reference.add_rmsnorm(x, res, weight, 1e-5)
+    assert summed.dtype == dtype and torch.equal(summed, ref_summed)
+    assert_same_fp8(out, quantize_fp8(ref_out, scale))
+    gate_up = (torch.randn(5, 2 * 1536, device=kernel_device) * 3).to(dtype)
+    assert_same_fp8(
+        activation.silu_and_mul(gate_up, scale),
+        quantize_fp8(reference.silu_and_mul(gate_up), scale),
+    )
+
+
+@pytest.mark.parametrize("with_prequant", [False, True])
+def test_fp8_quantize_kernel_matches_primitive(kernel_device, with_prequant):
+    from pipeline.engine.kernels import fp8_quant
+    from pipeline.engine.quant.primitives import quantize_fp8
+
+    torch.manual_seed(0)
+    x = (torch.randn(9, 3000, device=kernel_device) * 4).to(torch.bfloat16)
+    prequant = (torch.rand(3000, device=kernel_device) + 0.5).to(torch.bfloat16)
+    prequant = prequant if with_prequant else None
+    scale = torch.tensor(0.02, device=kernel_device)
+    assert_same_fp8(fp8_quant.quantize_fp8(x, scale, prequant), quantize_fp8(x, scale, prequant))
+
+
 def rotary_tables(kernel_device, dtype, head_dim: int, max_pos: int = 300):
     inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
     angles = torch.outer(torch.arange(max_pos).float(), inv_freq).repeat(1, 2)

@@ -9,6 +9,7 @@ from pipeline.engine.quant.primitives import (
     quantize_int4_groupwise,
     quantize_int8_activation,
     quantize_int8_per_channel,
+    requantize_fp8,
     tinygemm_scales_and_zeros,
     to_fp8,
     unpack_int4_rows,
@@ -76,3 +77,16 @@ def test_to_fp8_saturates_instead_of_producing_nan():
 def test_int8_activation_quantizer_rounds_and_clamps():
     x = torch.tensor([[0.26, -0.26, 100.0, -100.0]])
     assert quantize_int8_activation(x, torch.tensor([0.1])).tolist() == [[3, -3, 127, -128]]
+
+
+def test_fp8_requantized_to_a_larger_scale_keeps_its_values_within_a_rounding():
+    torch.manual_seed(0)
+    w = torch.randn(64, 128)
+    q, scale = quantize_fp8_per_tensor(w)
+    assert torch.equal(requantize_fp8(q, scale, scale).float(), q.float())  # its own scale
+    larger = scale * 1.37
+    moved = requantize_fp8(q, scale, larger).float() * larger
+    before = q.float() * scale
+    # one more e4m3 rounding (3 mantissa bits) on top of the first: a few % of the norm
+    assert (moved - before).norm() / before.norm() < 0.05
+    assert ((moved - before).abs() <= before.abs() * 2**-4 + larger * 2**-9).all()
