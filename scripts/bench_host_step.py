@@ -39,6 +39,7 @@ from bench_engine import (  # noqa: E402
 from bench_hf_baselines import hf_to_trtllm, random_hf_model  # noqa: E402
 
 from pipeline.engine import LLMEngine, SamplingParams  # noqa: E402
+from pipeline.engine.heap import freeze_loaded, thaw  # noqa: E402
 from pipeline.engine.launch_timer import ms_per_launch  # noqa: E402
 
 SHAPES = ("lockstep", "staggered")
@@ -139,10 +140,12 @@ def main(argv: list[str] | None = None) -> int:
             num_kv_blocks=max_batch * -(-(args.input_len + args.output_len + args.steps) // 32),
         )
         stub_forward(engine)
+        freeze_loaded()  # as the served engine process does
         for batch in args.batch:
             for shape in SHAPES:
                 rows.append(run_shape(engine, shape, batch, args))
                 print(markdown(rows[-1:]).splitlines()[-1], flush=True)
+        thaw()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "host_step.json").write_text(json.dumps(rows, indent=2))
     (args.out / "host_step.md").write_text(markdown(rows))

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 from pipeline.bench.direct_driver import DirectDriver
+from pipeline.engine.heap import freeze_loaded, thaw
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ class DirectTarget:
             torch.set_num_threads(num_threads)  # as the served model does (deploy.torch)
         self.num_threads = torch.get_num_threads()  # CPU: compare with deploy.torch.num_threads
         self.engine = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)
+        freeze_loaded()  # as the served engine process does: both sides of the ratio alike
         log.debug("direct target: %s on %s, runtime %s", engine_dir, device, runtime)
 
     def generator(self, bench, origin_s: float) -> DirectDriver:
@@ -54,6 +56,7 @@ class DirectTarget:
         """Free the engine (weights, KV cache) before anything else loads one."""
         import torch
 
+        thaw()
         del self.engine
         gc.collect()
         if torch.cuda.is_available():

@@ -35,6 +35,7 @@ from multiprocessing.connection import Client, Connection
 from pathlib import Path
 
 from pipeline.engine.async_engine import AsyncLLMEngine
+from pipeline.engine.heap import freeze_loaded
 from pipeline.engine.llm_engine import LLMEngine
 from pipeline.engine.outputs import StreamDelta
 from pipeline.engine.request_limits import RequestLimits
@@ -244,6 +245,7 @@ def _child_main(first: Connection, name: str | None) -> None:
     except BaseException as exc:  # noqa: BLE001 - the parent reports it
         first.send((_ERROR, _portable(exc), None))
         return
+    freeze_loaded()  # the engine thread's full collections would walk the whole load
     hub = _Hub(engine)
     hub.join(first)
     hub.serve(listener)

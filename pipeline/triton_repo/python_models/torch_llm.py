@@ -130,6 +130,9 @@ class TritonPythonModel:
             add_special_tokens=params["add_special_tokens"] == "true",
             share_engine=share_key if num_instances > 1 else None,
         )
+        from pipeline.engine.heap import freeze_loaded
+
+        freeze_loaded()  # its threads (responder, lanes, engine reader) stall in full collections
         labels = {"model": args["model_name"], "version": args["model_version"]}
         self.instance = args["model_instance_name"]
         hop_labels = labels | {"instance": self.instance}
