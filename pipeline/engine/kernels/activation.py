@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-FP8_MAX = tl.constexpr(448.0)  # torch.finfo(torch.float8_e4m3fn).max
+from pipeline.engine.kernels.fp8_quant import saturate_fp8
 
 
 @triton.jit
@@ -29,8 +29,7 @@ def _silu_and_mul_kernel(
     silu = (g32 / (1.0 + tl.exp(-g32))).to(gate.dtype)  # rounded like F.silu's output
     y = (silu.to(tl.float32) * up.to(tl.float32)).to(gate.dtype)
     if QUANTIZE:
-        q = y.to(tl.float32) / tl.load(scale_ptr)
-        y = tl.minimum(tl.maximum(q, -FP8_MAX), FP8_MAX)
+        y = saturate_fp8(y, scale_ptr)
     tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-FP8_MAX = tl.constexpr(448.0)  # torch.finfo(torch.float8_e4m3fn).max
+from pipeline.engine.kernels.fp8_quant import saturate_fp8
 
 
 @triton.jit
@@ -45,8 +45,7 @@ def _rmsnorm_kernel(
     w = tl.load(weight_ptr + cols, mask=mask, other=0.0)
     y = (normed.to(tl.float32) * w.to(tl.float32)).to(x.dtype)
     if QUANTIZE:
-        q = y.to(tl.float32) / tl.load(scale_ptr)
-        y = tl.minimum(tl.maximum(q, -FP8_MAX), FP8_MAX)
+        y = saturate_fp8(y, scale_ptr)
     tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
