@@ -11,6 +11,8 @@ gpu_wait is time blocked on the device's tokens: the host was ahead."""
 import time
 from dataclasses import dataclass
 
+TOTALS = ("host_s", "host_cpu_s", "gpu_wait_s", "away_s")  # summed over launches, in stats()
+
 
 @dataclass(slots=True)
 class LaunchTimer:
@@ -51,13 +53,7 @@ class LaunchTimer:
         self._returned = now if in_flight else None
 
     def stats(self) -> dict:
-        return {
-            "num_launches": self.num_launches,
-            "host_s": self.host_s,
-            "host_cpu_s": self.host_cpu_s,
-            "gpu_wait_s": self.gpu_wait_s,
-            "away_s": self.away_s,
-        }
+        return {"num_launches": self.num_launches} | {key: getattr(self, key) for key in TOTALS}
 
 
 def ms_per_launch(after: dict, before: dict | None = None) -> dict[str, float]:
@@ -66,5 +62,5 @@ def ms_per_launch(after: dict, before: dict | None = None) -> dict[str, float]:
     num = max(1, after["num_launches"] - before.get("num_launches", 0))
     return {
         key.removesuffix("_s") + "_ms_per_launch": 1e3 * (after[key] - before.get(key, 0.0)) / num
-        for key in ("host_s", "host_cpu_s", "gpu_wait_s", "away_s")
+        for key in TOTALS
     }
