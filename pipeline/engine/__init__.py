@@ -3,7 +3,8 @@
 Who owns which state (each piece has one owner; others only read it):
 - LLMEngine: the tokenizer, the unfinished requests by id, step counters.
 - Scheduler: the waiting and running queues, preemption count; owns the BlockManager.
-- BlockManager: the free-block list; writes each Sequence's block_table.
+- BlockManager: the free-block list and the block-table array (a row per Sequence holding
+  blocks); the ModelRunner reads the array.
 - ModelRunner: every device tensor (weights, KV cache, sampling RNG) and, through
   CudaGraphRunner, the CUDA graphs and their static buffers; creates a request's seeded generator.
 - Sequence: one request's tokens, progress (num_computed_tokens), status and timings.

@@ -1,34 +1,72 @@
-"""Paged KV cache bookkeeping: which blocks are free, which belong to which sequence."""
+"""Paged KV cache bookkeeping: which blocks are free, which belong to which sequence.
+
+The block tables live in one host array, a row per sequence that holds blocks, so the model
+runner packs a step's tables with one fancy index instead of copying each sequence's list (at
+batch 64 the per-sequence packing was the largest part of a launch's host work)."""
 
 from collections import deque
+
+import numpy as np
 
 from pipeline.engine.sequence import Sequence
 
 
 class BlockManager:
-    """Owns the free-block list; writes each sequence's block_table. Touches no tensors."""
+    """Owns the free-block list and the block-table array (`tables[seq.block_row, :n]` are the
+    sequence's blocks, n = seq.num_blocks; entries past n are stale). Touches no tensors."""
 
-    def __init__(self, num_blocks: int, block_size: int):
+    def __init__(
+        self, num_blocks: int, block_size: int, max_seqs: int = 1, max_blocks_per_seq: int = 1
+    ):
+        """max_seqs, max_blocks_per_seq: the array's first size; it grows past them if needed."""
         assert num_blocks > 0 and block_size > 0
         self.num_total_blocks = num_blocks
         self.block_size = block_size
         self.free_block_ids: deque[int] = deque(range(num_blocks))
+        self.tables = np.zeros((max(1, max_seqs), max(1, max_blocks_per_seq)), np.int64)
+        self._free_rows = list(range(self.tables.shape[0] - 1, -1, -1))  # pop() takes row 0 first
 
     @property
     def num_free_blocks(self) -> int:
         return len(self.free_block_ids)
 
+    def block_table(self, seq: Sequence) -> list[int]:
+        return self.tables[seq.block_row, : seq.num_blocks].tolist() if seq.num_blocks else []
+
     def grow(self, seq: Sequence, num_tokens: int) -> bool:
         """Give the sequence's block table room for num_tokens K/V entries; False (and nothing
         taken) when too few blocks are free."""
-        missing = -(-num_tokens // self.block_size) - len(seq.block_table)
+        num_needed = -(-num_tokens // self.block_size)
+        missing = num_needed - seq.num_blocks
         if missing <= 0:  # most calls: a decode token inside its last block, or blocks that
             return True  # guaranteed_no_evict reserved at admission
         if missing > len(self.free_block_ids):
             return False
-        seq.block_table.extend(self.free_block_ids.popleft() for _ in range(missing))
+        if seq.block_row < 0:
+            seq.block_row = self._take_row()
+        if num_needed > self.tables.shape[1]:
+            self._resize(self.tables.shape[0], max(num_needed, 2 * self.tables.shape[1]))
+        take = self.free_block_ids.popleft
+        self.tables[seq.block_row, seq.num_blocks : num_needed] = [take() for _ in range(missing)]
+        seq.num_blocks = num_needed
         return True
 
     def free(self, seq: Sequence) -> None:
-        self.free_block_ids.extend(seq.block_table)
-        seq.block_table = []
+        if seq.block_row < 0:
+            return
+        self.free_block_ids.extend(self.tables[seq.block_row, : seq.num_blocks].tolist())
+        self._free_rows.append(seq.block_row)
+        seq.block_row, seq.num_blocks = -1, 0
+
+    def _take_row(self) -> int:
+        if not self._free_rows:
+            num_rows = self.tables.shape[0]
+            self._resize(2 * num_rows, self.tables.shape[1])
+            self._free_rows = list(range(2 * num_rows - 1, num_rows - 1, -1))
+        return self._free_rows.pop()
+
+    def _resize(self, num_rows: int, width: int) -> None:
+        tables = np.zeros((num_rows, width), np.int64)
+        rows, cols = self.tables.shape
+        tables[:rows, :cols] = self.tables
+        self.tables = tables

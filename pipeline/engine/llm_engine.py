@@ -63,7 +63,12 @@ class LLMEngine:
         del weights  # the model holds what it needs (possibly repacked or on the GPU)
         runner = self.model_runner
         self.pacer = LaunchPacer(runner.num_scheduler_steps, runner.max_scheduler_steps)
-        block_manager = BlockManager(runner.num_kv_blocks, config.block_size)
+        block_manager = BlockManager(
+            runner.num_kv_blocks,
+            config.block_size,
+            config.max_batch_size,
+            runner.max_blocks_per_seq,
+        )
         self.scheduler = Scheduler(
             block_manager,
             config.max_batch_size,
@@ -168,7 +173,9 @@ class LLMEngine:
         # a bad sequence of 2+ tokens needs each new token on the host before the next step
         if num_steps > 1 and any(entry.seq.needs_host_tokens for entry in scheduled):
             num_steps = 1
-        sampled = self.model_runner.launch(scheduled, num_steps)
+        sampled = self.model_runner.launch(
+            scheduled, num_steps, self.scheduler.block_manager.tables
+        )
         num_tokens = 0
         for entry in scheduled:
             entry.seq.num_computed_tokens += entry.num_tokens

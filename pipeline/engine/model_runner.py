@@ -1,6 +1,5 @@
 """Runs one scheduled step on the device: packs the batch, runs the model, samples."""
 
-import itertools
 import logging
 import math
 from dataclasses import dataclass
@@ -30,6 +29,9 @@ logger = logging.getLogger(__name__)
 # lease: 3 steps a launch 0.90-0.91 of direct, 4 steps 0.87-0.89 (2 steps: 0.70-0.85, stop 22)
 AUTO_LAUNCH_GPU_MS = 2.8
 MAX_AUTO_SCHEDULER_STEPS = 8
+# what _prepare reads of each scheduled sequence, in one numpy row: tokens this step, computed,
+# on the host, pending, pending row, block-table row, max_kv_tokens
+_SEQ_STATE = np.dtype((np.int64, 7))
 
 PreparedLaunch = tuple[
     torch.Tensor, BatchMetadata, torch.Tensor | None, list[Sequence], list[BatchMetadata]
@@ -182,65 +184,79 @@ class ModelRunner:
             graphs.capture()
         return graphs
 
-    def _prepare(self, scheduled: list[ScheduledSequence], num_steps: int) -> PreparedLaunch:
+    def _prepare(
+        self, scheduled: list[ScheduledSequence], num_steps: int, block_tables: np.ndarray
+    ) -> PreparedLaunch:
         """Pack the step: (input_ids [T], metadata, rows to turn into logits [S]: None when
         every token's row samples, the S sequences that sample, the metadata of the
         num_steps - 1 decode steps of those S that follow it). Built with numpy on the host into
         a pinned buffer, sent in one copy; input tokens still pending on the device come from the
         last step's sampled tokens. A sampling sequence's block table covers the steps ahead too,
-        so theirs are rows of this step's."""
+        so theirs are rows of this step's. block_tables: the block manager's array."""
         bs = self.block_size
         num_seqs = len(scheduled)
-        ids, tables, starts, query_lens = [], [], [], []
-        sampling, logits_rows = [], []  # the sequences whose step ends in logits, their rows
-        pending_at, pending_rows = [], []  # input index <- row of the last step's tokens
-        sampled_ends, sampled_at = [], []  # of each that samples: context after this step, row
-        for row, entry in enumerate(scheduled):
-            seq, num_tokens = entry.seq, entry.num_tokens
-            token_ids, start = seq.token_ids, seq.num_computed_tokens
-            end = start + num_tokens
-            ids += token_ids[start:end]
-            if end > len(token_ids):  # its newest token is pending: a decode step
-                pending_at.append(len(ids))
-                pending_rows.append(seq.pending_row)
-                ids.append(0)
-            tables.append(
-                seq.block_table[: -(-seq.kv_tokens_after(num_tokens, num_steps - 1) // bs)]
-            )
-            starts.append(start)
-            query_lens.append(num_tokens)
-            if seq.reaches_end(num_tokens):
-                sampling.append(seq)
-                logits_rows.append(len(ids) - 1)
-                sampled_ends.append(end)
-                sampled_at.append(row)
-        num_tokens = len(ids)
+        seqs = [entry.seq for entry in scheduled]
+        # one pass over the sequences reads their state; the rest is numpy over the batch
+        state = np.fromiter(
+            (
+                (
+                    entry.num_tokens,
+                    seq.num_computed_tokens,
+                    len(seq.token_ids),
+                    seq.num_pending_tokens,
+                    seq.pending_row,
+                    seq.block_row,
+                    seq.max_kv_tokens,
+                )
+                for entry, seq in zip(scheduled, seqs, strict=True)
+            ),
+            _SEQ_STATE,
+            num_seqs,
+        )
+        lens, starts, num_known, num_pending, pending_rows, block_rows, limits = state.T
+        ends = starts + lens
+        samples = ends == num_known + num_pending  # the step reaches its newest token: logits
+        is_pending = ends > num_known  # its one input token is still on the device: a decode
+        query_start = np.zeros(num_seqs + 1, np.int64)
+        np.cumsum(lens, out=query_start[1:])
+        num_tokens = int(query_start[-1])
         is_decode = num_tokens == num_seqs
-        samples_all = is_decode and len(sampling) == num_seqs  # every token's logits row
-        starts_np = np.array(starts)
-        table_np = _table_array(tables)
+        ids = np.zeros(num_tokens, np.int64)
+        for row in np.flatnonzero(~is_pending).tolist():  # prompt chunks (their tokens known)
+            seq = seqs[row]
+            ids[query_start[row] : query_start[row + 1]] = seq.token_ids[
+                seq.num_computed_tokens : seq.num_computed_tokens + scheduled[row].num_tokens
+            ]
+        sampled_at = np.flatnonzero(samples)
+        num_sampled = len(sampled_at)
+        num_ahead = num_steps - 1 if num_sampled else 0
+        kv_ends = ends  # K/V in use after the launch: sampling rows also decode num_ahead more
+        if num_ahead:
+            ahead_ends = np.maximum(ends, np.minimum(ends + num_ahead, limits))
+            kv_ends = np.where(samples, ahead_ends, ends)
+        table_np = block_tables[block_rows, : -(-int(kv_ends.max()) // bs)]
         if is_decode:  # one token a sequence, at its start
-            positions, context_lens = starts_np, starts_np + 1
-            query_start = np.arange(num_seqs + 1)
+            positions, context_lens = starts, ends
             slot_blocks = table_np[np.arange(num_seqs), positions // bs]
         else:
-            lens_np = np.array(query_lens)
-            context_lens = starts_np + lens_np
-            query_start = np.zeros(num_seqs + 1, np.int64)
-            np.cumsum(lens_np, out=query_start[1:])
-            positions = np.arange(num_tokens) - np.repeat(query_start[:-1] - starts_np, lens_np)
-            slot_blocks = table_np[np.repeat(np.arange(num_seqs), lens_np), positions // bs]
+            context_lens = ends
+            positions = np.arange(num_tokens) - np.repeat(query_start[:-1] - starts, lens)
+            slot_blocks = table_np[np.repeat(np.arange(num_seqs), lens), positions // bs]
         slots = slot_blocks * bs + positions % bs
+        samples_all = is_decode and num_sampled == num_seqs  # every token's logits row
+        pending_at, pending_from = query_start[:-1][is_pending], pending_rows[is_pending]
         # steady decode: the inputs are the last step's tokens, row for row (no scatter)
         inputs_are_last = (
             is_decode
             and self._last_sampled is not None
             and self._last_sampled.shape[0] == num_seqs
-            and pending_rows == list(range(num_seqs))
+            and len(pending_from) == num_seqs
+            and bool((pending_from == np.arange(num_seqs)).all())
         )
-        num_ahead = num_steps - 1 if sampling else 0
         ahead = (
-            self._decode_ahead(sampling, sampled_ends, table_np[sampled_at], num_ahead)
+            self._decode_ahead(
+                ends[sampled_at], limits[sampled_at], table_np[sampled_at], num_ahead
+            )
             if num_ahead
             else ()
         )
@@ -248,16 +264,16 @@ class ModelRunner:
             ids,
             positions,
             slots,
-            [] if samples_all else logits_rows,
+            () if samples_all else query_start[1:][sampled_at] - 1,
             context_lens,
             query_start,
             table_np.ravel(),
-            [] if inputs_are_last else pending_at,
-            [] if inputs_are_last else pending_rows,
+            () if inputs_are_last else pending_at,
+            () if inputs_are_last else pending_from,
             *ahead,
         )
         sizes = [len(p) for p in parts]
-        # unsafe: an empty list is a float64 array to numpy; every value is an integer
+        # unsafe: an empty tuple is a float64 array to numpy; every value is an integer
         if self.device.type == "cuda":
             host = self._inputs_ring.take(sum(sizes))
             np.concatenate(parts, out=host.numpy(), casting="unsafe")
@@ -269,7 +285,7 @@ class ModelRunner:
         input_ids, positions_t, slots_t, rows_t, ctx_t, qstart_t, tables_t, at_t, from_t = split[:9]
         if inputs_are_last:
             input_ids = self._last_sampled
-        elif pending_at:
+        elif len(pending_at):
             input_ids[at_t] = self._last_sampled[from_t]
         meta = BatchMetadata(
             positions=positions_t,
@@ -279,9 +295,9 @@ class ModelRunner:
             query_start=qstart_t,
             is_decode=is_decode,
         )
+        sampling = seqs if num_sampled == num_seqs else [seqs[i] for i in sampled_at.tolist()]
         ahead_metas = []
         if num_ahead:
-            num_sampled = len(sampling)
             positions_a, slots_a, ctx_a, qstart_a, tables_a = split[9:]
             rows = [t.view(num_ahead, num_sampled) for t in (positions_a, slots_a, ctx_a)]
             tables_a = tables_a.view(num_sampled, -1)
@@ -292,17 +308,16 @@ class ModelRunner:
         return input_ids, meta, None if samples_all else rows_t, sampling, ahead_metas
 
     def _decode_ahead(
-        self, seqs: list[Sequence], ends: list[int], tables: np.ndarray, num_ahead: int
+        self, ends: np.ndarray, limits: np.ndarray, tables: np.ndarray, num_ahead: int
     ) -> tuple[np.ndarray, ...]:
-        """Host metadata of num_ahead decode steps of seqs after a step that left them ends[i]
-        tokens of context, their block tables [S, width] covering those steps: (positions,
-        slots, context_lens, each [num_ahead, S] row-major; query_start [S + 1]; block tables).
-        A row past what its request can use (max_kv_tokens) is padding: it writes the scratch
-        slot and reads its own blocks."""
+        """Host metadata of num_ahead decode steps of S sequences after a step that left them
+        ends[i] tokens of context, their block tables [S, width] covering those steps:
+        (positions, slots, context_lens, each [num_ahead, S] row-major; query_start [S + 1];
+        block tables). A row past what its request can use (limits[i], its max_kv_tokens) is
+        padding: it writes the scratch slot and reads its own blocks."""
         bs = self.block_size
-        num_seqs = len(seqs)
-        limits = np.fromiter((seq.max_kv_tokens for seq in seqs), np.int64, num_seqs)
-        positions = np.asarray(ends)[None, :] + np.arange(num_ahead)[:, None]
+        num_seqs = len(ends)
+        positions = ends[None, :] + np.arange(num_ahead)[:, None]
         is_real = positions < limits
         positions = np.minimum(positions, limits - 1)
         blocks = tables[np.arange(num_seqs), positions // bs]
@@ -354,14 +369,19 @@ class ModelRunner:
         return self.model.compute_logits(hidden if logits_rows is None else hidden[logits_rows])
 
     @torch.inference_mode()
-    def launch(self, scheduled: list[ScheduledSequence], num_steps: int) -> "SampledTokens":
+    def launch(
+        self, scheduled: list[ScheduledSequence], num_steps: int, block_tables: np.ndarray
+    ) -> "SampledTokens":
         """Queue one forward step and its sampling on the device, then num_steps - 1 decode
         steps of the sequences that sampled (each reads the tokens the one before sampled);
         returns without waiting. The sequences whose step reaches the end of their tokens
         sample, in batch order (a prompt chunk that does not, samples nothing); the next launch
-        may read the last step's tokens as inputs before the host has them."""
+        may read the last step's tokens as inputs before the host has them. block_tables: the
+        block manager's array, a row per sequence that holds blocks."""
         with phase("engine.prepare"):
-            input_ids, meta, logits_rows, seqs, ahead = self._prepare(scheduled, num_steps)
+            input_ids, meta, logits_rows, seqs, ahead = self._prepare(
+                scheduled, num_steps, block_tables
+            )
         with phase("engine.forward"):
             logits = self._forward(input_ids, meta, logits_rows)
         if not seqs:
@@ -413,14 +433,3 @@ def steps_to_fill_launch(step_ms: float) -> int:
     """The fewest decode steps of step_ms each that cover AUTO_LAUNCH_GPU_MS (at most
     MAX_AUTO_SCHEDULER_STEPS)."""
     return min(MAX_AUTO_SCHEDULER_STEPS, math.ceil(AUTO_LAUNCH_GPU_MS / step_ms))
-
-
-def _table_array(tables: list[list[int]]) -> np.ndarray:
-    """Block tables -> [len(tables), longest] int64, each row's prefix; the padding past a row's
-    blocks is never read (it lies past the context_lens)."""
-    lens = np.fromiter(map(len, tables), np.int64, len(tables))
-    width = int(lens.max())
-    array = np.zeros((len(tables), width), np.int64)
-    flat = np.fromiter(itertools.chain.from_iterable(tables), np.int64, int(lens.sum()))
-    array[np.arange(width) < lens[:, None]] = flat  # row-major: each row's prefix
-    return array

@@ -19,9 +19,9 @@ class SequenceStatus(Enum):
 
 
 class Sequence:
-    """One request. The scheduler moves it between queues, the block manager writes its
-    block_table, the model runner reads it (and creates its seeded generator), the engine
-    appends sampled tokens."""
+    """One request. The scheduler moves it between queues, the block manager gives it blocks
+    (a row of its block-table array), the model runner reads it (and creates its seeded
+    generator), the engine appends sampled tokens."""
 
     def __init__(
         self,
@@ -36,7 +36,10 @@ class Sequence:
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(self.token_ids)
         self.status = SequenceStatus.WAITING
-        self.block_table: list[int] = []
+        self.block_row = -1  # its row in the block manager's tables; -1 while it holds none
+        self.num_blocks = 0
+        # K/V slots this request can ever need (the last sampled token is never fed back)
+        self.max_kv_tokens = self.num_prompt_tokens + params.max_tokens - 1
         self.num_computed_tokens = 0  # tokens whose K/V is in the cache (or is being written)
         self.num_pending_tokens = 0  # sampled by launched steps, not appended yet
         self.pending_row = 0  # row of the newest pending token in its step's sampled tokens
@@ -87,11 +90,6 @@ class Sequence:
             self.num_pending_tokens > 0
             and self.num_completion_tokens + self.num_pending_tokens >= self.params.max_tokens
         )
-
-    @property
-    def max_kv_tokens(self) -> int:
-        """K/V slots this request can ever need (the last sampled token is never fed back)."""
-        return self.num_prompt_tokens + self.params.max_tokens - 1
 
     @property
     def is_finished(self) -> bool:

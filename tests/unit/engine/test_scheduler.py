@@ -64,7 +64,7 @@ def test_guaranteed_no_evict_reserves_prompt_plus_max_tokens():
     s.add(make_seq("b", 8, max_tokens=8))
     step(s)
     assert [seq.request_id for seq in s.running] == ["a"]
-    assert len(s.running[0].block_table) == 4 and s.block_manager.num_free_blocks == 2
+    assert s.running[0].num_blocks == 4 and s.block_manager.num_free_blocks == 2
     history = run_to_completion(s)
     assert s.num_preemptions == 0
     assert ("b", 8) in history[-8]  # b is admitted only once a has finished
@@ -94,7 +94,7 @@ def test_preempted_sequence_goes_back_to_the_front_of_the_queue():
     while not b.num_preemptions:
         step(s)
     assert b.status == SequenceStatus.WAITING and b.num_computed_tokens == 0
-    assert b.block_table == [] and list(s.waiting) == [b, c]
+    assert b.num_blocks == 0 and list(s.waiting) == [b, c]
 
 
 def test_abort_frees_blocks_in_either_queue():
@@ -159,7 +159,7 @@ def test_a_sampling_sequence_gets_blocks_for_the_steps_ahead_up_to_what_it_can_u
     s.add(make_seq("b", 4, max_tokens=2))  # can use 4 + 2 - 1 = 5 slots: 2 blocks at most
     s.add(make_seq("c", 9, max_tokens=20))  # a chunk of the 12-token budget: samples nothing
     assert _launch(s) == [("a", 4), ("b", 4), ("c", 4)]
-    tables = {seq.request_id: len(seq.block_table) for seq in s.running}
+    tables = {seq.request_id: seq.num_blocks for seq in s.running}
     assert tables == {"a": 2, "b": 2, "c": 1}
 
 
