@@ -10,10 +10,21 @@ import torch
 class BatchMetadata:
     positions: torch.Tensor  # [T] int64: absolute position of each token
     slot_mapping: torch.Tensor  # [T] int64: cache slot (block * block_size + offset) of its K/V
-    block_tables: torch.Tensor  # [B, max_blocks] int32: each sequence's cache blocks
-    context_lens: torch.Tensor  # [B] int32: K/V length of each sequence after this step
-    query_start: torch.Tensor  # [B + 1] int32: where each sequence's tokens start in the batch
+    block_tables: torch.Tensor  # [B, max_blocks] int: each sequence's cache blocks
+    context_lens: torch.Tensor  # [B] int: K/V length of each sequence after this step
+    query_start: torch.Tensor  # [B + 1] int: where each sequence's tokens start in the batch
     is_decode: bool  # one query token per sequence: split-K paged decode attention
+    # a decode step's positions, slot_mapping and context_lens as the rows of one [3, B] tensor,
+    # which a CUDA-graph replay copies in one go (None: three tensors of their own)
+    decode_rows: torch.Tensor | None = None
+
+    @classmethod
+    def for_decode(
+        cls, rows: torch.Tensor, block_tables: torch.Tensor, query_start: torch.Tensor
+    ) -> "BatchMetadata":
+        """rows [3, B] int64: positions, slot_mapping, context_lens."""
+        positions, slot_mapping, context_lens = rows
+        return cls(positions, slot_mapping, block_tables, context_lens, query_start, True, rows)
 
     @classmethod
     def for_prompts(

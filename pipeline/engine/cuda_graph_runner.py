@@ -54,17 +54,18 @@ class CudaGraphRunner:
         self.scratch_slot = scratch_block * block_size
         num_rows = max(max_batch_size, max_num_tokens)
         self.input_ids = torch.zeros(num_rows, dtype=torch.int64, device=device)
-        self.positions = torch.zeros(num_rows, dtype=torch.int64, device=device)
-        self.slot_mapping = torch.full(
-            (num_rows,), self.scratch_slot, dtype=torch.int64, device=device
-        )
-        self.context_lens = torch.ones(max_batch_size, dtype=torch.int32, device=device)
+        # positions, slot_mapping, context_lens: a decode replay fills its [3, B] in one copy
+        self.rows = torch.ones(3, num_rows, dtype=torch.int64, device=device)
+        self.positions, self.slot_mapping, self.context_lens = self.rows
+        self.slot_mapping.fill_(self.scratch_slot)
         # zeros until a mixed replay fills it: while capturing no sequence owns a token (one
         # each would overrun token counts below max_batch_size)
-        self.query_start = torch.zeros(max_batch_size + 1, dtype=torch.int32, device=device)
+        self.query_start = torch.zeros(max_batch_size + 1, dtype=torch.int64, device=device)
         self.block_tables = torch.full(
-            (max_batch_size, max_blocks_per_seq), scratch_block, dtype=torch.int32, device=device
+            (max_batch_size, max_blocks_per_seq), scratch_block, dtype=torch.int64, device=device
         )
+        # the block tables last copied in: a launch's decode steps share theirs, copied once
+        self._tables_from: torch.Tensor | None = None
         self._num_real_slots = 0  # slot_mapping rows past it hold the scratch slot
         self.graphs: dict[tuple[str, int], torch.cuda.CUDAGraph] = {}
         self.outputs: dict[tuple[str, int], torch.Tensor] = {}
@@ -127,12 +128,17 @@ class CudaGraphRunner:
             self.query_start[: num_seqs + 1].copy_(meta.query_start)
             self.query_start[num_seqs + 1 :].fill_(n)  # padding sequences: no tokens
         self.input_ids[:n].copy_(input_ids)
-        self.positions[:n].copy_(meta.positions)
-        self.slot_mapping[:n].copy_(meta.slot_mapping)
+        if meta.decode_rows is not None:
+            self.rows[:, :n].copy_(meta.decode_rows)
+        else:
+            self.positions[:n].copy_(meta.positions)
+            self.slot_mapping[:n].copy_(meta.slot_mapping)
+            self.context_lens[:num_seqs].copy_(meta.context_lens)
         if self._num_real_slots > n:  # stale rows would overwrite live blocks
             self.slot_mapping[n : self._num_real_slots].fill_(self.scratch_slot)
         self._num_real_slots = n
-        self.context_lens[:num_seqs].copy_(meta.context_lens)
-        self.block_tables[:num_seqs, :width].copy_(meta.block_tables)
+        if meta.block_tables is not self._tables_from:
+            self.block_tables[:num_seqs, :width].copy_(meta.block_tables)
+            self._tables_from = meta.block_tables
         self.graphs[key].replay()
         return self.outputs[key][:n]

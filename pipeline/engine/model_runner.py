@@ -253,19 +253,20 @@ class ModelRunner:
             and len(pending_from) == num_seqs
             and bool((pending_from == np.arange(num_seqs)).all())
         )
-        ahead = (
-            self._decode_ahead(
-                ends[sampled_at], limits[sampled_at], table_np[sampled_at], num_ahead
+        ahead = ()
+        if num_ahead:
+            ahead_tables = table_np[sampled_at]
+            ahead = self._decode_ahead(
+                ends[sampled_at], limits[sampled_at], ahead_tables, num_ahead
             )
-            if num_ahead
-            else ()
-        )
+            if num_sampled < num_seqs:  # else they read this step's block tables
+                ahead += (ahead_tables.ravel(),)
         parts = (
             ids,
-            positions,
+            positions,  # positions, slots and context_lens adjacent: a decode step's [3, S]
             slots,
-            () if samples_all else query_start[1:][sampled_at] - 1,
             context_lens,
+            () if samples_all else query_start[1:][sampled_at] - 1,
             query_start,
             table_np.ravel(),
             () if inputs_are_last else pending_at,
@@ -282,39 +283,36 @@ class ModelRunner:
         else:
             packed = torch.from_numpy(np.concatenate(parts, dtype=np.int64, casting="unsafe"))
         split = packed.split(sizes)
-        input_ids, positions_t, slots_t, rows_t, ctx_t, qstart_t, tables_t, at_t, from_t = split[:9]
+        input_ids, positions_t, slots_t, ctx_t, rows_t, qstart_t, tables_t, at_t, from_t = split[:9]
         if inputs_are_last:
             input_ids = self._last_sampled
         elif len(pending_at):
             input_ids[at_t] = self._last_sampled[from_t]
-        meta = BatchMetadata(
-            positions=positions_t,
-            slot_mapping=slots_t,
-            block_tables=tables_t.view(num_seqs, -1),
-            context_lens=ctx_t,
-            query_start=qstart_t,
-            is_decode=is_decode,
-        )
+        tables_t = tables_t.view(num_seqs, -1)
+        if is_decode:
+            decode_rows = packed[num_tokens : num_tokens * 4].view(3, num_seqs)
+            meta = BatchMetadata.for_decode(decode_rows, tables_t, qstart_t)
+        else:
+            meta = BatchMetadata(positions_t, slots_t, tables_t, ctx_t, qstart_t, is_decode=False)
         sampling = seqs if num_sampled == num_seqs else [seqs[i] for i in sampled_at.tolist()]
         ahead_metas = []
         if num_ahead:
-            positions_a, slots_a, ctx_a, qstart_a, tables_a = split[9:]
-            rows = [t.view(num_ahead, num_sampled) for t in (positions_a, slots_a, ctx_a)]
-            tables_a = tables_a.view(num_sampled, -1)
+            rows_a, qstart_a, *tables_a = split[9:]
+            tables_a = tables_a[0].view(num_sampled, -1) if tables_a else tables_t
             ahead_metas = [
-                BatchMetadata(pos, slot, tables_a, ctx, qstart_a, is_decode=True)
-                for pos, slot, ctx in zip(*rows, strict=True)
+                BatchMetadata.for_decode(rows, tables_a, qstart_a)
+                for rows in rows_a.view(num_ahead, 3, num_sampled)
             ]
         return input_ids, meta, None if samples_all else rows_t, sampling, ahead_metas
 
     def _decode_ahead(
         self, ends: np.ndarray, limits: np.ndarray, tables: np.ndarray, num_ahead: int
-    ) -> tuple[np.ndarray, ...]:
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Host metadata of num_ahead decode steps of S sequences after a step that left them
         ends[i] tokens of context, their block tables [S, width] covering those steps:
-        (positions, slots, context_lens, each [num_ahead, S] row-major; query_start [S + 1];
-        block tables). A row past what its request can use (limits[i], its max_kv_tokens) is
-        padding: it writes the scratch slot and reads its own blocks."""
+        (positions, slots, context_lens as [num_ahead, 3, S] row-major; query_start [S + 1]).
+        A row past what its request can use (limits[i], its max_kv_tokens) is padding: it writes
+        the scratch slot and reads its own blocks."""
         bs = self.block_size
         num_seqs = len(ends)
         positions = ends[None, :] + np.arange(num_ahead)[:, None]
@@ -322,13 +320,7 @@ class ModelRunner:
         positions = np.minimum(positions, limits - 1)
         blocks = tables[np.arange(num_seqs), positions // bs]
         slots = np.where(is_real, blocks * bs + positions % bs, self.scratch_slot)
-        return (
-            positions.ravel(),
-            slots.ravel(),
-            (positions + 1).ravel(),
-            np.arange(num_seqs + 1),
-            tables.ravel(),
-        )
+        return np.stack((positions, slots, positions + 1), axis=1).ravel(), np.arange(num_seqs + 1)
 
     def _sampling_tensors(self, seqs: list[Sequence]) -> SamplingTensors:
         for seq in seqs:

@@ -126,11 +126,15 @@ class EagerGraph:
         self.num_replays += 1
 
 
-def test_padded_static_buffer_graphs_equal_eager(tiny):
+@pytest.mark.parametrize("num_scheduler_steps", [1, 3])
+def test_padded_static_buffer_graphs_equal_eager(tiny, num_scheduler_steps):
     """Mixed steps (prompts padded to 64 tokens and 4 sequences) and decode steps (padded
-    batches) through the graphs' static buffers give transformers' greedy tokens."""
+    batches; with 3 steps a launch, the decode steps after a launch's first share its block
+    tables) through the graphs' static buffers give transformers' greedy tokens."""
     model, engine_dir = tiny
-    engine = LLMEngine.from_engine_dir(engine_dir, device="cpu", max_num_tokens=24)
+    engine = LLMEngine.from_engine_dir(
+        engine_dir, device="cpu", max_num_tokens=24, num_scheduler_steps=num_scheduler_steps
+    )
     runner = engine.model_runner
     graphs = CudaGraphRunner(
         runner.model,
@@ -153,6 +157,8 @@ def test_padded_static_buffer_graphs_equal_eager(tiny):
     ]
     assert graphs.graphs[("mixed", 24)].num_replays > 0
     assert graphs.graphs[("decode", 2)].num_replays > 0
+    stats = engine.stats()
+    assert (stats["num_steps"] > stats["num_launches"]) == (num_scheduler_steps > 1)
 
 
 def test_graph_token_counts_double_up_to_the_step_budget():
