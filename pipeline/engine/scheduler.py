@@ -20,7 +20,7 @@ from pipeline.engine.sequence import Sequence, SequenceStatus
 POLICIES = ("guaranteed_no_evict", "max_utilization")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass is built ~2.5x slower, 64+ times a step
 class ScheduledSequence:
     seq: Sequence
     num_tokens: int  # tokens fed to the model this step: 1 to decode, a chunk to prefill
@@ -96,11 +96,9 @@ class Scheduler:
     def _num_tokens_to_run(self, seq: Sequence, budget: int) -> int:
         # wait for the host to see its pending tokens (overlap scheduling): a step can read only
         # the newest from the device, and a preempted sequence would recompute them all
-        if seq.num_pending_tokens and (
-            seq.is_ending or seq.needs_host_tokens or seq.num_uncomputed_tokens > 1
-        ):
-            return 0
         remaining = seq.num_uncomputed_tokens
+        if seq.num_pending_tokens and (remaining > 1 or seq.needs_host_tokens or seq.is_ending):
+            return 0
         if remaining <= budget:
             return remaining
         # a recomputed sequence may exceed max_num_tokens: it is chunked even when chunking is off
