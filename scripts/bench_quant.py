@@ -17,6 +17,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from pipeline.engine.quant.kv_cache import SCALE_SUFFIX
+from pipeline.engine.quant.primitives import FP8_MAX
 from pipeline.engine.quant.synthetic import QUANTIZATION, export_like_modelopt
 
 FORMATS = {  # --quant name -> TensorRT-LLM quant_algo (pipeline/quant/recipes.py)
@@ -24,6 +26,7 @@ FORMATS = {  # --quant name -> TensorRT-LLM quant_algo (pipeline/quant/recipes.p
     "int4_wo": "W4A16_AWQ",  # blockwise weight-only: no prequant scale
     "int4_awq": "W4A16_AWQ",
     "fp8": "FP8",
+    "fp8_kv": "FP8",  # and an FP8 KV cache (kv_cache_scaling_factor from K/V amax / 448)
 }
 LINEAR = re.compile(
     r"transformer\.layers\.\d+\.(attention\.(qkv|dense)|mlp\.(fc|gate|proj))\.weight"
@@ -104,7 +107,7 @@ def quantization_block(fmt: str, group_size: int) -> dict:
     (the embedding is not a linear, so it stays in the model dtype too)."""
     block = {
         **QUANTIZATION[FORMATS[fmt]],
-        "kv_cache_quant_algo": None,
+        "kv_cache_quant_algo": "FP8" if fmt.endswith("_kv") else None,
         "exclude_modules": ["lm_head"],
     }
     if "group_size" in block:
@@ -114,17 +117,24 @@ def quantization_block(fmt: str, group_size: int) -> dict:
 
 @torch.inference_mode()
 def activation_amax(model, prompts: list[list[int]]) -> dict[str, float]:
-    """Max |input| of every checkpoint linear (by prefix) over one forward of the prompts."""
+    """Max |input| of every checkpoint linear (by prefix) over one forward of the prompts, and
+    max |K|, |V| of each layer's attention (its prefix + ".kv": k_proj and v_proj outputs, before
+    RoPE, which keeps each rotated pair's norm)."""
     amax, hooks = {}, []
+
+    def keep(prefixes: list[str], x: torch.Tensor) -> None:
+        value = x.abs().amax().item()
+        amax.update({p: max(amax.get(p, 0.0), value) for p in prefixes})
+
     for i, layer in enumerate(model.model.layers):
         for module_name, linears in CALIBRATED.items():
             prefixes = [f"transformer.layers.{i}.{p}" for p in linears]
-
-            def record(module, args, prefixes=prefixes) -> None:
-                value = args[0].abs().amax().item()
-                amax.update({p: max(amax.get(p, 0.0), value) for p in prefixes})
-
-            hooks.append(layer.get_submodule(module_name).register_forward_pre_hook(record))
+            module = layer.get_submodule(module_name)
+            hooks.append(module.register_forward_pre_hook(lambda m, a, p=prefixes: keep(p, a[0])))
+        for proj in ("k_proj", "v_proj"):
+            prefixes = [f"transformer.layers.{i}.attention.kv"]
+            module = layer.get_submodule(f"self_attn.{proj}")
+            hooks.append(module.register_forward_hook(lambda m, a, y, p=prefixes: keep(p, y)))
     try:
         model(torch.tensor(prompts, device=model.device))
     finally:
@@ -153,6 +163,11 @@ def write_quantized_checkpoint(
                 FORMATS[fmt], prefix, tensor.to(device), smooth, act_amax[prefix], group_size
             )
             tensors |= {k: v.cpu() for k, v in exported.items()}
+            if fmt.endswith("_kv") and name.endswith("attention.qkv.weight"):
+                attention = prefix.removesuffix(".qkv")
+                tensors[f"{attention}.{SCALE_SUFFIX}"] = torch.tensor(
+                    [act_amax[f"{attention}.kv"] / FP8_MAX], dtype=torch.float32
+                )
     out_dir.mkdir(parents=True)
     save_file(tensors, out_dir / "rank0.safetensors", metadata={"format": "pt"})
     config["quantization"] = quantization_block(fmt, group_size)

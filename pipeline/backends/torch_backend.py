@@ -15,6 +15,7 @@ import pipeline
 from pipeline.checkpoint.trtllm_config import read_checkpoint_config
 from pipeline.engine.engine_config import ModelConfig
 from pipeline.engine.layers.linear import check_quantization
+from pipeline.engine.quant.kv_cache import check_kv_cache
 from pipeline.errors import ArtifactError, ConfigError, StageError
 
 log = logging.getLogger(__name__)
@@ -61,12 +62,7 @@ def check_checkpoint(cfg: dict, checkpoint_dir: Path) -> None:
         ) from exc
     quantization = cfg.get("quantization") or {}
     check_quantization(quantization)
-    if quantization.get("kv_cache_quant_algo") is not None:
-        raise ConfigError(
-            f"build: backend=torch keeps the KV cache in the model dtype; "
-            f"kv_cache_quant_algo={quantization['kv_cache_quant_algo']} is not "
-            f"supported; set quant.kv_cache=none or use backend=trtllm"
-        )
+    check_kv_cache(quantization)
     if not (checkpoint_dir / "rank0.safetensors").is_file():
         raise ArtifactError(
             f"build: {checkpoint_dir}/rank0.safetensors is missing; re-run convert with force=true"

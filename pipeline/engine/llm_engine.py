@@ -240,7 +240,7 @@ class LLMEngine:
         runner = self.model_runner
         layers, _, kv_heads, head_dim = runner.kv_layout
         ids = torch.tensor(token_ids, device=runner.device)
-        return prompt_logits(runner.model, ids, layers, kv_heads, head_dim, runner.dtype)
+        return prompt_logits(runner.model, ids, layers, kv_heads, head_dim, runner.kv_dtype)
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
@@ -267,6 +267,7 @@ class LLMEngine:
             "max_scheduler_steps": self.pacer.max_steps,
             "device": str(runner.device),
             "dtype": str(runner.dtype).removeprefix("torch."),
+            "kv_cache_dtype": str(runner.kv_dtype).removeprefix("torch."),
             "cuda_graph_batch_sizes": runner.graphs.batch_sizes if runner.graphs else [],
             "cuda_graph_token_counts": runner.graphs.token_counts if runner.graphs else [],
         } | self.timer.stats()

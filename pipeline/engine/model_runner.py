@@ -17,6 +17,7 @@ from pipeline.engine.layers.linear import kernel_counts
 from pipeline.engine.layers.sampler import Sampler, SamplingTensors
 from pipeline.engine.models import MODELS
 from pipeline.engine.phase_range import phase
+from pipeline.engine.quant.kv_cache import kv_cache_dtype
 from pipeline.engine.scheduler import ScheduledSequence
 from pipeline.engine.sequence import Sequence
 from pipeline.errors import ConfigError
@@ -46,6 +47,7 @@ class ModelRunner:
 
     def __init__(self, config: EngineConfig, weights: dict[str, torch.Tensor]):
         self.device, self.dtype = config.device, config.dtype
+        self.kv_dtype = kv_cache_dtype(config.model.quantization, config.dtype)
         self.block_size = config.block_size
         self.max_blocks_per_seq = -(-config.max_seq_len // config.block_size)
         m = config.model
@@ -56,7 +58,7 @@ class ModelRunner:
         self.num_kv_blocks = config.num_kv_blocks or self._default_num_kv_blocks(config)
         self.scratch_slot = self.num_kv_blocks * config.block_size  # first of the extra block
         self.kv_cache = torch.zeros(
-            self._kv_shape(self.num_kv_blocks + 1), dtype=self.dtype, device=self.device
+            self._kv_shape(self.num_kv_blocks + 1), dtype=self.kv_dtype, device=self.device
         )
         generator = torch.Generator(device=self.device)
         generator.seed()
@@ -90,13 +92,14 @@ class ModelRunner:
             )
             self._tokens_ring = PinnedRing(bs * self.max_scheduler_steps)
         logger.info(
-            "model runner: %s %s, %d KV blocks x %d tokens (%.2f GiB), linears %s, "
+            "model runner: %s %s, %d KV blocks x %d tokens (%s, %.2f GiB), linears %s, "
             "Triton kernels %s, CUDA graphs: decode %s, mixed %s, torch.compile %s, "
             "%d step(s) a launch (up to %d)",
             self.device,
             self.dtype,
             self.num_kv_blocks,
             self.block_size,
+            self.kv_dtype,
             self.kv_cache.nbytes / 2**30,
             kernel_counts(self.model),
             "on" if kernels.is_available(self.device) and not config.compile else "off",
@@ -126,7 +129,7 @@ class ModelRunner:
         return (layers, 2, num_blocks, block_size, kv_heads, head_dim)
 
     def _block_bytes(self) -> int:
-        return math.prod(self._kv_shape(1)) * self.dtype.itemsize
+        return math.prod(self._kv_shape(1)) * self.kv_dtype.itemsize
 
     def _default_num_kv_blocks(self, config: EngineConfig) -> int:
         if self.device.type != "cuda":
@@ -153,7 +156,7 @@ class ModelRunner:
         seq_len = min(num_tokens, max_seq_len)
         num_seqs = -(-num_tokens // seq_len)
         num_blocks = num_seqs * -(-seq_len // self.block_size)
-        cache = torch.zeros(self._kv_shape(num_blocks), dtype=self.dtype, device=self.device)
+        cache = torch.zeros(self._kv_shape(num_blocks), dtype=self.kv_dtype, device=self.device)
         torch.cuda.synchronize(self.device)
         torch.cuda.reset_peak_memory_stats(self.device)
         before = torch.cuda.memory_allocated(self.device)

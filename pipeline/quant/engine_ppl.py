@@ -19,14 +19,19 @@ from pipeline.quant.recipes import Recipe
 def check_engine_gate(recipe: Recipe, kv_cache: str, tp_size: int, pp_size: int) -> None:
     """quant.gate_runtime=engine needs a checkpoint the torch engine runs; refuse before work."""
     from pipeline.engine.layers.linear import check_quantization
+    from pipeline.engine.quant.kv_cache import KV_CACHE_DTYPES
+    from pipeline.quant.recipes import KV_CACHE_FORMATS
 
     problems = []
     try:
         check_quantization({"quant_algo": recipe.quant_algo})
     except ConfigError:
         problems.append(f"the torch engine has no {recipe.quant_algo} kernels ({recipe.name})")
-    if kv_cache != "none":
-        problems.append(f"it keeps the KV cache unquantized (quant.kv_cache={kv_cache})")
+    if kv_cache != "none" and (
+        kv_cache not in KV_CACHE_FORMATS
+        or KV_CACHE_FORMATS[kv_cache].kv_cache_quant_algo not in KV_CACHE_DTYPES
+    ):
+        problems.append(f"it has no {kv_cache} KV cache (quant.kv_cache={kv_cache})")
     if tp_size * pp_size != 1:
         problems.append(f"it runs tp_size=1, pp_size=1 only (got {tp_size}, {pp_size})")
     if problems:
@@ -39,6 +44,7 @@ def check_engine_gate(recipe: Recipe, kv_cache: str, tp_size: int, pp_size: int)
 def engine_logits_fn(ckpt_dir: Path, device: torch.device) -> LogitsFn:
     from pipeline.engine.engine_config import DTYPES, ModelConfig
     from pipeline.engine.models import MODELS
+    from pipeline.engine.quant.kv_cache import kv_cache_dtype
     from pipeline.engine.scoring import prompt_logits
 
     pretrained = json.loads((ckpt_dir / "config.json").read_text())
@@ -52,10 +58,12 @@ def engine_logits_fn(ckpt_dir: Path, device: torch.device) -> LogitsFn:
         pretrained["max_position_embeddings"],
     )
 
+    kv_dtype = kv_cache_dtype(config.quantization, dtype)
+
     def logits(ids: torch.Tensor) -> torch.Tensor:
         # [B, S] -> [B, S, V]
         return prompt_logits(
-            model, ids.to(device), config.num_layers, config.num_kv_heads, config.head_dim, dtype
+            model, ids.to(device), config.num_layers, config.num_kv_heads, config.head_dim, kv_dtype
         )
 
     return logits

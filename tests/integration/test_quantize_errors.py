@@ -77,7 +77,7 @@ def test_none_is_converts_checkpoint(session_workdir, smollm_ckpt_dir):
     "overrides,expected",
     [
         (["quant=nvfp4"], "the torch engine has no NVFP4 kernels"),
-        (["quant=fp8", "quant.kv_cache=fp8"], "keeps the KV cache unquantized"),
+        (["quant=fp8", "quant.kv_cache=int8"], "has no int8 KV cache"),
         (["quant=int8_wo", "parallel.tp_size=3"], "runs tp_size=1, pp_size=1 only"),
     ],
 )

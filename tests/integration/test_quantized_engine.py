@@ -37,6 +37,11 @@ FORMATS = {  # exported quant_algo: (modelopt config, tolerance)
     "W4A16_AWQ": ("INT4_AWQ_CFG", 1.5e-2),
     "W4A8_AWQ": ("W4A8_AWQ_BETA_CFG", 3e-2),
 }
+KV_FP8 = "FP8+KV"  # FP8 linears and an FP8 KV cache: the quantize stage's quant.kv_cache=fp8
+KV_QUANTIZER = {  # what pipeline.quant.ptq adds for it
+    "quantizer_name": "*[kv]_bmm_quantizer",
+    "cfg": {"num_bits": (4, 3), "axis": None},
+}
 GROUPS = {  # checkpoint prefixes (fused) -> HF modules in the same order
     ("attention.qkv",): ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
     ("attention.dense",): ("self_attn.o_proj",),
@@ -56,13 +61,16 @@ def with_block_size(cfg: dict, block: int) -> dict:
     return cfg
 
 
-@pytest.fixture(scope="module", params=list(FORMATS))
+@pytest.fixture(scope="module", params=[*FORMATS, KV_FP8])
 def exported(request, smollm_hf_dir, tmp_path_factory):
     import modelopt.torch.quantization as mtq
     from modelopt.torch.export import export_tensorrt_llm_checkpoint
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    algo = request.param
+    algo, kv_cache = request.param.removesuffix("+KV"), request.param.endswith("+KV")
+    quant_cfg = with_block_size(getattr(mtq, FORMATS[algo][0]), 64)
+    if kv_cache:
+        quant_cfg["quant_cfg"].append(KV_QUANTIZER)
     config = AutoConfig.from_pretrained(smollm_hf_dir)
     config.num_hidden_layers = NUM_LAYERS
     model = AutoModelForCausalLM.from_pretrained(
@@ -72,11 +80,7 @@ def exported(request, smollm_hf_dir, tmp_path_factory):
         0, config.vocab_size, (4, 2, 32), generator=torch.Generator().manual_seed(0)
     )
     with torch.no_grad():
-        mtq.quantize(
-            model,
-            with_block_size(getattr(mtq, FORMATS[algo][0]), 64),
-            lambda m: [m(batch) for batch in calib],
-        )
+        mtq.quantize(model, quant_cfg, lambda m: [m(batch) for batch in calib])
     out = tmp_path_factory.mktemp(algo)
     export_tensorrt_llm_checkpoint(
         model,
@@ -86,6 +90,7 @@ def exported(request, smollm_hf_dir, tmp_path_factory):
         inference_tensor_parallel=1,
     )
     quantization = json.loads((out / "config.json").read_text())["quantization"]
+    assert quantization["kv_cache_quant_algo"] == ("FP8" if kv_cache else None)
     return algo, model, load_file(out / "rank0.safetensors"), quantization, out
 
 
@@ -159,7 +164,9 @@ def test_quantized_engine_logits_match_modelopt_fake_quant_model(exported, smoll
     logits within 4e-2 relative of the fake-quant model's and the same argmax at >= 90% of the
     40 positions. Measured: W8A16 1.7e-2 / 100%, W8A8_SQ 1.8e-2 / 100%, FP8 2.5e-2 / 100%,
     W4A16_AWQ 1.7e-2 / 95%, W4A8_AWQ 2.3e-2 / 97.5%: the per-linear differences above, through
-    two layers and the lm_head, plus bf16 rounding in norms and attention."""
+    two layers and the lm_head, plus bf16 rounding in norms and attention. FP8+KV 2.6e-2 / 100%:
+    the engine's cache holds fp8 codes (one scale for K and V, as exported) where the fake-quant
+    model rounds K and V to fp8 with a scale each."""
     from types import SimpleNamespace
 
     from pipeline.backends.torch_backend import TorchBackend
@@ -179,3 +186,30 @@ def test_quantized_engine_logits_match_modelopt_fake_quant_model(exported, smoll
     rel = ((logits - expected).norm() / expected.norm()).item()
     same_argmax = (logits.argmax(-1) == expected.argmax(-1)).float().mean().item()
     assert rel < 4e-2 and same_argmax >= 0.9, f"{algo}: rel {rel:.2e}, argmax {same_argmax:.2f}"
+
+
+def test_fp8_kv_cache_decode_agrees_with_its_prefill(exported, smollm_hf_dir, tmp_path):
+    """Decode steps (paged decode attention over the fp8 cache, codes stored a token at a time)
+    pick the tokens that one prefill over the whole sequence (varlen attention, the codes stored
+    at once) picks: the two read and write the cache alike."""
+    from types import SimpleNamespace
+
+    from pipeline.backends.torch_backend import TorchBackend
+    from pipeline.engine import LLMEngine, SamplingParams
+    from pipeline.specs.build import BuildSpec
+
+    _, _, _, quantization, ckpt_dir = exported
+    if quantization["kv_cache_quant_algo"] is None:
+        pytest.skip("no quantized KV cache")
+    spec = SimpleNamespace(
+        build=BuildSpec(max_batch_size=2, max_input_len=64, max_seq_len=64),
+        deploy=None,
+        backend=SimpleNamespace(device="cpu"),
+    )
+    TorchBackend(spec).build(ckpt_dir, smollm_hf_dir, tmp_path)
+    engine = LLMEngine.from_engine_dir(tmp_path, device="cpu")
+    assert engine.stats()["kv_cache_dtype"] == "float8_e4m3fn"
+    prompt = torch.randint(0, 49152, (12,), generator=torch.Generator().manual_seed(3)).tolist()
+    [out] = engine.generate([prompt], SamplingParams(max_tokens=10, ignore_eos=True))
+    logits = engine.prompt_logits([prompt + out.token_ids])[0]  # [22, vocab]
+    assert logits[len(prompt) - 1 : -1].argmax(-1).tolist() == out.token_ids

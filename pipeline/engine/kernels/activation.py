@@ -29,7 +29,7 @@ def _silu_and_mul_kernel(
     silu = (g32 / (1.0 + tl.exp(-g32))).to(gate.dtype)  # rounded like F.silu's output
     y = (silu.to(tl.float32) * up.to(tl.float32)).to(gate.dtype)
     if QUANTIZE:
-        y = saturate_fp8(y, scale_ptr)
+        y = saturate_fp8(y, tl.load(scale_ptr))
     tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 

@@ -11,10 +11,10 @@ FP8_MAX = tl.constexpr(448.0)  # torch.finfo(torch.float8_e4m3fn).max
 
 
 @triton.jit
-def saturate_fp8(x, scale_ptr):
+def saturate_fp8(x, scale):
     """x / scale in fp32, saturated to e4m3's range (the store casts it): quantize_fp8's math,
-    shared by the kernels that write an FP8 linear's input (rmsnorm, activation)."""
-    q = x.to(tl.float32) / tl.load(scale_ptr)
+    shared by the kernels that write fp8 (an FP8 linear's input, the FP8 KV cache)."""
+    q = x.to(tl.float32) / scale
     return tl.minimum(tl.maximum(q, -FP8_MAX), FP8_MAX)
 
 
@@ -37,7 +37,7 @@ def _quantize_fp8_kernel(
     if HAS_PREQUANT:  # rounded like x * prequant in x's dtype
         p = tl.load(prequant_ptr + offs, mask=mask, other=0.0)
         x = (x.to(tl.float32) * p.to(tl.float32)).to(x.dtype)
-    q = saturate_fp8(x, scale_ptr)
+    q = saturate_fp8(x, tl.load(scale_ptr))
     tl.store(out_ptr + row * stride_o + offs, q.to(out_ptr.dtype.element_ty), mask=mask)
 
 

@@ -5,6 +5,8 @@ with an online softmax for all query heads of its kv head (padded to 16 rows for
 With more than one split (long contexts, few sequences) the partial results are merged by a
 second small kernel, flash-decoding style, so a batch of one still fills the GPU; with one (a
 large batch) the program writes the output itself, and there is no second kernel.
+An fp8 cache (quant.kv_cache) is read as codes: kv_scale multiplies the softmax scale (K) and the
+output (V; a split's partial too, which the merge then averages linearly).
 """
 
 import torch
@@ -27,6 +29,7 @@ def _decode_kernel(
     max_ptr,
     sum_ptr,
     scale,
+    out_scale,
     group,
     stride_qb,
     stride_qh,
@@ -103,7 +106,7 @@ def _decode_kernel(
         m_i = m_new
     out_rows = out_ptr + seq * stride_ob + split * stride_os + heads[:, None] * stride_oh
     l_safe = tl.where(l_i > 0, l_i, 1.0)  # a split past the context has no keys: acc is 0
-    result = (acc / l_safe[:, None]).to(out_ptr.dtype.element_ty)
+    result = (acc / l_safe[:, None] * out_scale).to(out_ptr.dtype.element_ty)
     tl.store(out_rows + dims[None, :], result, mask=row_mask[:, None])
     if IS_SPLIT:
         stat = seq * stride_mb + heads * stride_mh + split
@@ -163,9 +166,11 @@ def paged_decode_attention(
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    kv_scale: float | None = None,
 ) -> torch.Tensor:
-    # q [B, H, D]; caches [NB, BS, Hkv, D]; block_tables [B, M] int32; context_lens [B] int32
-    # -> [B, H, D]. The split count depends only on shapes, so CUDA graphs can capture it.
+    # q [B, H, D]; caches [NB, BS, Hkv, D] (fp8 codes when kv_scale is set); block_tables [B, M];
+    # context_lens [B] -> [B, H, D]. The split count depends only on shapes, so CUDA graphs can
+    # capture it.
     batch, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     assert q.stride(-1) == 1 and k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
@@ -204,7 +209,8 @@ def paged_decode_attention(
         dest,
         maxes,
         sums,
-        scale,
+        scale if kv_scale is None else scale * kv_scale,
+        1.0 if kv_scale is None else kv_scale,
         group,
         q.stride(0),
         q.stride(1),

@@ -7,6 +7,8 @@ are what the kernel tests compare against.
 import torch
 from torch.nn import functional as F
 
+from pipeline.engine.quant.kv_cache import quantize_kv
+
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     # x [T, H], weight [H] -> [T, H]: normalize in fp32, round to x.dtype, then scale
@@ -49,8 +51,13 @@ def store_kv(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    kv_scale: float | None = None,
 ) -> None:
-    # k, v [T, Hkv, D]; caches [NB, BS, Hkv, D]; slot_mapping [T] (block * BS + offset) -> in place
+    # k, v [T, Hkv, D]; caches [NB, BS, Hkv, D]; slot_mapping [T] (block * BS + offset);
+    # kv_scale: the caches hold fp8 codes of k / kv_scale, v / kv_scale -> in place
+    if kv_scale is not None:  # index_copy_ has no fp8 kernel: copy the codes' bytes
+        k, v = (quantize_kv(x, kv_scale).view(torch.uint8) for x in (k, v))
+        k_cache, v_cache = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
     k_cache.view(-1, *k.shape[1:]).index_copy_(0, slot_mapping.long(), k)
     v_cache.view(-1, *v.shape[1:]).index_copy_(0, slot_mapping.long(), v)
 
@@ -62,18 +69,20 @@ def paged_decode_attention(
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    kv_scale: float | None = None,
 ) -> torch.Tensor:
-    # q [B, H, D]; caches [NB, BS, Hkv, D]; block_tables [B, M] int32; context_lens [B] int32
-    # -> [B, H, D]: each sequence's one query attends to its first context_lens keys, in fp32
+    # q [B, H, D]; caches [NB, BS, Hkv, D]; block_tables [B, M]; context_lens [B] -> [B, H, D]:
+    # each sequence's one query attends to its first context_lens keys, in fp32
     one_token_each = torch.arange(q.shape[0] + 1, dtype=torch.int32, device=q.device)
     out = varlen_attention(
         q.float(),
-        k_cache.float(),
-        v_cache.float(),
+        k_cache,
+        v_cache,
         block_tables,
         one_token_each,
         context_lens,
         scale,
+        kv_scale,
     )
     return out.to(q.dtype)
 
@@ -86,11 +95,16 @@ def varlen_attention(
     query_start: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    kv_scale: float | None = None,
 ) -> torch.Tensor:
-    # q [T, H, D] packed; caches [NB, BS, Hkv, D]; block_tables [B, M]; query_start [B + 1];
+    # q [T, H, D] packed; caches [NB, BS, Hkv, D] (q's dtype, or fp8 codes when kv_scale is
+    # set: K = codes * kv_scale, likewise V); block_tables [B, M]; query_start [B + 1];
     # context_lens [B] -> [T, H, D]. One SDPA per sequence (reads the lengths on the host);
-    # sequences with no query tokens (CUDA-graph padding) are skipped.
+    # sequences with no query tokens (CUDA-graph padding) are skipped. Codes are read as they
+    # are, kv_scale folded into the softmax scale and the output, as the kernels do.
     block_size = k_cache.shape[1]
+    if kv_scale is not None:
+        scale *= kv_scale
     out = torch.empty_like(q)
     starts, ctx_lens = query_start.tolist(), context_lens.tolist()
     for i, ctx_len in enumerate(ctx_lens):
@@ -98,8 +112,8 @@ def varlen_attention(
         if q_len == 0:
             continue
         blocks = block_tables[i, : -(-ctx_len // block_size)].long()
-        k = k_cache[blocks].flatten(0, 1)[:ctx_len].transpose(0, 1)  # [Hkv, ctx, D]
-        v = v_cache[blocks].flatten(0, 1)[:ctx_len].transpose(0, 1)
+        k = k_cache[blocks].flatten(0, 1)[:ctx_len].transpose(0, 1).to(q.dtype)  # [Hkv, ctx, D]
+        v = v_cache[blocks].flatten(0, 1)[:ctx_len].transpose(0, 1).to(q.dtype)
         qi = q[start : start + q_len].transpose(0, 1)  # [H, q_len, D]
         if q_len == ctx_len:
             o = F.scaled_dot_product_attention(
@@ -112,5 +126,5 @@ def varlen_attention(
             o = F.scaled_dot_product_attention(
                 qi, k, v, attn_mask=mask, scale=scale, enable_gqa=True
             )
-        out[start : start + q_len] = o.transpose(0, 1)
+        out[start : start + q_len] = o.transpose(0, 1) * (1.0 if kv_scale is None else kv_scale)
     return out

@@ -45,7 +45,7 @@ def _rmsnorm_kernel(
     w = tl.load(weight_ptr + cols, mask=mask, other=0.0)
     y = (normed.to(tl.float32) * w.to(tl.float32)).to(x.dtype)
     if QUANTIZE:
-        y = saturate_fp8(y, scale_ptr)
+        y = saturate_fp8(y, tl.load(scale_ptr))
     tl.store(out_ptr + row * stride_o + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 

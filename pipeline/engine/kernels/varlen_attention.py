@@ -12,6 +12,8 @@ sequences, so the grid depends only on shapes; a program finds its sequence by b
 over the tile starts (query_start[b] // BLOCK_Q + b) and exits when its tile is past the end.
 Keys come BLOCK_N at a time, gathered token by token through the block table, so any cache
 block size works. FlashAttention-2 online softmax in fp32 (exp2, log2(e) folded into the scale).
+An fp8 cache (quant.kv_cache) is read as codes: kv_scale multiplies the softmax scale (K) and the
+output (V).
 """
 
 import torch
@@ -48,6 +50,7 @@ def _varlen_attention_kernel(
     context_lens_ptr,
     out_ptr,
     scale_log2,
+    out_scale,
     group,
     num_seqs,
     head_dim,
@@ -131,7 +134,7 @@ def _varlen_attention_kernel(
         ).to(DOT_DTYPE)
         acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), v, input_precision=DOT_PRECISION)
         m_i = m_new
-    out = acc / l_i[:, None]
+    out = acc / l_i[:, None] * out_scale
     tl.store(
         out_ptr
         + (q_start + q_tok)[:, None] * stride_ot
@@ -156,9 +159,10 @@ def varlen_attention(
     query_start: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    kv_scale: float | None = None,
 ) -> torch.Tensor:
-    # q [T, H, D] packed; caches [NB, BS, Hkv, D]; block_tables [B, M] int32;
-    # query_start [B + 1] int32 (cumulative query lengths); context_lens [B] int32 -> [T, H, D]
+    # q [T, H, D] packed; caches [NB, BS, Hkv, D] (fp8 codes when kv_scale is set); block_tables
+    # [B, M]; query_start [B + 1] (cumulative query lengths); context_lens [B] -> [T, H, D]
     num_tokens, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     assert q.stride(-1) == 1 and k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
@@ -178,7 +182,8 @@ def varlen_attention(
         query_start,
         context_lens,
         out,
-        scale * LOG2_E,
+        scale * LOG2_E * (1.0 if kv_scale is None else kv_scale),
+        1.0 if kv_scale is None else kv_scale,
         group,
         num_seqs,
         head_dim,

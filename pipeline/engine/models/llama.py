@@ -16,6 +16,7 @@ from pipeline.engine.layers.linear import build_linear
 from pipeline.engine.layers.rmsnorm import RMSNorm
 from pipeline.engine.layers.rotary import RotaryEmbedding
 from pipeline.engine.quant.fp8_linear import fused_input_scale
+from pipeline.engine.quant.kv_cache import SCALE_SUFFIX
 from pipeline.errors import ArtifactError
 
 
@@ -49,7 +50,10 @@ class LlamaAttention(nn.Module):
         quant = cfg.quantization
         self.qkv = build_linear(weights, [f"{prefix}.qkv"], quant, dtype, device)
         self.dense = build_linear(weights, [f"{prefix}.dense"], quant, dtype, device)
-        self.attn = Attention(cfg.head_dim, rotary, device)
+        kv_scale = None
+        if quant.get("kv_cache_quant_algo") is not None:  # one host read, at load
+            kv_scale = _tensor(weights, f"{prefix}.{SCALE_SUFFIX}", torch.float32, device).item()
+        self.attn = Attention(cfg.head_dim, rotary, device, kv_scale)
 
     def forward(self, x: torch.Tensor, meta: BatchMetadata, kv_cache: torch.Tensor) -> torch.Tensor:
         # x [T, hidden]; kv_cache [2, NB, BS, Hkv, D] -> [T, hidden]

@@ -73,8 +73,8 @@ def test_build_limits_are_checked_before_work(tmp_path, override, match):
         ({"hidden_act": "gelu"}, "hidden_act"),
         ({"quantization": {"quant_algo": "NVFP4"}}, "NVFP4"),
         (
-            {"quantization": {"quant_algo": None, "kv_cache_quant_algo": "FP8"}},
-            "quant.kv_cache=none",
+            {"quantization": {"quant_algo": None, "kv_cache_quant_algo": "INT8"}},
+            "kv_cache_quant_algo=INT8 is not supported: quantize with quant.kv_cache=fp8",
         ),
     ],
 )

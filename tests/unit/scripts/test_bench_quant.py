@@ -34,7 +34,7 @@ LINEARS = {  # prefix -> (out, in)
 }
 # relative error vs the bf16 weights; measured 7e-3, 0.11, 0.11, 4.2e-2 (round to nearest of
 # N(0, 1) weights: int4's step is amax / 7, fp8 keeps 3 mantissa bits)
-TOLERANCE = {"int8_wo": 1e-2, "int4_wo": 0.15, "int4_awq": 0.15, "fp8": 6e-2}
+TOLERANCE = {"int8_wo": 1e-2, "int4_wo": 0.15, "int4_awq": 0.15, "fp8": 6e-2, "fp8_kv": 6e-2}
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +60,7 @@ def bf16_ckpt(tmp_path_factory):
 def test_quantized_checkpoint_runs_fast_kernels_close_to_bf16(fmt, bf16_ckpt, tmp_path):
     src, dense = bf16_ckpt
     amax = {p: 4.0 for p in LINEARS}  # x below is N(0, 1): 4 sigma
+    amax["transformer.layers.0.attention.kv"] = 8.0
     out = bench_quant.write_quantized_checkpoint(src, fmt, amax, tmp_path / fmt, "cpu")
     quantization = json.loads((out / "config.json").read_text())["quantization"]
     tensors = load_file(out / "rank0.safetensors")
@@ -68,6 +69,12 @@ def test_quantized_checkpoint_runs_fast_kernels_close_to_bf16(fmt, bf16_ckpt, tm
     if fmt.startswith("int4"):
         assert quantization["group_size"] == 64
         assert quantization["pre_quant_scale"] == (fmt == "int4_awq")
+    kv_scale = tensors.get("transformer.layers.0.attention.kv_cache_scaling_factor")
+    if fmt == "fp8_kv":
+        assert quantization["kv_cache_quant_algo"] == "FP8"
+        assert torch.equal(kv_scale, torch.tensor([8.0 / 448]))
+    else:
+        assert quantization["kv_cache_quant_algo"] is None and kv_scale is None
     has_prequant = any(k.endswith("prequant_scaling_factor") for k in tensors)
     assert has_prequant == (fmt == "int4_awq")
     for name in ("lm_head.weight", "transformer.vocab_embedding.weight", "transformer.ln_f.weight"):

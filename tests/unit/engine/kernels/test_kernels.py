@@ -110,6 +110,30 @@ def test_rotary_store_kv_matches_rotary_then_store(kernel_device, assert_close, 
     assert not flat_k[untouched].any() and not flat_v[untouched].any()  # padding row: no write
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rotary_store_kv_writes_fp8_codes_into_an_fp8_cache(kernel_device, assert_close, dtype):
+    from pipeline.engine.kernels import rotary_kv_store
+    from pipeline.engine.quant.kv_cache import quantize_kv
+
+    torch.manual_seed(0)
+    cos, sin = rotary_tables(kernel_device, dtype, 64)
+    positions = torch.tensor([0, 5, 299, 17], device=kernel_device)
+    slots = torch.tensor([9, 0, 31, 14], device=kernel_device)
+    q = torch.randn(4, 9, 64, device=kernel_device).to(dtype)
+    k, v = (torch.randn(4, 3, 64, device=kernel_device).to(dtype) * 4 for _ in range(2))
+    k_cache = torch.zeros(4, 8, 3, 64, dtype=torch.float8_e4m3fn, device=kernel_device)
+    v_cache = torch.zeros_like(k_cache)
+    scale = 0.02  # |K| up to ~16: the tails saturate at 448 codes
+    q_rot = rotary_kv_store.rotary_store_kv(
+        positions, q, k, v, cos, sin, k_cache, v_cache, slots, scale
+    )
+    q_ref, k_ref = reference.rotary_neox(positions, q, k, cos, sin)
+    assert_close(q_rot, q_ref)
+    flat_k, flat_v = k_cache.view(-1, 3, 64), v_cache.view(-1, 3, 64)
+    assert_same_fp8(flat_k[slots], quantize_kv(k_ref, scale))
+    assert_same_fp8(flat_v[slots], quantize_kv(v, scale))
+
+
 def paged_cache(
     kernel_device,
     dtype,
@@ -117,15 +141,18 @@ def paged_cache(
     block_size: int = 16,
     num_kv_heads: int = 3,
     head_dim: int = 64,
+    kv_scale: float | None = None,
 ):
-    """A cache with shuffled block ownership and random K/V in each sequence's slots."""
+    """A cache with shuffled block ownership and random K/V in each sequence's slots (fp8 codes
+    of K/V / kv_scale when set)."""
     torch.manual_seed(0)
     per_seq = [-(-n // block_size) for n in context_lens]
     num_blocks = sum(per_seq) + 2
     order = torch.randperm(num_blocks).tolist()
     tables = torch.zeros(len(context_lens), max(per_seq) + 1, dtype=torch.int32)
+    cache_dtype = dtype if kv_scale is None else torch.float8_e4m3fn
     k_cache = torch.zeros(
-        num_blocks, block_size, num_kv_heads, head_dim, dtype=dtype, device=kernel_device
+        num_blocks, block_size, num_kv_heads, head_dim, dtype=cache_dtype, device=kernel_device
     )
     v_cache = torch.zeros_like(k_cache)
     for b, n in enumerate(context_lens):
@@ -138,28 +165,30 @@ def paged_cache(
         k, v = (
             torch.randn(n, num_kv_heads, head_dim, device=kernel_device).to(dtype) for _ in range(2)
         )
-        reference.store_kv(k, v, k_cache, v_cache, slots)
+        reference.store_kv(k, v, k_cache, v_cache, slots, kv_scale)
     return k_cache, v_cache, tables.to(kernel_device)
 
 
+@pytest.mark.parametrize("kv_scale", [None, 0.02], ids=["cache-dtype", "fp8-cache"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "context_lens",
     [[1, 16, 17, 70], [300], [1 + (37 * i) % 90 for i in range(48)]],
     ids=["batch", "one-long", "one-split"],
 )
-def test_paged_decode_attention_matches_reference(kernel_device, dtype, context_lens):
+def test_paged_decode_attention_matches_reference(kernel_device, dtype, context_lens, kv_scale):
     from pipeline.engine.kernels import paged_attention
 
     # one-split: 48 sequences x 3 kv heads fill the GPU: one program a head, no merge kernel
     max_blocks = -(-max(context_lens) // 16) + 1  # paged_cache's table width
     num_splits = paged_attention.num_splits_for(len(context_lens), 3, max_blocks)
     assert (num_splits == 1) == (len(context_lens) == 48)
-    k_cache, v_cache, tables = paged_cache(kernel_device, dtype, context_lens)
+    k_cache, v_cache, tables = paged_cache(kernel_device, dtype, context_lens, kv_scale=kv_scale)
     q = torch.randn(len(context_lens), 9, 64, device=kernel_device).to(dtype)  # GQA: 9 / 3
     lens = torch.tensor(context_lens, dtype=torch.int32, device=kernel_device)
-    out = paged_attention.paged_decode_attention(q, k_cache, v_cache, tables, lens, 0.125)
-    ref = reference.paged_decode_attention(q, k_cache, v_cache, tables, lens, 0.125)
+    args = (q, k_cache, v_cache, tables, lens, 0.125, kv_scale)
+    out = paged_attention.paged_decode_attention(*args)
+    ref = reference.paged_decode_attention(*args)
     tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
     torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
 
@@ -172,6 +201,7 @@ def test_paged_decode_split_count_fills_the_gpu_but_not_past_the_blocks(kernel_d
     assert num_splits_for(batch=256, num_kv_heads=8, max_blocks=64) == 1
 
 
+@pytest.mark.parametrize("kv_scale", [None, 0.02], ids=["cache-dtype", "fp8-cache"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "num_heads, num_kv_heads, head_dim, block_size",
@@ -179,7 +209,7 @@ def test_paged_decode_split_count_fills_the_gpu_but_not_past_the_blocks(kernel_d
     ids=["gqa3-bs16", "gqa4-d128-bs32", "mha-d80-bs8"],
 )
 def test_varlen_attention_matches_the_per_sequence_loop(
-    kernel_device, dtype, num_heads, num_kv_heads, head_dim, block_size
+    kernel_device, dtype, num_heads, num_kv_heads, head_dim, block_size, kv_scale
 ):
     """A mixed batch: a fresh prompt, decode rows, a chunk after a cached prefix, a prompt over
     several query tiles; against the reference (SDPA per sequence, the CPU path) in float32."""
@@ -188,14 +218,18 @@ def test_varlen_attention_matches_the_per_sequence_loop(
     query_lens = [5, 1, 30, 100, 1]
     context_lens = [5, 70, 47, 100, 1]
     k_cache, v_cache, tables = paged_cache(
-        kernel_device, dtype, context_lens, block_size, num_kv_heads, head_dim
+        kernel_device, dtype, context_lens, block_size, num_kv_heads, head_dim, kv_scale
     )
     q = torch.randn(sum(query_lens), num_heads, head_dim, device=kernel_device).to(dtype)
     starts = torch.tensor([0, *query_lens], device=kernel_device).cumsum(0).int()
     lens = torch.tensor(context_lens, dtype=torch.int32, device=kernel_device)
-    out = varlen_attention.varlen_attention(q, k_cache, v_cache, tables, starts, lens, 0.1)
+    out = varlen_attention.varlen_attention(
+        q, k_cache, v_cache, tables, starts, lens, 0.1, kv_scale
+    )
+    if kv_scale is None:  # float32 caches for the reference; fp8 codes it reads as they are
+        k_cache, v_cache = k_cache.float(), v_cache.float()
     ref = reference.varlen_attention(
-        q.float(), k_cache.float(), v_cache.float(), tables, starts, lens, 0.1
+        q.float(), k_cache, v_cache, tables, starts, lens, 0.1, kv_scale
     )
     tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
     torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol)

@@ -1,8 +1,10 @@
+import pytest
 import torch
 from torch.nn import functional as F
 
 from pipeline.engine.kernels.reference import store_kv, varlen_attention
 from pipeline.engine.layers.attention import paged_decode_attention
+from pipeline.engine.quant.kv_cache import quantize_kv
 
 H, HKV, D, BS, NB = 4, 2, 8, 4, 16
 
@@ -17,9 +19,11 @@ def reference(q, k, v):
     return torch.einsum("hqk,khd->qhd", weights, v)
 
 
-def paged(lengths, generator):
-    """Random K/V for sequences of these lengths, scattered over shuffled cache blocks."""
-    k_cache, v_cache = torch.zeros(NB, BS, HKV, D), torch.zeros(NB, BS, HKV, D)
+def paged(lengths, generator, kv_scale=None):
+    """Random K/V for sequences of these lengths, scattered over shuffled cache blocks (fp8 codes
+    of K/V / kv_scale when set)."""
+    dtype = torch.float32 if kv_scale is None else torch.float8_e4m3fn
+    k_cache, v_cache = (torch.zeros(NB, BS, HKV, D, dtype=dtype) for _ in range(2))
     free = torch.randperm(NB, generator=generator).tolist()
     tables, kvs = [], []
     for n in lengths:
@@ -29,7 +33,7 @@ def paged(lengths, generator):
             torch.randn(n, HKV, D, generator=generator),
         )
         slots = torch.tensor([table[p // BS] * BS + p % BS for p in range(n)])
-        store_kv(k, v, k_cache, v_cache, slots)
+        store_kv(k, v, k_cache, v_cache, slots, kv_scale)
         tables.append(table)
         kvs.append((k, v))
     width = max(len(t) for t in tables)
@@ -73,3 +77,49 @@ def test_sdpa_causal_agrees_with_reference():
         q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True
     ).transpose(0, 1)
     torch.testing.assert_close(out, reference(q, k, v))
+
+
+def dequantized(kv, scale):
+    return tuple(quantize_kv(x, scale).float() * scale for x in kv)
+
+
+def test_an_fp8_cache_holds_the_codes_of_k_and_v_over_the_scale():
+    g = torch.Generator().manual_seed(3)
+    k_cache, v_cache, tables, kvs = paged([5, 12], g, kv_scale=0.02)  # 3 sd = 150 codes
+    assert k_cache.dtype == torch.float8_e4m3fn
+    k, v = kvs[1]
+    slots = [tables[1, p // BS].item() * BS + p % BS for p in range(12)]
+    assert torch.equal(k_cache.view(-1, HKV, D)[slots].float(), quantize_kv(k, 0.02).float())
+    assert torch.equal(v_cache.view(-1, HKV, D)[slots].float(), quantize_kv(v, 0.02).float())
+
+
+@pytest.mark.parametrize("kv_scale", [0.02, 0.004])  # 0.004: the tails saturate at 448 codes
+def test_attention_over_fp8_codes_is_attention_over_their_dequantized_values(kv_scale):
+    """The scale folded into the softmax scale and the output (no dequantized copy) computes
+    attention over codes * scale: decode (the CPU layer path) and varlen (the reference)."""
+    g = torch.Generator().manual_seed(4)
+    lengths, query_lens = [7, 10, 1], [7, 3, 0]
+    k_cache, v_cache, tables, kvs = paged(lengths, g, kv_scale)
+    lens = torch.tensor(lengths, dtype=torch.int32)
+    q = torch.randn(3, H, D, generator=g)
+    out = paged_decode_attention(q, k_cache, v_cache, tables, lens, D**-0.5, kv_scale)
+    for i, kv in enumerate(kvs):
+        torch.testing.assert_close(out[i], reference(q[i : i + 1], *dequantized(kv, kv_scale))[0])
+    q = torch.randn(sum(query_lens), H, D, generator=g)
+    starts = torch.tensor([0, 7, 10, 10], dtype=torch.int32)
+    out = varlen_attention(q, k_cache, v_cache, tables, starts, lens, D**-0.5, kv_scale)
+    torch.testing.assert_close(out[:7], reference(q[:7], *dequantized(kvs[0], kv_scale)))
+    torch.testing.assert_close(out[7:], reference(q[7:], *dequantized(kvs[1], kv_scale)))
+
+
+def test_fp8_cache_attention_stays_near_the_unquantized():
+    """e4m3 keeps 3 mantissa bits: attention outputs move by a few percent, not more."""
+    lengths = [9, 16]
+    q = torch.randn(2, H, D, generator=torch.Generator().manual_seed(6))
+    lens = torch.tensor(lengths, dtype=torch.int32)
+    outs = []
+    for kv_scale in (None, 4.0 / 448):  # K/V amax ~4 (random normal): the calibrated scale
+        k_cache, v_cache, tables, _ = paged(lengths, torch.Generator().manual_seed(5), kv_scale)
+        outs.append(paged_decode_attention(q, k_cache, v_cache, tables, lens, D**-0.5, kv_scale))
+    error = ((outs[1] - outs[0]).norm() / outs[0].norm()).item()
+    assert 0 < error < 0.05
