@@ -99,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quant", default="", help="formats for the first model, e.g. int8_wo")
     parser.add_argument("--num-requests", type=int, default=512)
     parser.add_argument("--max-batch-size", type=int, help="default: the workload's (512)")
+    parser.add_argument("--input-len", type=int, help="prompt tokens (default: the workload's 128)")
+    parser.add_argument("--output-len", type=int, help="new tokens (default: the workload's 128)")
     parser.add_argument(
         "--variant",
         action="append",
@@ -130,7 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     work = replace(
         TINY_WORKLOAD if args.tiny else Workload(),
         num_requests=args.num_requests,
-        **({"max_batch_size": args.max_batch_size} if args.max_batch_size else {}),
+        **{
+            key: getattr(args, key)
+            for key in ("max_batch_size", "input_len", "output_len")
+            if getattr(args, key)
+        },
     )
     # label -> (tree, engine runtime options)
     runs = {"after": (REPO, {}), **({"before": (args.before_tree, {})} if args.before_tree else {})}

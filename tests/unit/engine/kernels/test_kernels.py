@@ -33,13 +33,13 @@ def test_silu_and_mul_matches_reference(kernel_device, assert_close, dtype):
     assert_close(activation.silu_and_mul(x), reference.silu_and_mul(x))
 
 
-def assert_same_fp8(actual: torch.Tensor, expected: torch.Tensor) -> None:
+def assert_same_fp8(actual: torch.Tensor, expected: torch.Tensor, max_moved: float = 0.01) -> None:
     """fp8 codes equal but for a few one-step moves (the kernel's last-bit rounding of the
     16-bit value it quantizes)."""
     assert actual.dtype == expected.dtype == torch.float8_e4m3fn
     a, e = actual.float(), expected.float()
     torch.testing.assert_close(a, e, rtol=2**-3, atol=2**-9)  # one e4m3 step
-    assert (a != e).float().mean() < 0.01
+    assert (a != e).float().mean() < max_moved
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -130,7 +130,9 @@ def test_rotary_store_kv_writes_fp8_codes_into_an_fp8_cache(kernel_device, asser
     q_ref, k_ref = reference.rotary_neox(positions, q, k, cos, sin)
     assert_close(q_rot, q_ref)
     flat_k, flat_v = k_cache.view(-1, 3, 64), v_cache.view(-1, 3, 64)
-    assert_same_fp8(flat_k[slots], quantize_kv(k_ref, scale))
+    # rotated k: 16-bit rotary sums differ by an ulp now and then (see assert_close), and each
+    # such difference can move a code (H100, bf16: 1.04% of them)
+    assert_same_fp8(flat_k[slots], quantize_kv(k_ref, scale), max_moved=0.03)
     assert_same_fp8(flat_v[slots], quantize_kv(v, scale))
 
 
