@@ -126,5 +126,6 @@ def varlen_attention(
             o = F.scaled_dot_product_attention(
                 qi, k, v, attn_mask=mask, scale=scale, enable_gqa=True
             )
-        out[start : start + q_len] = o.transpose(0, 1) * (1.0 if kv_scale is None else kv_scale)
+        o = o.transpose(0, 1)
+        out[start : start + q_len] = o if kv_scale is None else o * kv_scale
     return out
