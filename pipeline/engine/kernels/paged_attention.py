@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from pipeline.engine.kernels.dot_operands import MIN_DOT, dot_dtype, dot_precision
+from pipeline.engine.quant.kv_cache import fold_kv_scale
 
 TARGET_PROGRAMS = 264  # ~2 waves of 132 SMs (H100): split a sequence when the batch is small
 
@@ -209,8 +210,7 @@ def paged_decode_attention(
         dest,
         maxes,
         sums,
-        scale if kv_scale is None else scale * kv_scale,
-        1.0 if kv_scale is None else kv_scale,
+        *fold_kv_scale(scale, kv_scale),
         group,
         q.stride(0),
         q.stride(1),

@@ -7,7 +7,8 @@ are what the kernel tests compare against.
 import torch
 from torch.nn import functional as F
 
-from pipeline.engine.quant.kv_cache import quantize_kv
+from pipeline.engine.quant.kv_cache import fold_kv_scale
+from pipeline.engine.quant.primitives import quantize_fp8
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -56,7 +57,7 @@ def store_kv(
     # k, v [T, Hkv, D]; caches [NB, BS, Hkv, D]; slot_mapping [T] (block * BS + offset);
     # kv_scale: the caches hold fp8 codes of k / kv_scale, v / kv_scale -> in place
     if kv_scale is not None:  # index_copy_ has no fp8 kernel: copy the codes' bytes
-        k, v = (quantize_kv(x, kv_scale).view(torch.uint8) for x in (k, v))
+        k, v = (quantize_fp8(x, kv_scale).view(torch.uint8) for x in (k, v))
         k_cache, v_cache = k_cache.view(torch.uint8), v_cache.view(torch.uint8)
     k_cache.view(-1, *k.shape[1:]).index_copy_(0, slot_mapping.long(), k)
     v_cache.view(-1, *v.shape[1:]).index_copy_(0, slot_mapping.long(), v)
@@ -103,8 +104,7 @@ def varlen_attention(
     # sequences with no query tokens (CUDA-graph padding) are skipped. Codes are read as they
     # are, kv_scale folded into the softmax scale and the output, as the kernels do.
     block_size = k_cache.shape[1]
-    if kv_scale is not None:
-        scale *= kv_scale
+    scale, out_scale = fold_kv_scale(scale, kv_scale)
     out = torch.empty_like(q)
     starts, ctx_lens = query_start.tolist(), context_lens.tolist()
     for i, ctx_len in enumerate(ctx_lens):
@@ -127,5 +127,5 @@ def varlen_attention(
                 qi, k, v, attn_mask=mask, scale=scale, enable_gqa=True
             )
         o = o.transpose(0, 1)
-        out[start : start + q_len] = o if kv_scale is None else o * kv_scale
+        out[start : start + q_len] = o if kv_scale is None else o * out_scale
     return out

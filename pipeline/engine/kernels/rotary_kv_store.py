@@ -8,7 +8,7 @@ cos/sin are the engine's tables [max_pos, D] with the two halves repeated, in th
 products and sum are rounded to that dtype like reference.rotary_neox (and HF Llama).
 Slot = block * block_size + offset; a negative slot means "do not store" (padding rows).
 An fp8 cache (quant.kv_cache) gets the codes of the rotated k (rounded as above) and of v
-divided by kv_scale, saturated: reference.store_kv's quantize_kv.
+divided by kv_scale, saturated: reference.store_kv's primitives.quantize_fp8.
 """
 
 import torch

@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from pipeline.engine.kernels.dot_operands import MIN_DOT, dot_dtype, dot_precision
+from pipeline.engine.quant.kv_cache import fold_kv_scale
 
 LOG2_E = 1.4426950408889634
 
@@ -170,6 +171,7 @@ def varlen_attention(
     group = num_heads // num_kv_heads
     block_m, block_q = tile_shape(group)
     dot_type = dot_dtype(q)
+    softmax_scale, out_scale = fold_kv_scale(scale, kv_scale)
     out = torch.empty_like(q)
     if num_tokens == 0:
         return out
@@ -182,8 +184,8 @@ def varlen_attention(
         query_start,
         context_lens,
         out,
-        scale * LOG2_E * (1.0 if kv_scale is None else kv_scale),
-        1.0 if kv_scale is None else kv_scale,
+        softmax_scale * LOG2_E,
+        out_scale,
         group,
         num_seqs,
         head_dim,

@@ -17,6 +17,7 @@ from pipeline.engine import kernels
 from pipeline.engine.batch_metadata import BatchMetadata
 from pipeline.engine.kernels.reference import store_kv, varlen_attention
 from pipeline.engine.layers.rotary import RotaryEmbedding
+from pipeline.engine.quant.kv_cache import fold_kv_scale
 
 
 def paged_decode_attention(
@@ -30,6 +31,7 @@ def paged_decode_attention(
 ) -> torch.Tensor:
     # q [B, H, D]; caches [NB, BS, Hkv, D] (fp8 codes when kv_scale is set); block_tables [B, M];
     # context_lens [B] -> [B, H, D]
+    softmax_scale, out_scale = fold_kv_scale(scale, kv_scale)
     blocks = block_tables.long()
     k = k_cache[blocks].flatten(1, 2).transpose(1, 2).to(q.dtype)  # [B, Hkv, M*BS, D]
     v = v_cache[blocks].flatten(1, 2).transpose(1, 2).to(q.dtype)
@@ -40,10 +42,10 @@ def paged_decode_attention(
         k,
         v,
         attn_mask=mask[:, None, None, :],
-        scale=scale if kv_scale is None else scale * kv_scale,
+        scale=softmax_scale,
         enable_gqa=True,
     ).squeeze(2)
-    return out if kv_scale is None else out * kv_scale
+    return out if kv_scale is None else out * out_scale
 
 
 class Attention(nn.Module):

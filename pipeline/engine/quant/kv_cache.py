@@ -2,15 +2,14 @@
 
 modelopt's export writes one scale a layer, `transformer.layers.N.attention.kv_cache_scaling_factor`
 F32 [1] (K and V amax / 448 from calibration, after RoPE), as TensorRT-LLM reads it. The cache
-holds K / scale and V / scale as e4m3 codes; attention reads the codes as they are and folds the
-scale into its softmax scale (for K) and its output (for V), so no dequantized copy is made. The
-cache takes half the bytes of a 16-bit one: twice the blocks in the same memory, half the reads
-a decode step makes of it.
+holds K / scale and V / scale as e4m3 codes (primitives.quantize_fp8); attention reads the codes
+as they are and folds the scale into its softmax scale (for K) and its output (for V), so no
+dequantized copy is made. The cache takes half the bytes of a 16-bit one: twice the blocks in
+the same memory, half the reads a decode step makes of it.
 """
 
 import torch
 
-from pipeline.engine.quant.primitives import to_fp8
 from pipeline.errors import ConfigError
 
 KV_CACHE_DTYPES = {"FP8": torch.float8_e4m3fn}
@@ -35,6 +34,8 @@ def check_kv_cache(quantization: dict) -> None:
         )
 
 
-def quantize_kv(x: torch.Tensor, scale: float) -> torch.Tensor:
-    # K or V [T, Hkv, D] in the model dtype -> e4m3 codes of x / scale (in fp32), saturated
-    return to_fp8(x.float() / scale)
+def fold_kv_scale(scale: float, kv_scale: float | None) -> tuple[float, float]:
+    """(softmax scale, output scale) of attention that reads the cache as it is: with codes of
+    K / kv_scale and V / kv_scale, K's scale joins the softmax scale and V's scales the output
+    (None: a cache in the model dtype, nothing to fold)."""
+    return (scale, 1.0) if kv_scale is None else (scale * kv_scale, kv_scale)

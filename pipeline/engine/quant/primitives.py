@@ -78,10 +78,11 @@ def to_fp8(x: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_fp8(
-    x: torch.Tensor, scale: torch.Tensor, prequant: torch.Tensor | None = None
+    x: torch.Tensor, scale: torch.Tensor | float, prequant: torch.Tensor | None = None
 ) -> torch.Tensor:
-    # [T, in] float, scale [] float32, prequant [in] x.dtype -> [T, in] float8_e4m3fn: the static
-    # per-tensor FP8 activation quantizer (AWQ's pre-scale first, rounded to x's dtype)
+    # [T, ...] float, scale [] float32 (or a float), prequant [in] x.dtype -> float8_e4m3fn: the
+    # static per-tensor FP8 quantizer of a linear's input (AWQ's pre-scale first, rounded to x's
+    # dtype) and of the KV cache
     if prequant is not None:
         x = x * prequant
     return to_fp8(x.float() / scale)

@@ -113,7 +113,7 @@ def test_rotary_store_kv_matches_rotary_then_store(kernel_device, assert_close, 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_rotary_store_kv_writes_fp8_codes_into_an_fp8_cache(kernel_device, assert_close, dtype):
     from pipeline.engine.kernels import rotary_kv_store
-    from pipeline.engine.quant.kv_cache import quantize_kv
+    from pipeline.engine.quant.primitives import quantize_fp8
 
     torch.manual_seed(0)
     cos, sin = rotary_tables(kernel_device, dtype, 64)
@@ -132,8 +132,8 @@ def test_rotary_store_kv_writes_fp8_codes_into_an_fp8_cache(kernel_device, asser
     flat_k, flat_v = k_cache.view(-1, 3, 64), v_cache.view(-1, 3, 64)
     # rotated k: 16-bit rotary sums differ by an ulp now and then (see assert_close), and each
     # such difference can move a code (H100, bf16: 1.04% of them)
-    assert_same_fp8(flat_k[slots], quantize_kv(k_ref, scale), max_moved=0.03)
-    assert_same_fp8(flat_v[slots], quantize_kv(v, scale))
+    assert_same_fp8(flat_k[slots], quantize_fp8(k_ref, scale), max_moved=0.03)
+    assert_same_fp8(flat_v[slots], quantize_fp8(v, scale))
 
 
 def paged_cache(

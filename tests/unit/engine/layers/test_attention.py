@@ -4,7 +4,7 @@ from torch.nn import functional as F
 
 from pipeline.engine.kernels.reference import store_kv, varlen_attention
 from pipeline.engine.layers.attention import paged_decode_attention
-from pipeline.engine.quant.kv_cache import quantize_kv
+from pipeline.engine.quant.primitives import quantize_fp8
 
 H, HKV, D, BS, NB = 4, 2, 8, 4, 16
 
@@ -80,7 +80,7 @@ def test_sdpa_causal_agrees_with_reference():
 
 
 def dequantized(kv, scale):
-    return tuple(quantize_kv(x, scale).float() * scale for x in kv)
+    return tuple(quantize_fp8(x, scale).float() * scale for x in kv)
 
 
 def test_an_fp8_cache_holds_the_codes_of_k_and_v_over_the_scale():
@@ -89,8 +89,8 @@ def test_an_fp8_cache_holds_the_codes_of_k_and_v_over_the_scale():
     assert k_cache.dtype == torch.float8_e4m3fn
     k, v = kvs[1]
     slots = [tables[1, p // BS].item() * BS + p % BS for p in range(12)]
-    assert torch.equal(k_cache.view(-1, HKV, D)[slots].float(), quantize_kv(k, 0.02).float())
-    assert torch.equal(v_cache.view(-1, HKV, D)[slots].float(), quantize_kv(v, 0.02).float())
+    assert torch.equal(k_cache.view(-1, HKV, D)[slots].float(), quantize_fp8(k, 0.02).float())
+    assert torch.equal(v_cache.view(-1, HKV, D)[slots].float(), quantize_fp8(v, 0.02).float())
 
 
 @pytest.mark.parametrize("kv_scale", [0.02, 0.004])  # 0.004: the tails saturate at 448 codes
