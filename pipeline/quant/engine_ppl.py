@@ -19,18 +19,17 @@ from pipeline.quant.recipes import Recipe
 def check_engine_gate(recipe: Recipe, kv_cache: str, tp_size: int, pp_size: int) -> None:
     """quant.gate_runtime=engine needs a checkpoint the torch engine runs; refuse before work."""
     from pipeline.engine.layers.linear import check_quantization
-    from pipeline.engine.quant.kv_cache import KV_CACHE_DTYPES
-    from pipeline.quant.recipes import KV_CACHE_FORMATS
+    from pipeline.engine.quant.kv_cache import check_kv_cache
+    from pipeline.quant.recipes import kv_cache_quant_algo
 
     problems = []
     try:
         check_quantization({"quant_algo": recipe.quant_algo})
     except ConfigError:
         problems.append(f"the torch engine has no {recipe.quant_algo} kernels ({recipe.name})")
-    if kv_cache != "none" and (
-        kv_cache not in KV_CACHE_FORMATS
-        or KV_CACHE_FORMATS[kv_cache].kv_cache_quant_algo not in KV_CACHE_DTYPES
-    ):
+    try:
+        check_kv_cache({"kv_cache_quant_algo": kv_cache_quant_algo(kv_cache)})
+    except ConfigError:
         problems.append(f"it has no {kv_cache} KV cache (quant.kv_cache={kv_cache})")
     if tp_size * pp_size != 1:
         problems.append(f"it runs tp_size=1, pp_size=1 only (got {tp_size}, {pp_size})")

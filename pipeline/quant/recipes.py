@@ -103,9 +103,14 @@ def recipe_for(quant) -> Recipe:
     return recipe
 
 
+def kv_cache_quant_algo(kv_cache: str) -> str | None:
+    """The checkpoint's kv_cache_quant_algo for a checked quant.kv_cache ("none": None)."""
+    return KV_CACHE_FORMATS[kv_cache].kv_cache_quant_algo if kv_cache != "none" else None
+
+
 def check_export_labels(recipe: Recipe, kv_cache: str, quantization: dict) -> None:
     """The exported quantization block must say what this table promises (modelopt upgrades)."""
-    kv_algo = KV_CACHE_FORMATS[kv_cache].kv_cache_quant_algo if kv_cache != "none" else None
+    kv_algo = kv_cache_quant_algo(kv_cache)
     got = (quantization.get("quant_algo"), quantization.get("kv_cache_quant_algo"))
     if got != (recipe.quant_algo, kv_algo):
         raise StageError(
