@@ -240,6 +240,11 @@ def key_numbers(out: Path, results: dict) -> dict:
             for k in ("num_steps", "seqs_per_step", *(k for k in stats if k.endswith("_launch"))):
                 if k in stats:
                     keys[f"{step}.{target}"][k] = stats[k]
+            if "served_path" in result:  # bench.trace_rate: mean ms of each hop
+                path = result["served_path"]
+                keys[f"{step}.served_path"] = {"num_traced": path["num_traced"]} | {
+                    hop: stats["mean"] for hop, stats in path.get("hops_ms", {}).items()
+                }
         keys[f"{step}.triton_vs_direct"] = report.get("triton_vs_direct")
         keys[f"{step}.settings"] = report["settings"]
         gpus = {

@@ -89,7 +89,7 @@ def bench_profile_dir(session_workdir, smollm_engine_dir, bench_overrides) -> Pa
     bench and regress tests read it instead of measuring again."""
     from pipeline.stages import profile
 
-    # two client processes send the server's requests (the path a GPU bench takes by default)
-    return profile.run(
-        make_spec("profile", *bench_overrides, "bench.client_processes=2", workdir=session_workdir)
-    )
+    # two client processes send the server's requests (the path a GPU bench takes by default);
+    # Triton traces every second request
+    overrides = (*bench_overrides, "bench.client_processes=2", "bench.trace_rate=2")
+    return profile.run(make_spec("profile", *overrides, workdir=session_workdir))

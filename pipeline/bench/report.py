@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pipeline.bench import served_path
 from pipeline.bench.plots import plot_latency_cdfs, plot_request_timeline
 from pipeline.bench.records import RequestRecord
 
@@ -92,6 +93,8 @@ def markdown(report: dict) -> str:
         errors = targets[name]["summary"].get("error_messages")
         if errors:
             lines.append(f"{name} errors: " + "; ".join(errors))
+    if "served_path" in targets.get("server", {}):
+        lines += served_path.markdown_lines(targets["server"]["served_path"])
     return "\n".join(lines) + "\n"
 
 

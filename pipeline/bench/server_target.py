@@ -10,15 +10,18 @@ Synthetic requests send end_id=-1 (as trtllm-bench's --eos_id -1) to run to exac
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from pipeline.bench import served_path
 from pipeline.bench.client_processes import ClientProcesses, auto_client_processes
 from pipeline.bench.load_generator import LoadGenerator
 from pipeline.bench.target import Chunk
 from pipeline.bench.workload import BenchRequest
 from pipeline.errors import StageError
 from pipeline.profiler.sampler import Sampler
+from pipeline.server.launch import server_dir
 
 log = logging.getLogger(__name__)
 NO_END_ID = -1
@@ -34,6 +37,7 @@ class ServerTarget:
         # the load generator's threads keep their streams open between requests (close() them)
         self.client = GrpcClient(url, model=model, timeout_s=timeout_s, keep_streams=True)
         self.count_tokens = False  # set by wait_ready, from the model's outputs
+        self.trace_file: Path | None = None  # the server's trace (bench.trace_rate), once stopped
         self._generators: list[ClientProcesses] = []
 
     def wait_ready(self, timeout_s: float) -> None:
@@ -84,7 +88,9 @@ class ServerTarget:
             end_id=NO_END_ID if request.ignore_eos else None,
         )
         for response in self.client.responses(
-            generate.arrays(stream=True), count_tokens=self.count_tokens
+            generate.arrays(stream=True),
+            count_tokens=self.count_tokens,
+            request_id=request.request_id,  # joins the record with the server's trace
         ):
             if self.count_tokens:
                 yield Chunk(response.num_tokens)
@@ -92,16 +98,20 @@ class ServerTarget:
                 yield Chunk(1 if response.text else 0)
 
 
-def _launch(spec):
+def _launch(spec, trace_file: Path | None):
     """tritonserver on the deployed repository (deploy runs first when out of date): the wheel's
-    server for backend=torch, the NGC container for trtllm where docker exists."""
+    server for backend=torch (tracing to trace_file), the NGC container for trtllm where docker
+    exists."""
     from pipeline.artifacts import Manifest
     from pipeline.server import launch
     from pipeline.stages import deploy
 
     artifact = deploy.run(spec)
     if spec.backend.name == "torch":
-        return launch.local_server(spec.deploy, spec.workdir)
+        args = served_path.trace_args(trace_file, spec.bench.trace_rate) if trace_file else ()
+        return launch.local_server(spec.deploy, spec.workdir, args)
+    if trace_file:
+        log.warning("bench.trace_rate: the container's server is not traced (torch backend only)")
     extra = Manifest.read(artifact).extra
     argv = launch.container_command(spec, Path(extra["engine_dir"]), Path(extra["tokenizer_dir"]))
     server = launch.container_server(spec.deploy, spec.workdir, argv)
@@ -118,6 +128,8 @@ def _launch(spec):
 def server_target(spec, sampler: Sampler | None = None) -> Iterator[ServerTarget]:
     bench = spec.bench
     if bench.server_url:
+        if bench.trace_rate:
+            log.warning("bench.trace_rate: only a server the bench launches is traced")
         target = ServerTarget(bench.server_url, bench.request_timeout_s)
         target.wait_ready(spec.deploy.startup_timeout_s)
         try:
@@ -125,7 +137,11 @@ def server_target(spec, sampler: Sampler | None = None) -> Iterator[ServerTarget
         finally:
             target.close()
         return
-    server = _launch(spec)
+    trace_file = None
+    if bench.trace_rate:  # a fresh name: the trace's files are trace_file.0, .1, ...
+        trace_file = server_dir(spec.workdir) / "traces" / f"trace-{time.time_ns()}.json"
+        trace_file.parent.mkdir(parents=True, exist_ok=True)
+    server = _launch(spec, trace_file)
     with contextlib.ExitStack() as stack:
         with sampler.phase("server:start") if sampler else contextlib.nullcontext():
             server.start()
@@ -134,6 +150,7 @@ def server_target(spec, sampler: Sampler | None = None) -> Iterator[ServerTarget
                 sampler.watch_process("server", server.process.pid)
             server.wait_ready()
         target = ServerTarget(server.endpoints.grpc_url, bench.request_timeout_s)
+        target.trace_file = trace_file if spec.backend.name == "torch" else None
         stack.callback(target.close)  # before server.stop
         target.wait_ready(spec.deploy.startup_timeout_s)
         yield target

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.bench import served_path
 from pipeline.bench.direct_target import DirectTarget, served_runtime
 from pipeline.bench.load_generator import MODES
 from pipeline.bench.metrics import achieved_bandwidth_gb_s, summarize
@@ -34,8 +35,9 @@ def check_bench_spec(bench) -> None:
     for key in ("input_len", "output_len", "num_requests", "concurrency"):
         if getattr(bench, key) < 1:
             problems.append(f"bench.{key}={getattr(bench, key)} (must be >= 1)")
-    if bench.num_warmup_requests < 0:
-        problems.append(f"bench.num_warmup_requests={bench.num_warmup_requests} (must be >= 0)")
+    for key in ("num_warmup_requests", "trace_rate"):
+        if getattr(bench, key) < 0:
+            problems.append(f"bench.{key}={getattr(bench, key)} (must be >= 0)")
     if bench.sweep.target not in ("server", "direct"):
         problems.append(f"bench.sweep.target={bench.sweep.target!r} (use server or direct)")
     if not bench.sweep.sizes or min(bench.sweep.sizes) < 1:
@@ -194,6 +196,11 @@ def run_targets(
         with server_target(spec, sampler) as target:
             results["server"], records["server"] = measure(
                 target, bench, workload, sampler, origin_s
+            )
+        if target.trace_file is not None:  # complete once the server has stopped
+            traces = served_path.read_trace(target.trace_file)
+            results["server"]["served_path"] = served_path.split(
+                records["server"], traces, origin_s
             )
     for result in results.values():
         add_derived(result["summary"], weights_bytes)

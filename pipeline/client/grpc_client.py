@@ -126,10 +126,15 @@ class GrpcClient:
             return {o.name for o in client.get_model_metadata(self.model).outputs}
 
     def responses(
-        self, arrays: dict[str, np.ndarray], output: str = "text_output", count_tokens: bool = False
+        self,
+        arrays: dict[str, np.ndarray],
+        output: str = "text_output",
+        count_tokens: bool = False,
+        request_id: str | None = None,
     ) -> Iterator[StreamResponse]:
         """Send one request; yield each response (its `output` as text) up to the final one;
-        count_tokens also asks for sequence_length (our ensemble and BLS have it)."""
+        count_tokens also asks for sequence_length (our ensemble and BLS have it). request_id:
+        Triton's id for it (what its trace and logs name it), else a new uuid."""
         requested = [output, COUNT_OUTPUT] if count_tokens else [output]
         inputs = []
         for name, array in arrays.items():
@@ -143,7 +148,7 @@ class GrpcClient:
                 stream.client.async_stream_infer(
                     self.model,
                     inputs,
-                    request_id=uuid.uuid4().hex,
+                    request_id=request_id or uuid.uuid4().hex,
                     outputs=[grpcclient.InferRequestedOutput(name) for name in requested],
                     enable_empty_final_response=True,
                 )

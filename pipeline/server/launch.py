@@ -31,7 +31,9 @@ def _log_path(workdir: str) -> Path:
     return server_dir(workdir) / "logs" / f"tritonserver-{time.strftime('%Y%m%d-%H%M%S')}.log"
 
 
-def local_server(deploy: DeploySpec, workdir: str) -> TritonServer:
+def local_server(
+    deploy: DeploySpec, workdir: str, extra_args: tuple[str, ...] = ()
+) -> TritonServer:
     python = stub_python.probe(deploy.stub_python)
     stub_python.check_numpy(python)
     home = prepare_home(server_dir(workdir), python)
@@ -41,7 +43,7 @@ def local_server(deploy: DeploySpec, workdir: str) -> TritonServer:
         endpoints(deploy),
         _log_path(workdir),
         deploy.startup_timeout_s,
-        deploy.server_args,
+        (*deploy.server_args, *extra_args),
     )
 
 

@@ -57,6 +57,9 @@ class BenchSpec:
     # server target: processes the load generator's streams are spread over (the Python client
     # takes a GIL per process); 0 = one per 8 concurrent requests, on at most half the cores
     client_processes: int = 0
+    # server target: Triton traces every N-th request, which splits the served path's time into
+    # hops (bench.served_path); 0 = off. Only a server the bench launches itself
+    trace_rate: int = 0
     profile: ProfileOptions = field(default_factory=ProfileOptions)
     sweep: SweepOptions = field(default_factory=SweepOptions)
     regress: RegressOptions = field(default_factory=RegressOptions)

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from pipeline.bench import served_path
 from tests.conftest import make_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.triton]
@@ -44,6 +45,28 @@ def test_profile_writes_bench_json_markdown_plots_and_timeline(bench_profile_dir
     assert "| TTFT p99 (ms) |" in markdown and "Triton vs direct" in markdown
     for name in ("latency_cdf.png", "request_timeline.png", "timeline.png"):
         assert (bench_profile_dir / name).stat().st_size > 10_000, name
+
+
+def test_profile_splits_the_traced_requests_into_hops_that_add_up(bench_profile_dir):
+    # bench.trace_rate=2: the real tritonserver traced every second request it got
+    path = json.loads((bench_profile_dir / "bench.json").read_text())["targets"]["server"][
+        "served_path"
+    ]
+    assert 1 <= path["num_traced"] <= 5
+    requests = {
+        r["request_id"]: r
+        for r in json.loads((bench_profile_dir / "requests.json").read_text())["server"]
+    }
+    traced = [requests[i] for i in path["request_ids"]]
+    hops = path["hops_ms"]
+    assert all(stats["p50"] >= 0 for stats in hops.values()), hops
+    # one clock (CLOCK_MONOTONIC) on both sides: the consecutive hops add up to end-to-end
+    mean_e2e_ms = sum(r["e2e_s"] for r in traced) / len(traced) * 1e3
+    assert sum(hops[h]["mean"] for h in served_path.HOPS) == pytest.approx(mean_e2e_ms, rel=1e-6)
+    # on this CPU the engine's steps (first token, then the rest) are most of a request
+    engine_ms = hops["to_first_response"]["mean"] + hops["to_final_response"]["mean"]
+    assert engine_ms > 0.5 * mean_e2e_ms
+    assert "served path (Triton trace of" in (bench_profile_dir / "bench.md").read_text()
 
 
 def test_profile_timeline_marks_bench_phases_and_samples_the_server(bench_profile_dir):
