@@ -123,6 +123,9 @@ def steps(quick: bool, has_server: bool) -> list[tuple[str, str, list[str], bool
     # 16 waves at concurrency 64, not bench=throughput's 4: in a ~1 s run the served side's
     # first wave (64 requests entering Triton at once) and its stragglers weigh too much
     saturation = [] if quick else ["bench.num_requests=1024"]
+    # Triton traces every 8th request: where the served side's time goes (bench.served_path);
+    # H100, SmolLM2: served / direct 0.880-0.889 traced, 0.854 not, in one slow lease
+    saturation.append("bench.trace_rate=8")
     out = [
         ("saturation", "profile", [f"bench.target={target}", *saturation], False),
         ("low_load", "profile", [f"bench.target={target}", *low_load], False),

@@ -25,6 +25,10 @@ def test_without_server_packages_only_direct_steps_run():
     for _, _, extra, _ in script.steps(False, has_server=False):
         assert not any(o.endswith("=both") or o.endswith("=server") for o in extra)
     assert any(name == "sweep_server" for name, *_ in script.steps(False, has_server=True))
+    saturation = next(
+        extra for name, _, extra, _ in script.steps(False, True) if name == "saturation"
+    )
+    assert "bench.trace_rate=8" in saturation  # the served path's hops in every GPU run
 
 
 def test_key_numbers_reads_the_written_results(tmp_path):
@@ -33,7 +37,15 @@ def test_key_numbers_reads_the_written_results(tmp_path):
         json.dumps(
             {
                 "settings": {"input_len": 128},
-                "targets": {"server": {"summary": {"ttft_ms_p50": 12.0, "output_tok_s": 900.0}}},
+                "targets": {
+                    "server": {
+                        "summary": {"ttft_ms_p50": 12.0, "output_tok_s": 900.0},
+                        "served_path": {
+                            "num_traced": 2,
+                            "hops_ms": {"model_execute": {"mean": 4.5, "p50": 4.0, "p99": 6.0}},
+                        },
+                    }
+                },
                 "triton_vs_direct": {"output_tok_s_ratio": 0.93},
                 "profile": {"summary": {"gpu0": {"mem_used_bytes_max": 7e10}, "bench": {}}},
             }
@@ -47,6 +59,7 @@ def test_key_numbers_reads_the_written_results(tmp_path):
     assert keys["saturation.server"]["ttft_ms_p50"] == 12.0
     assert keys["saturation.triton_vs_direct"]["output_tok_s_ratio"] == 0.93
     assert keys["saturation.gpu_peaks"] == {"gpu0": {"mem_used_bytes_max": 7e10}}
+    assert keys["saturation.served_path"] == {"num_traced": 2, "model_execute": 4.5}
     assert keys["sweep_small_kv"]["threshold_size"] == 16
     assert "low_load.server" not in keys
 
