@@ -8,7 +8,9 @@ end-to-end time into consecutive hops that add up to it:
 
 - client_send: the client sends -> Triton has read the request off the stream;
 - to_model: -> the LLM model's execute() starts (ensemble scheduling, waiting for an instance);
-- model_execute: execute() itself (parse, tokenize, hand to the engine);
+- model_execute: Triton's execute of the LLM model: for a python model, the stub's wake-up, its
+  execute() (parse, tokenize, hand to the engine) and the completion message's way back, which
+  overlaps the engine's work on the request;
 - to_first_response: -> Triton starts sending the first response (the engine's first token and
   the model's send; the torch model's log splits it further: LLMService.hops);
 - to_final_response: -> Triton starts sending the final one;
@@ -59,23 +61,17 @@ def read_trace(trace_file: Path) -> dict[str, dict[str, list[int]]]:
                     entry[key] = item[key]
             for stamp in item.get("timestamps", ()):
                 entry["events"].setdefault(stamp["name"], []).append(stamp["ns"])
+    llm_steps = {  # parent trace id -> its LLM step's entry
+        entry["parent_id"]: entry
+        for entry in entries.values()
+        if "parent_id" in entry and entry.get("model_name") == LLM_MODEL
+    }
     requests: dict[str, dict[str, list[int]]] = {}
-    for entry in entries.values():
+    for trace_id, entry in entries.items():
         if "parent_id" in entry or not entry.get("request_id"):
             continue
         events = dict(entry["events"])
-        llm = entry if entry.get("model_name") == LLM_MODEL else None
-        if llm is None:
-            llm = next(
-                (
-                    child
-                    for child in entries.values()
-                    if child.get("parent_id") is not None
-                    and entries.get(child["parent_id"]) is entry
-                    and child.get("model_name") == LLM_MODEL
-                ),
-                None,
-            )
+        llm = entry if entry.get("model_name") == LLM_MODEL else llm_steps.get(trace_id)
         if llm is not None:
             events |= {f"llm:{k}": v for k, v in llm["events"].items()}
         requests[entry["request_id"]] = events
