@@ -75,3 +75,32 @@ def plot_request_timeline(records: Mapping[str, Sequence[RequestRecord]], path: 
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_served_path(hops_ms: Mapping[str, dict], path: Path) -> Path:
+    """A bar per hop of the served path (bench.served_path): its mean, with ticks at p50 and p99,
+    on a log axis: the engine's hops are 100x the transport's."""
+    names = list(hops_ms)
+    means = np.array([hops_ms[n]["mean"] for n in names])
+    p50 = np.array([hops_ms[n]["p50"] for n in names])
+    p99 = np.array([hops_ms[n]["p99"] for n in names])
+    fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(names)))
+    rows = np.arange(len(names))
+    ax.barh(rows, means, color="C0", label="mean")
+    ax.plot(p50, rows, "k|", ms=12, label="p50")
+    ax.plot(p99, rows, "r|", ms=12, label="p99")
+    for row, mean in zip(rows, means, strict=True):
+        ax.annotate(
+            f"{mean:.2f}", (mean, row), xytext=(3, -3), textcoords="offset points", fontsize=8
+        )
+    ax.set_yticks(rows, names)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("ms (log)")
+    ax.set_title("served path: where a traced request's time goes", fontsize=9)
+    ax.grid(alpha=0.3, axis="x")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pipeline.bench import served_path
-from pipeline.bench.plots import plot_latency_cdfs, plot_request_timeline
+from pipeline.bench.plots import plot_latency_cdfs, plot_request_timeline, plot_served_path
 from pipeline.bench.records import RequestRecord
 
 # (summary key, markdown label)
@@ -115,4 +115,7 @@ def write_report(
     )
     paths["latency_plot"] = plot_latency_cdfs(records, out_dir / "latency_cdf.png")
     paths["timeline_plot"] = plot_request_timeline(records, out_dir / "request_timeline.png")
+    hops = report["targets"].get("server", {}).get("served_path", {}).get("hops_ms")
+    if hops:
+        paths["served_path_plot"] = plot_served_path(hops, out_dir / "served_path.png")
     return paths

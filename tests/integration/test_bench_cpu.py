@@ -67,6 +67,7 @@ def test_profile_splits_the_traced_requests_into_hops_that_add_up(bench_profile_
     engine_ms = hops["to_first_response"]["mean"] + hops["to_final_response"]["mean"]
     assert engine_ms > 0.5 * mean_e2e_ms
     assert "served path (Triton trace of" in (bench_profile_dir / "bench.md").read_text()
+    assert (bench_profile_dir / "served_path.png").stat().st_size > 10_000
 
 
 def test_profile_timeline_marks_bench_phases_and_samples_the_server(bench_profile_dir):

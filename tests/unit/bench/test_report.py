@@ -50,6 +50,7 @@ def test_report_files(tmp_path):
     paths = write_report(tmp_path, report, {"direct": [rec]})
     assert "| output tok/s | 10.00 |" in paths["markdown"].read_text()
     assert paths["latency_plot"].stat().st_size > 1000
+    assert "served_path_plot" not in paths  # no traced server
     assert "warm-up 1 requests" in markdown(report)
 
 
