@@ -100,8 +100,8 @@ class ServerTarget:
 
 def _launch(spec, trace_file: Path | None):
     """tritonserver on the deployed repository (deploy runs first when out of date): the wheel's
-    server for backend=torch (tracing to trace_file), the NGC container for trtllm where docker
-    exists."""
+    server for backend=torch (tracing to trace_file, if any), the NGC container for trtllm where
+    docker exists."""
     from pipeline.artifacts import Manifest
     from pipeline.server import launch
     from pipeline.stages import deploy
@@ -110,8 +110,6 @@ def _launch(spec, trace_file: Path | None):
     if spec.backend.name == "torch":
         args = served_path.trace_args(trace_file, spec.bench.trace_rate) if trace_file else ()
         return launch.local_server(spec.deploy, spec.workdir, args)
-    if trace_file:
-        log.warning("bench.trace_rate: the container's server is not traced (torch backend only)")
     extra = Manifest.read(artifact).extra
     argv = launch.container_command(spec, Path(extra["engine_dir"]), Path(extra["tokenizer_dir"]))
     server = launch.container_server(spec.deploy, spec.workdir, argv)
@@ -138,7 +136,9 @@ def server_target(spec, sampler: Sampler | None = None) -> Iterator[ServerTarget
             target.close()
         return
     trace_file = None
-    if bench.trace_rate:  # a fresh name: the trace's files are trace_file.0, .1, ...
+    if bench.trace_rate and spec.backend.name != "torch":
+        log.warning("bench.trace_rate: the container's server is not traced (torch backend only)")
+    elif bench.trace_rate:  # a fresh name: the trace's files are trace_file.0, .1, ...
         trace_file = server_dir(spec.workdir) / "traces" / f"trace-{time.time_ns()}.json"
         trace_file.parent.mkdir(parents=True, exist_ok=True)
     server = _launch(spec, trace_file)
@@ -150,7 +150,7 @@ def server_target(spec, sampler: Sampler | None = None) -> Iterator[ServerTarget
                 sampler.watch_process("server", server.process.pid)
             server.wait_ready()
         target = ServerTarget(server.endpoints.grpc_url, bench.request_timeout_s)
-        target.trace_file = trace_file if spec.backend.name == "torch" else None
+        target.trace_file = trace_file
         stack.callback(target.close)  # before server.stop
         target.wait_ready(spec.deploy.startup_timeout_s)
         yield target
