@@ -54,7 +54,7 @@ import numpy as np
 from pipeline.engine import AsyncLLMEngine, LLMEngine, StreamDelta
 from pipeline.engine.engine_process import EngineProcess
 from pipeline.triton_repo.detokenizer import Detokenizer, TextStream
-from pipeline.triton_repo.llm_request import LLMRequest, TextEncoder, from_arrays
+from pipeline.triton_repo.llm_request import LLMRequest, TextEncoder, from_batch
 
 log = logging.getLogger(__name__)
 _STOP = object()
@@ -62,9 +62,10 @@ _WAKE = object()  # a lane sent a stream's response while more of its tokens wai
 # a lane's order: ranks, then the order put in (_IN_TURN only without coalescing)
 _FINAL, _FIRST, _IN_TURN, _LAST = range(4)
 HOPS_KEPT = 1024
-# LLMService.hops() names -> what each times, in ms. In this order: a stream's four hops (as a
+# LLMService.hops() names -> what each times, in ms. In this order: a stream's five hops (as a
 # row of _hops), then one send (_sends)
 HOPS = {
+    "submit": "execute() took the request -> submitted to the engine (parse, tokenize)",
     "engine_first_token": "submit -> the first token back from the engine",
     "first_response_sent": "the first token back -> its response sent",
     "engine_final": "submit -> the final token back from the engine",
@@ -100,7 +101,8 @@ class _Live:
     tokens: list[int] = field(default_factory=list)
     is_finished: bool = False
     sent_at: float = 0.0  # of its last response; 0: none yet, so the first goes out at once
-    submitted_at: float = 0.0  # perf_counter() when the engine was given it
+    received_at: float = 0.0  # perf_counter() when execute() took it
+    submitted_at: float = 0.0  # when the engine was given it
     first_token_at: float = 0.0  # when its first token reached the responder
     first_sent_at: float = 0.0  # when its first response (streaming) left its lane
     final_at: float = 0.0  # when its final delta reached the responder
@@ -195,27 +197,45 @@ class LLMService:
         self._responder.start()
 
     def generate(
-        self, arrays: dict[str, np.ndarray], context: Any, wants_text: bool = False
-    ) -> None:
-        """Submit now; its chunks go to respond(context, ...), with their text if wants_text.
-        ValueError for inputs the engine can never serve (limits, bad values), RuntimeError once
-        the engine is gone."""
-        request = from_arrays(arrays, self.exclude_input_in_output, self.encoder)
+        self,
+        batch: list[tuple[dict[str, np.ndarray], Any, bool]],
+        received_at: float | None = None,
+    ) -> list[Exception | None]:
+        """Submit the requests of one execute() now, each (arrays, context, wants_text); their
+        chunks go to respond(context, ...), with their text if wants_text. Returns each one's
+        refusal or None: ValueError for inputs the engine can never serve (limits, bad values),
+        RuntimeError (or OSError) once the engine is gone. received_at: perf_counter() when
+        execute() began (the submit hop's start; default now)."""
+        received_at = time.perf_counter() if received_at is None else received_at
+        requests = from_batch(
+            [arrays for arrays, _, _ in batch], self.exclude_input_in_output, self.encoder
+        )
+        return [
+            request
+            if isinstance(request, ValueError)
+            else self._submit(request, context, wants_text, received_at)
+            for request, (_, context, wants_text) in zip(requests, batch, strict=True)
+        ]
+
+    def _submit(
+        self, request: LLMRequest, context: Any, wants_text: bool, received_at: float
+    ) -> Exception | None:
         if wants_text and self.detokenizer is None:
-            raise ValueError("text_output needs the model's tokenizer_dir parameter")
+            return ValueError("text_output needs the model's tokenizer_dir parameter")
         text = self.detokenizer.stream() if wants_text else None
         request_id = uuid.uuid4().hex
         with self._lock:  # known before the engine can answer it
             lane = self._num_requests % len(self._lanes)
             self._num_requests += 1
             self._live[request_id] = live = _Live(request, context, lane, text)
-        live.submitted_at = time.perf_counter()
+        live.received_at, live.submitted_at = received_at, time.perf_counter()
         try:
             self.async_engine.submit(request.prompt_token_ids, request.params, request_id)
-        except BaseException:
+        except Exception as exc:  # noqa: BLE001 - this request's refusal, sent back to its caller
             with self._lock:
                 del self._live[request_id]
-            raise
+            return exc
+        return None
 
     def _run(self) -> None:
         unsent: dict[str, _Live] = {}  # streams whose tokens wait for their turn
@@ -273,6 +293,7 @@ class LLMService:
             if isinstance(out, OutputChunk) and out.is_final and live.first_sent_at:
                 self._hops.append(
                     (
+                        live.submitted_at - live.received_at,
                         live.first_token_at - live.submitted_at,
                         live.first_sent_at - live.first_token_at,
                         live.final_at - live.submitted_at,
