@@ -240,7 +240,11 @@ def key_numbers(out: Path, results: dict) -> dict:
             }
             # how full the direct engine's steps were (the server's: in its log at shutdown)
             stats = result.get("engine_stats") or {}
-            for k in ("num_steps", "seqs_per_step", *(k for k in stats if k.endswith("_launch"))):
+            for k in (
+                "num_steps",
+                "seqs_per_step",
+                *(k for k in stats if k.endswith("_launch") or k.startswith("request_")),
+            ):
                 if k in stats:
                     keys[f"{step}.{target}"][k] = stats[k]
             if "served_path" in result:  # bench.trace_rate: mean ms of each hop

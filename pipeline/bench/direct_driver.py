@@ -131,7 +131,8 @@ class DirectDriver:
             at_end["num_scheduled_seqs"] - at_start["num_scheduled_seqs"]
         ) / max(1, steps)
         from pipeline.engine.launch_timer import ms_per_launch
+        from pipeline.engine.llm_engine import request_ms
 
-        self.engine_stats |= ms_per_launch(at_end, at_start)
+        self.engine_stats |= ms_per_launch(at_end, at_start) | request_ms(at_end, at_start)
         log.debug("direct/%s: %d requests in %.2f s", phase, len(records), self.now() - start)
         return records

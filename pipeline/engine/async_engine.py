@@ -11,6 +11,7 @@ tokens/s 0.46x of a plain step loop with a thread per request, about 0.8-1.0x wi
 import logging
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Protocol
@@ -60,7 +61,8 @@ class AsyncLLMEngine:
         self.engine = engine  # touched only by the background thread after this point
         self._outbox = outbox
         self._lock = threading.Condition()
-        self._inbox: list[tuple[list[int], SamplingParams, RequestHandle]] = []
+        # (prompt, params, handle, perf_counter() at submit: the request's arrival)
+        self._inbox: list[tuple[list[int], SamplingParams, RequestHandle, float]] = []
         self._cancels: list[str] = []
         self._handles: dict[str, RequestHandle] = {}
         self._is_shutdown = False
@@ -85,7 +87,7 @@ class AsyncLLMEngine:
             if handle.request_id in self._handles:
                 raise ValueError(f"request: id {handle.request_id!r} is already in flight")
             self._handles[handle.request_id] = handle
-            self._inbox.append((prompt_token_ids, params, handle))
+            self._inbox.append((prompt_token_ids, params, handle, time.perf_counter()))
             self._lock.notify()
         return handle
 
@@ -117,8 +119,8 @@ class AsyncLLMEngine:
                 return False
             inbox, self._inbox = self._inbox, []
             cancels, self._cancels = self._cancels, []
-        for prompt_token_ids, params, handle in inbox:
-            self.engine.add_request(prompt_token_ids, params, handle.request_id)
+        for prompt_token_ids, params, handle, arrival_time_s in inbox:
+            self.engine.add_request(prompt_token_ids, params, handle.request_id, arrival_time_s)
         for request_id in cancels:
             self.engine.abort(request_id)
         return True

@@ -50,6 +50,18 @@ def model_eos_token_ids(tokenizer_dir: Path, tokenizer) -> tuple[int, ...]:
     return tuple(eos) if isinstance(eos, list) else (eos,)
 
 
+def request_ms(after: dict, before: dict | None = None) -> dict[str, float]:
+    """Finished requests' mean ms from arrival in the engine (queued until first admitted, first
+    token, final token on the host), between two stats() (before: None for since start)."""
+    before = before or {}
+    num = max(1, after["num_finished_requests"] - before.get("num_finished_requests", 0))
+    keys = ("request_queue_s", "request_first_token_s", "request_final_s")
+    return {
+        key.removesuffix("_s") + "_ms": 1e3 * (after[key] - before.get(key, 0.0)) / num
+        for key in keys
+    }
+
+
 class LLMEngine:
     """Owns the tokenizer, the scheduler (queues + block manager) and the model runner (device
     state). Not thread-safe: AsyncLLMEngine drives it from one thread."""
@@ -95,6 +107,10 @@ class LLMEngine:
         self._num_steps = self._num_scheduled_tokens = self._num_generated_tokens = 0
         self._num_prompt_steps = 0  # steps that carried prompt tokens (prefill or mixed)
         self._num_scheduled_seqs = 0  # summed over steps: / num_steps is the mean batch
+        # finished requests' times from arrival, summed: queued (until first admitted to the
+        # running batch), first token and final token on the host
+        self._num_finished = 0
+        self._queue_s = self._first_token_s = self._final_s = 0.0
         self.timer = LaunchTimer()
 
     @property
@@ -111,18 +127,28 @@ class LLMEngine:
         self.limits.check(prompt_token_ids, params)
 
     def add_request(
-        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        arrival_time_s: float | None = None,
     ) -> str:
-        return self._add(list(prompt_token_ids), params, request_id).request_id
+        """arrival_time_s: perf_counter() when the request reached the engine's front (default
+        now), where its queue time starts."""
+        return self._add(list(prompt_token_ids), params, request_id, arrival_time_s).request_id
 
     def _add(
-        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        request_id: str | None,
+        arrival_time_s: float | None = None,
     ) -> Sequence:
         request_id = uuid.uuid4().hex if request_id is None else request_id
         if request_id in self._requests:
             raise ValueError(f"request: id {request_id!r} is already in flight")
         self.validate_request(prompt_token_ids, params)
-        seq = Sequence(request_id, prompt_token_ids, params, self.eos_token_ids)
+        seq = Sequence(request_id, prompt_token_ids, params, self.eos_token_ids, arrival_time_s)
         self._requests[request_id] = seq
         self.scheduler.add(seq)
         return seq
@@ -205,6 +231,10 @@ class LLMEngine:
             if reason is not None:
                 self.scheduler.finish(seq, reason)
                 del self._requests[seq.request_id]
+                self._num_finished += 1
+                self._queue_s += seq.admitted_time_s - seq.arrival_time_s
+                self._first_token_s += seq.first_token_time_s - seq.arrival_time_s
+                self._final_s += seq.finish_time_s - seq.arrival_time_s
             deltas.append(
                 StreamDelta(seq.request_id, seq.token_ids[num_before:], reason is not None, reason)
             )
@@ -259,6 +289,10 @@ class LLMEngine:
             "num_scheduled_seqs": self._num_scheduled_seqs,
             "num_scheduled_tokens": self._num_scheduled_tokens,
             "num_generated_tokens": self._num_generated_tokens,
+            "num_finished_requests": self._num_finished,
+            "request_queue_s": self._queue_s,
+            "request_first_token_s": self._first_token_s,
+            "request_final_s": self._final_s,
             "max_batch_size": self.max_batch_size,
             "max_num_tokens": self.max_num_tokens,
             "scheduler_policy": self.scheduler_policy,

@@ -11,6 +11,7 @@ A sequence whose step samples also gets blocks for num_lookahead_tokens more: th
 it that many steps further before scheduling again (num_scheduler_steps).
 """
 
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -87,6 +88,8 @@ class Scheduler:
             if num_tokens == 0 or not self.block_manager.grow(seq, needed):
                 break
             self.waiting.popleft()
+            if seq.admitted_time_s is None:  # not a preempted one's return
+                seq.admitted_time_s = time.perf_counter()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             scheduled.append(ScheduledSequence(seq, num_tokens))

@@ -59,6 +59,7 @@ class Sequence:
         # max_tokens) are appended in one go
         self._stop_ids = self.end_ids | frozenset(params.stop_token_ids)
         self.arrival_time_s = time.perf_counter() if arrival_time_s is None else arrival_time_s
+        self.admitted_time_s: float | None = None  # first moved to the running batch
         self.first_token_time_s: float | None = None
         self.finish_time_s: float | None = None
 

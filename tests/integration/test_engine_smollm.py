@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from pipeline.engine import LLMEngine, SamplingParams
+from pipeline.engine.llm_engine import request_ms
 
 PROMPTS = [
     "The capital of France is",
@@ -56,6 +57,7 @@ def hf_greedy(smollm_hf_dir, prompt_ids, engine) -> list[list[int]]:
 
 
 def test_greedy_tokens_equal_transformers(engine, prompt_ids, hf_greedy):
+    before = engine.stats()
     outputs = engine.generate(prompt_ids, SamplingParams(max_tokens=NUM_NEW_TOKENS))
     assert [o.token_ids for o in outputs] == hf_greedy
     for out, ids, ref in zip(outputs, prompt_ids, hf_greedy, strict=True):
@@ -66,6 +68,11 @@ def test_greedy_tokens_equal_transformers(engine, prompt_ids, hf_greedy):
     stats = engine.stats()
     assert stats["num_free_blocks"] == stats["num_total_blocks"]
     assert stats["num_running"] == stats["num_waiting"] == 0
+    assert stats["num_finished_requests"] - before["num_finished_requests"] == len(prompt_ids)
+    times = request_ms(stats, before)  # these requests' means, in the engine's order of events
+    slowest = max(1e3 * (o.finish_time_s - o.arrival_time_s) for o in outputs)
+    assert 0 <= times["request_queue_ms"] <= times["request_first_token_ms"]
+    assert times["request_first_token_ms"] < times["request_final_ms"] <= slowest
 
 
 def test_multistep_greedy_tokens_equal_transformers(smollm_engine_dir, prompt_ids, hf_greedy):

@@ -225,6 +225,7 @@ class TritonPythonModel:
             pb_utils.Logger.log_info(f"{self.instance}: hops: {text}")
         if self.service.owns_engine:  # how full and how mixed the steps were (once an engine)
             from pipeline.engine.launch_timer import ms_per_launch
+            from pipeline.engine.llm_engine import request_ms
 
             stats = self.service.stats()
             seqs_per_step = stats["num_scheduled_seqs"] / max(1, stats["num_steps"])
@@ -240,4 +241,8 @@ class TritonPythonModel:
                 f"{steps_a_launch:.2f} (now {stats['num_scheduler_steps']}, up to "
                 f"{stats['max_scheduler_steps']}), {times}"
             )
+            # against the hops above: the rest of engine_first_token and engine_final is the
+            # way in (socket, inbox) and the deltas' way back to the responder
+            times = ", ".join(f"{k} {v:.2f}" for k, v in request_ms(stats).items())
+            pb_utils.Logger.log_info(f"tensorrt_llm: requests from arrival in the engine: {times}")
         self.service.shutdown()
