@@ -54,7 +54,7 @@ import numpy as np
 from pipeline.engine import AsyncLLMEngine, LLMEngine, StreamDelta
 from pipeline.engine.engine_process import EngineProcess
 from pipeline.triton_repo.detokenizer import Detokenizer, TextStream
-from pipeline.triton_repo.llm_request import LLMRequest, TextEncoder, from_batch
+from pipeline.triton_repo.llm_request import LLMRequest, TextEncoder, from_arrays
 
 log = logging.getLogger(__name__)
 _STOP = object()
@@ -198,30 +198,19 @@ class LLMService:
 
     def generate(
         self,
-        batch: list[tuple[dict[str, np.ndarray], Any, bool]],
+        arrays: dict[str, np.ndarray],
+        context: Any,
+        wants_text: bool = False,
         received_at: float | None = None,
-    ) -> list[Exception | None]:
-        """Submit the requests of one execute() now, each (arrays, context, wants_text); their
-        chunks go to respond(context, ...), with their text if wants_text. Returns each one's
-        refusal or None: ValueError for inputs the engine can never serve (limits, bad values),
-        RuntimeError (or OSError) once the engine is gone. received_at: perf_counter() when
-        execute() began (the submit hop's start; default now)."""
+    ) -> None:
+        """Submit now; its chunks go to respond(context, ...), with their text if wants_text.
+        ValueError for inputs the engine can never serve (limits, bad values), RuntimeError once
+        the engine is gone. received_at: perf_counter() when the caller took the request (the
+        submit hop's start; default now)."""
         received_at = time.perf_counter() if received_at is None else received_at
-        requests = from_batch(
-            [arrays for arrays, _, _ in batch], self.exclude_input_in_output, self.encoder
-        )
-        return [
-            request
-            if isinstance(request, ValueError)
-            else self._submit(request, context, wants_text, received_at)
-            for request, (_, context, wants_text) in zip(requests, batch, strict=True)
-        ]
-
-    def _submit(
-        self, request: LLMRequest, context: Any, wants_text: bool, received_at: float
-    ) -> Exception | None:
+        request = from_arrays(arrays, self.exclude_input_in_output, self.encoder)
         if wants_text and self.detokenizer is None:
-            return ValueError("text_output needs the model's tokenizer_dir parameter")
+            raise ValueError("text_output needs the model's tokenizer_dir parameter")
         text = self.detokenizer.stream() if wants_text else None
         request_id = uuid.uuid4().hex
         with self._lock:  # known before the engine can answer it
@@ -231,11 +220,10 @@ class LLMService:
         live.received_at, live.submitted_at = received_at, time.perf_counter()
         try:
             self.async_engine.submit(request.prompt_token_ids, request.params, request_id)
-        except Exception as exc:  # noqa: BLE001 - this request's refusal, sent back to its caller
+        except BaseException:
             with self._lock:
                 del self._live[request_id]
-            return exc
-        return None
+            raise
 
     def _run(self) -> None:
         unsent: dict[str, _Live] = {}  # streams whose tokens wait for their turn

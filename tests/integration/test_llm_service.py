@@ -87,13 +87,6 @@ def arrays(prompt: list[int], streaming: bool, exclude_input: bool = True, **ext
     }
 
 
-def generate(svc: LLMService, arrays: dict, context, wants_text: bool = False) -> None:
-    """One request as a batch of one; its refusal raised."""
-    (refusal,) = svc.generate([(arrays, context, wants_text)])
-    if refusal is not None:
-        raise refusal
-
-
 def wait_generated(svc: LLMService, num_tokens: int, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while svc.stats()["num_generated_tokens"] < num_tokens:
@@ -126,12 +119,14 @@ def test_streaming_and_whole_requests_are_answered_together(smollm_engine_dir, p
     recorder = Recorder()
     svc = service(smollm_engine_dir, recorder)
     try:
-        generate(svc, arrays(prompts[0], streaming=True), "stream")
-        generate(svc, arrays(prompts[1], streaming=False), "whole")
-        generate(svc, arrays(prompts[2], streaming=False, exclude_input=False), "with-prompt")
+        svc.generate(arrays(prompts[0], streaming=True), "stream")
+        svc.generate(arrays(prompts[1], streaming=False), "whole")
+        svc.generate(arrays(prompts[2], streaming=False, exclude_input=False), "with-prompt")
         recorder.wait_final(["stream", "whole", "with-prompt"])
     finally:
-        svc.shutdown()
+        svc.shutdown()  # the lanes are done: the stream's hops are in
+    hops = svc.hops()
+    assert 0 < hops["submit_ms_mean"] < hops["engine_first_token_ms_mean"]
     stream = recorder.chunks["stream"]
     assert [c.is_final for c in stream] == [False] * (NUM_TOKENS - 1) + [True]
     assert [t for c in stream for t in c.token_ids.tolist()] == greedy[0]
@@ -141,42 +136,15 @@ def test_streaming_and_whole_requests_are_answered_together(smollm_engine_dir, p
     assert with_prompt.token_ids.tolist() == prompts[2] + greedy[2]
 
 
-def test_a_batch_is_submitted_at_once_and_a_refusal_spares_the_rest(
-    smollm_engine_dir, prompts, greedy
-):
-    recorder = Recorder()
-    svc = service(smollm_engine_dir, recorder)
-    try:
-        refusals = svc.generate(
-            [
-                (arrays(prompts[0], streaming=True), "stream", False),
-                (arrays(list(range(5000)), streaming=True), "too-long", False),
-                (arrays(prompts[1], streaming=False), "whole", False),
-                (arrays(prompts[2], streaming=False), "no-tokenizer", True),
-            ]
-        )
-        assert refusals[0] is None and refusals[2] is None
-        assert isinstance(refusals[1], ValueError) and "max_input_len" in str(refusals[1])
-        assert isinstance(refusals[3], ValueError) and "tokenizer_dir" in str(refusals[3])
-        recorder.wait_final(["stream", "whole"])
-        assert [t for c in recorder.chunks["stream"] for t in c.token_ids.tolist()] == greedy[0]
-        assert recorder.chunks["whole"][0].token_ids.tolist() == greedy[1]
-    finally:
-        svc.shutdown()  # the lanes are done: the stream's hops are in
-    assert set(recorder.chunks) == {"stream", "whole"}  # a refusal is the caller's to send
-    hops = svc.hops()
-    assert 0 < hops["submit_ms_mean"] < hops["engine_final_ms_mean"]
-
-
 def test_a_caller_gone_is_cancelled_and_a_failing_one_spares_the_others(
     smollm_engine_dir, prompts, greedy
 ):
     recorder = Recorder(hang_up_after={"gone": 1}, fail_for={"broken"})
     svc = service(smollm_engine_dir, recorder)
     try:
-        generate(svc, arrays(prompts[0], streaming=True, max_tokens=100), "gone")
-        generate(svc, arrays(prompts[1], streaming=True, max_tokens=100), "broken")
-        generate(svc, arrays(prompts[2], streaming=True), "fine")
+        svc.generate(arrays(prompts[0], streaming=True, max_tokens=100), "gone")
+        svc.generate(arrays(prompts[1], streaming=True, max_tokens=100), "broken")
+        svc.generate(arrays(prompts[2], streaming=True), "fine")
         recorder.wait_final(["fine"])
         deadline = time.monotonic() + 60
         while svc.stats()["num_running"] and time.monotonic() < deadline:
@@ -192,7 +160,7 @@ def test_a_caller_gone_is_cancelled_and_a_failing_one_spares_the_others(
 def test_shutdown_closes_requests_in_flight(smollm_engine_dir, prompts):
     recorder = Recorder()
     svc = service(smollm_engine_dir, recorder)
-    generate(svc, arrays(prompts[0], streaming=True, max_tokens=100), "open")
+    svc.generate(arrays(prompts[0], streaming=True, max_tokens=100), "open")
     with recorder.finished:
         recorder.finished.wait_for(lambda: "open" in recorder.chunks, 60)
     svc.shutdown()
@@ -200,7 +168,7 @@ def test_shutdown_closes_requests_in_flight(smollm_engine_dir, prompts):
     assert isinstance(last, OutputChunk) and last.is_final
     assert len(recorder.chunks["open"]) < 100
     with pytest.raises(RuntimeError, match="shut down"):
-        generate(svc, arrays(prompts[0], streaming=True), "late")
+        svc.generate(arrays(prompts[0], streaming=True), "late")
 
 
 def test_an_engine_failure_reaches_every_open_request(smollm_engine_dir, prompts, monkeypatch):
@@ -214,15 +182,15 @@ def test_an_engine_failure_reaches_every_open_request(smollm_engine_dir, prompts
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     monkeypatch.setattr(svc.async_engine.engine, "step", broken_step)
-    generate(svc, arrays(prompts[0], streaming=True), "a")
-    generate(svc, arrays(prompts[1], streaming=False), "b")
+    svc.generate(arrays(prompts[0], streaming=True), "a")
+    svc.generate(arrays(prompts[1], streaming=False), "b")
     both_in.set()
     recorder.wait_final(["a", "b"])
     for context in ("a", "b"):
         (failure,) = recorder.chunks[context]
         assert "illegal memory access" in repr(failure)
     with pytest.raises(RuntimeError, match="failed"):
-        generate(svc, arrays(prompts[0], streaming=True), "late")
+        svc.generate(arrays(prompts[0], streaming=True), "late")
     svc.shutdown()
 
 
@@ -232,8 +200,8 @@ def test_an_engine_process_answers_alike_and_its_death_fails_every_open_request(
     recorder = Recorder()
     svc = service(smollm_engine_dir, recorder, engine_process=True)
     try:
-        generate(svc, arrays(prompts[0], streaming=True), "stream")
-        generate(svc, arrays(prompts[1], streaming=False), "whole")
+        svc.generate(arrays(prompts[0], streaming=True), "stream")
+        svc.generate(arrays(prompts[1], streaming=False), "whole")
         recorder.wait_final(["stream", "whole"])
         assert [t for c in recorder.chunks["stream"] for t in c.token_ids.tolist()] == greedy[0]
         assert recorder.chunks["whole"][0].token_ids.tolist() == greedy[1]
@@ -242,8 +210,8 @@ def test_an_engine_process_answers_alike_and_its_death_fails_every_open_request(
             assert time.monotonic() < deadline
             time.sleep(0.05)
 
-        generate(svc, arrays(prompts[0], streaming=True, max_tokens=100), "a")
-        generate(svc, arrays(prompts[1], streaming=False, max_tokens=100), "b")
+        svc.generate(arrays(prompts[0], streaming=True, max_tokens=100), "a")
+        svc.generate(arrays(prompts[1], streaming=False, max_tokens=100), "b")
         with recorder.finished:
             assert recorder.finished.wait_for(lambda: "a" in recorder.chunks, 60)
         svc.async_engine._process.kill()  # as the OOM killer would
@@ -251,9 +219,9 @@ def test_an_engine_process_answers_alike_and_its_death_fails_every_open_request(
         for context in ("a", "b"):
             assert "engine process exited" in repr(recorder.chunks[context][-1])
         with pytest.raises(RuntimeError, match="failed"):
-            generate(svc, arrays(prompts[0], streaming=True), "late")
+            svc.generate(arrays(prompts[0], streaming=True), "late")
         with pytest.raises(ValueError, match="max_input_len"):  # limits still checked up front
-            generate(svc, arrays(list(range(5000)), streaming=True), "too-long")
+            svc.generate(arrays(list(range(5000)), streaming=True), "too-long")
     finally:
         svc.shutdown()
 
@@ -272,9 +240,9 @@ def test_services_with_one_share_key_share_one_engine_process_until_the_last_lea
     process = a.async_engine._process
     try:
         assert a.async_engine.is_spawner and not b.async_engine.is_spawner
-        generate(a, arrays(prompts[0], streaming=True), "a0")
-        generate(b, arrays(prompts[1], streaming=True), "b1")
-        generate(b, arrays(prompts[2], streaming=False), "b2")
+        a.generate(arrays(prompts[0], streaming=True), "a0")
+        b.generate(arrays(prompts[1], streaming=True), "b1")
+        b.generate(arrays(prompts[2], streaming=False), "b2")
         first.wait_final(["a0"])
         second.wait_final(["b1", "b2"])
         assert [t for c in first.chunks["a0"] for t in c.token_ids.tolist()] == greedy[0]
@@ -283,7 +251,7 @@ def test_services_with_one_share_key_share_one_engine_process_until_the_last_lea
         assert set(first.chunks) == {"a0"}  # each gets its own requests' answers only
 
         # the spawner leaves in the middle of the other's request: the engine goes on serving
-        generate(b, arrays(prompts[0], streaming=True, max_tokens=40), "long")
+        b.generate(arrays(prompts[0], streaming=True, max_tokens=40), "long")
         with second.finished:
             assert second.finished.wait_for(lambda: "long" in second.chunks, 60)
         a.shutdown()
@@ -312,7 +280,7 @@ def test_services_that_start_together_still_share_one_engine(
     try:
         assert sorted(svc.owns_engine for svc in services) == [False, True]
         for svc, prompt in zip(services, prompts, strict=False):
-            generate(svc, arrays(prompt, streaming=False), "x")
+            svc.generate(arrays(prompt, streaming=False), "x")
         for recorder, want in zip(recorders, greedy, strict=False):
             recorder.wait_final(["x"])
             assert recorder.chunks["x"][0].token_ids.tolist() == want
@@ -329,8 +297,8 @@ def test_queued_tokens_of_a_stream_go_out_at_once(
     recorder = Recorder(gate=gate)
     svc = service(smollm_engine_dir, recorder, coalesce=True, max_response_rate=max_response_rate)
     try:
-        generate(svc, arrays(prompts[0], streaming=True), "stream")
-        generate(svc, arrays(prompts[1], streaming=False), "whole")
+        svc.generate(arrays(prompts[0], streaming=True), "stream")
+        svc.generate(arrays(prompts[1], streaming=False), "whole")
         if gate is not None:
             wait_generated(svc, 2 * NUM_TOKENS)
             gate.set()
@@ -354,7 +322,7 @@ def test_lanes_send_streams_side_by_side_each_in_order(smollm_engine_dir, prompt
     svc = service(smollm_engine_dir, recorder, coalesce=True, response_lanes=3)
     try:
         for i, prompt in enumerate(prompts):
-            generate(svc, arrays(prompt, streaming=True), f"stream{i}")
+            svc.generate(arrays(prompt, streaming=True), f"stream{i}")
         wait_generated(svc, len(prompts) * NUM_TOKENS)
         recorder.gate.set()
         recorder.wait_final([f"stream{i}" for i in range(len(prompts))])
@@ -377,9 +345,9 @@ def test_a_lane_sends_a_final_response_before_others_first_ones(smollm_engine_di
     recorder = Recorder(gate=threading.Event())
     svc = service(smollm_engine_dir, recorder, coalesce=True, response_lanes=1)
     try:
-        generate(svc, arrays(prompts[0], streaming=True), "a")
-        generate(svc, arrays(prompts[1], streaming=True), "b")
-        generate(svc, arrays(prompts[2], streaming=False, max_tokens=2), "w")
+        svc.generate(arrays(prompts[0], streaming=True), "a")
+        svc.generate(arrays(prompts[1], streaming=True), "b")
+        svc.generate(arrays(prompts[2], streaming=False, max_tokens=2), "w")
         deadline = time.monotonic() + 60
         while svc._lanes[0].qsize() < 2:  # b's first and w's final, behind a's held send
             assert time.monotonic() < deadline
@@ -397,9 +365,9 @@ def test_text_of_split_characters_comes_whole_from_the_responder(smollm_engine_d
     tokenizer_dir = smollm_engine_dir / "tokenizer"
     svc = service(smollm_engine_dir, recorder, tokenizer_dir=tokenizer_dir)
     try:
-        generate(svc, arrays(prompt, streaming=True), "stream", wants_text=True)
-        generate(svc, arrays(prompt, streaming=False, exclude_input=False), "whole", True)
-        generate(svc, arrays(prompt, streaming=True), "ids")
+        svc.generate(arrays(prompt, streaming=True), "stream", wants_text=True)
+        svc.generate(arrays(prompt, streaming=False, exclude_input=False), "whole", True)
+        svc.generate(arrays(prompt, streaming=True), "ids")
         recorder.wait_final(["stream", "whole", "ids"])
     finally:
         svc.shutdown()

@@ -155,25 +155,22 @@ class TritonPythonModel:
         self.metrics_thread.start()
 
     def execute(self, requests):
-        received_at = time.perf_counter()
-        batch = []
+        received_at = time.perf_counter()  # each request's submit hop starts here
         for request in requests:
+            sender = request.get_response_sender()
             arrays = {
                 name: tensor.as_numpy()
                 for name in INPUT_NAMES
                 if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None
             }
             outputs = frozenset(request.requested_output_names())
-            caller = _Caller(request.get_response_sender(), outputs)
-            batch.append((arrays, caller, "text_output" in outputs))
-        # one call for the batch: its text prompts are tokenized together (LLMService.generate)
-        refusals = self.service.generate(batch, received_at)
-        for (_, caller, _), refusal in zip(batch, refusals, strict=True):
-            if refusal is not None:  # bad input, or the engine is gone
-                caller.sender.send(
-                    pb_utils.InferenceResponse(
-                        error=pb_utils.TritonError(f"tensorrt_llm: {refusal}")
-                    ),
+            try:
+                self.service.generate(
+                    arrays, _Caller(sender, outputs), "text_output" in outputs, received_at
+                )
+            except (ValueError, RuntimeError) as exc:  # bad input, or the engine is gone
+                sender.send(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm: {exc}")),
                     flags=FINAL,
                 )
         return None

@@ -5,17 +5,9 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from pipeline.triton_repo.llm_request import LLMRequest, TextEncoder, from_batch, word_sequences
+from pipeline.triton_repo.llm_request import TextEncoder, from_arrays, word_sequences
 
 VOCAB = ["<unk>", "<s>", "</s>", "the", "cat", "sat", "on", "mat", "."]
-
-
-def from_arrays(arrays, default_exclude_input: bool, encoder=None) -> LLMRequest:
-    """One request through from_batch; its refusal raised."""
-    (request,) = from_batch([arrays], default_exclude_input, encoder)
-    if isinstance(request, ValueError):
-        raise request
-    return request
 
 
 def request_arrays(**extra) -> dict[str, np.ndarray]:
@@ -204,33 +196,16 @@ def test_text_needs_a_tokenizer():
         from_arrays(text_arrays("the cat"), True)
 
 
-class _Counting:
-    """A tokenizer that records each call of it (a batch encode)."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer, self.calls = tokenizer, []
-
-    def __call__(self, texts, **kwargs):
-        self.calls.append(list(texts))
-        return self.tokenizer(texts, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self.tokenizer, name)
-
-
-def test_a_batch_is_tokenized_together_and_each_request_keeps_its_own_refusal(tokenizer):
-    counting = _Counting(tokenizer)
-    texts = ["the cat sat", "on the mat .", "cat"]
-    batch = [
-        text_arrays(texts[0]),
-        request_arrays(),  # ids: nothing to tokenize
-        text_arrays("the", input_ids=np.array([[3]], np.int32)),  # refused before tokenizing
-        text_arrays(texts[1], streaming=np.array([[True]])),
-        text_arrays(texts[2]),
-    ]
-    out = from_batch(batch, True, TextEncoder(counting, add_special_tokens=True))
-    assert counting.calls == [texts]  # one call, the valid texts in order
-    assert [out[i].prompt_token_ids for i in (0, 3, 4)] == [tokenizer.encode(t) for t in texts]
-    assert out[1].prompt_token_ids == [5, 6, 7]
-    assert isinstance(out[2], ValueError) and "not both" in str(out[2])
-    assert out[3].is_streaming and not out[0].is_streaming
+def test_text_is_encoded_as_transformers_encodes_it_without_touching_its_tokenizer(tokenizer):
+    # a tokenizer.json may carry truncation: transformers' encode turns it off for a text
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.enable_truncation(max_length=2)
+    truncating = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+    encoder = TextEncoder(truncating, add_special_tokens=True)
+    assert truncating.backend_tokenizer.truncation is not None  # before any encode
+    for text in ("the cat sat on the mat .", "cat", "dog mat"):
+        assert encoder.prompt(text) == truncating.encode(text)
+        assert encoder.words([text]) == (tuple(truncating.encode(text, add_special_tokens=False)),)
+    assert len(encoder.prompt("the cat sat on the mat .")) == 8  # <s> + 7 words: not cut
