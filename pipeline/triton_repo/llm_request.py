@@ -22,8 +22,9 @@ class TextEncoder:
     A fast tokenizer's ids come from its Rust tokenizer's own encode, which holds the GIL:
     transformers' encode goes through the Rust batch encode, which releases it, and taking it
     back waits out the switch interval (5 ms) whenever another thread of the python stub runs
-    Python. H100 host, a 128-token prompt: 0.15 ms alone, 5.4 ms through transformers beside a
-    busy thread; in the served model, ~2 ms a request."""
+    Python. H100 host, a 128-token prompt: 0.15 ms alone; beside a busy thread, 5.4 ms through
+    transformers and 0.27 ms this way. In the served model the parse took 2.1 ms of every
+    execute through transformers."""
 
     def __init__(self, tokenizer: Any, add_special_tokens: bool):
         self.tokenizer = tokenizer  # a transformers tokenizer
