@@ -120,9 +120,11 @@ def steps(quick: bool, has_server: bool) -> list[tuple[str, str, list[str], bool
         "bench.num_warmup_requests=1",
     ]
     small_kv = "bench.sweep.num_kv_blocks=4" if quick else "bench.sweep.num_kv_blocks=96"
-    # 16 waves at concurrency 64, not bench=throughput's 4: in a ~1 s run the served side's
-    # first wave (64 requests entering Triton at once) and its stragglers weigh too much
-    saturation = [] if quick else ["bench.num_requests=1024"]
+    # 64 waves at concurrency 64, not bench=throughput's 4: in a short run the served side's
+    # first wave (64 requests entering Triton at once) and its stragglers weigh too much. H100,
+    # SmolLM2, one tree: served / direct spread 0.85-0.92 over runs of 1,024 requests and
+    # 0.898-0.920 over runs of 4,096 (stop 28), each ~25 s longer
+    saturation = [] if quick else ["bench.num_requests=4096"]
     # Triton traces every 8th request: where the served side's time goes (bench.served_path);
     # H100, SmolLM2: served / direct 0.880-0.889 traced, 0.854 not, in one slow lease
     saturation.append("bench.trace_rate=8")
