@@ -56,11 +56,19 @@ class LaunchTimer:
         return {"num_launches": self.num_launches} | {key: getattr(self, key) for key in TOTALS}
 
 
+def mean_ms(
+    after: dict, before: dict | None, count: str, totals: tuple[str, ...], suffix: str = "_ms"
+) -> dict[str, float]:
+    """Summed seconds in two engine stats() -> ms per counted item between them (before: None
+    for since start); "<total>_s" becomes "<total><suffix>"."""
+    before = before or {}
+    num = max(1, after[count] - before.get(count, 0))
+    return {
+        key.removesuffix("_s") + suffix: 1e3 * (after[key] - before.get(key, 0.0)) / num
+        for key in totals
+    }
+
+
 def ms_per_launch(after: dict, before: dict | None = None) -> dict[str, float]:
     """The timer's totals in two engine stats() (before: None for since start) -> ms a launch."""
-    before = before or {}
-    num = max(1, after["num_launches"] - before.get("num_launches", 0))
-    return {
-        key.removesuffix("_s") + "_ms_per_launch": 1e3 * (after[key] - before.get(key, 0.0)) / num
-        for key in TOTALS
-    }
+    return mean_ms(after, before, "num_launches", TOTALS, "_ms_per_launch")

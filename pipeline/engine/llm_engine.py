@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 from pipeline.engine.block_manager import BlockManager
 from pipeline.engine.engine_config import EngineConfig, load_engine_config
 from pipeline.engine.launch_pacer import LaunchPacer
-from pipeline.engine.launch_timer import LaunchTimer
+from pipeline.engine.launch_timer import LaunchTimer, mean_ms
 from pipeline.engine.model_runner import ModelRunner, SampledTokens
 from pipeline.engine.outputs import RequestOutput, StreamDelta
 from pipeline.engine.phase_range import phase
@@ -53,13 +53,8 @@ def model_eos_token_ids(tokenizer_dir: Path, tokenizer) -> tuple[int, ...]:
 def request_ms(after: dict, before: dict | None = None) -> dict[str, float]:
     """Finished requests' mean ms from arrival in the engine (queued until first admitted, first
     token, final token on the host), between two stats() (before: None for since start)."""
-    before = before or {}
-    num = max(1, after["num_finished_requests"] - before.get("num_finished_requests", 0))
     keys = ("request_queue_s", "request_first_token_s", "request_final_s")
-    return {
-        key.removesuffix("_s") + "_ms": 1e3 * (after[key] - before.get(key, 0.0)) / num
-        for key in keys
-    }
+    return mean_ms(after, before, "num_finished_requests", keys)
 
 
 class LLMEngine:
