@@ -245,6 +245,8 @@ def key_numbers(out: Path, results: dict) -> dict:
             for k in (
                 "num_steps",
                 "seqs_per_step",
+                "num_scheduler_steps",
+                "num_reserve_steps",
                 *(k for k in stats if k.endswith("_launch") or k.startswith("request_")),
             ):
                 if k in stats:

@@ -86,7 +86,8 @@ class DirectDriver:
                 if pending:  # nothing running: wait for the next arrival
                     time.sleep(max(0.0, pending[0][1].scheduled_s - self.now()))
                 continue
-            deltas = self.engine.step()
+            # arrivals up to the moment the engine schedules join this step (mode=rate)
+            deltas = self.engine.step(admit=lambda: self._admit(pending, in_flight, bar))
             now = self.now()
             for delta in deltas:
                 record = in_flight.get(delta.request_id)
@@ -130,6 +131,9 @@ class DirectDriver:
         self.engine_stats["seqs_per_step"] = (
             at_end["num_scheduled_seqs"] - at_start["num_scheduled_seqs"]
         ) / max(1, steps)
+        # where the pacer settled: steps a launch, and the reserve it schedules the next at
+        self.engine_stats["num_scheduler_steps"] = at_end["num_scheduler_steps"]
+        self.engine_stats["num_reserve_steps"] = at_end["num_reserve_steps"]
         from pipeline.engine.launch_timer import ms_per_launch
         from pipeline.engine.llm_engine import request_ms
 

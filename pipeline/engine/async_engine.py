@@ -108,22 +108,25 @@ class AsyncLLMEngine:
             self._lock.notify()
         self._thread.join()
 
-    def _take_inbox(self) -> bool:
-        """Move queued work into the engine; False when the loop should exit."""
+    def _wait_for_work(self) -> bool:
+        """Until there is work; False when the loop should exit."""
         with self._lock:
             while not (
                 self._inbox or self._cancels or self._is_shutdown or self.engine.has_unfinished()
             ):
                 self._lock.wait()
-            if self._is_shutdown:
-                return False
+            return not self._is_shutdown
+
+    def _admit(self) -> None:
+        """Move queued requests and cancels into the engine (step() calls it just before it
+        schedules)."""
+        with self._lock:
             inbox, self._inbox = self._inbox, []
             cancels, self._cancels = self._cancels, []
         for prompt_token_ids, params, handle, arrival_time_s in inbox:
             self.engine.add_request(prompt_token_ids, params, handle.request_id, arrival_time_s)
         for request_id in cancels:
             self.engine.abort(request_id)
-        return True
 
     def _route(self, deltas: list[StreamDelta]) -> None:
         routed = []
@@ -142,8 +145,8 @@ class AsyncLLMEngine:
 
     def _loop(self) -> None:
         try:
-            while self._take_inbox():
-                self._route(self.engine.step())
+            while self._wait_for_work():
+                self._route(self.engine.step(admit=self._admit))
         except BaseException as exc:  # noqa: BLE001 - every waiting caller must hear about it
             logger.exception("engine thread failed")
             with self._lock:

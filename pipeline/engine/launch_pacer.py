@@ -1,47 +1,70 @@
-"""How many decode steps a launch runs, adjusted to what the host keeps up with.
+"""How many decode steps a launch runs, and how late in the launch before it the next one is
+scheduled, adjusted to what the host keeps up with.
 
-The auto rule sizes a launch from the GPU's step time alone (ModelRunner: the fewest steps that
-cover AUTO_LAUNCH_GPU_MS). The host's part of a launch depends on the machine and on what else
-runs there: beside a server's processes on a slow host it outgrew that launch, so every launch
-waited for the host and the GPU idled between them (H100, SmolLM2 served: steps 1.29-1.37 ms
-in such leases, 1.19 in others, for the same ~55 sequences). The pacer watches each launch: when
-most launches of a window found the device already done with the one before (the host is late),
-it adds a step, up to max_steps; when the host waited on the device for more than 1.5 steps'
-time on average, it takes one back, down to min_steps. More steps than needed only hold back
-new requests, which wait for the launch in flight. Same model, 12 CPU hogs on the 16 cores:
-3.3-3.8 steps a launch, served / direct 0.79-0.84 against 0.74-0.79 with a fixed 3; a quiet host
-stays at 3.
+Steps: the auto rule sizes a launch from the GPU's step time alone (ModelRunner: the fewest steps
+that cover AUTO_LAUNCH_GPU_MS). The host's part of a launch depends on the machine and on what
+else runs there: beside a server's processes on a slow host it outgrew that launch, so every
+launch waited for the host and the GPU idled between them (H100, SmolLM2 served: steps 1.29-1.37
+ms in such leases, 1.19 in others, for the same ~55 sequences). The pacer watches each launch:
+when most launches of a window found the device already done with the one before (the host is
+late), it adds a step, up to max_steps; when the host waited on the device for more than 1.5
+steps' time on average, it takes one back, down to min_steps. Same model, 12 CPU hogs on the 16
+cores: 3.3-3.8 steps a launch, served / direct 0.79-0.84 against 0.74-0.79 with a fixed 3; a
+quiet host stays at 3.
+
+Reserve: a request that arrives while a launch runs waits for the next schedule. Scheduled as
+soon as the launch before was postprocessed, the next launch is fixed a whole launch before it
+runs; the engine instead waits until only num_reserve_steps of the running launch are left on
+the device (an event after that step), then schedules, so requests that arrived meanwhile join
+it. The reserve is the host's time to schedule and queue a launch, in steps: it starts at the
+whole launch (schedule at once, as without it), comes down a step while every launch of a window
+still left more than RESERVE_SPARE_STEPS of the device's time unused after its launch was queued,
+and goes back up a step once a few launches found the device done before they were queued.
 """
 
 WINDOW = 32  # launches between decisions
 IDLE_WAIT_S = 50e-6  # a wait shorter than this found the device done: it had idled
-LATE_SHARE = 0.5  # add a step when more launches than this were late
-SPARE_STEPS = 1.5  # take one back when the mean wait exceeds this many steps' time
+LATE_SHARE = 0.5  # add a step when more launches than this were late (no reserve left to give)
+RESERVE_LATE_SHARE = 0.1  # widen the reserve when more launches than this were late
+SPARE_STEPS = 1.5  # take a step back when the mean wait exceeds this many steps' time
+RESERVE_SPARE_STEPS = 1.25  # narrow the reserve when every launch had this many steps to spare
 
 
 class LaunchPacer:
     def __init__(self, min_steps: int, max_steps: int):
         self.min_steps, self.max_steps = min_steps, max_steps
         self.num_steps = min_steps
+        self.num_reserve_steps = min_steps  # the whole launch: schedule the next one at once
         self._num = self._num_late = 0
         self._wait_s = self._cycle_s = 0.0
+        self._min_sync_wait_s = float("inf")
 
-    def observe(self, wait_s: float, cycle_s: float) -> None:
-        """One steady launch: how long its postprocess waited on the device, and the host's
-        whole cycle for it (its step() call and the caller's time before it)."""
-        if self.min_steps == self.max_steps:
-            return
+    def observe(self, wait_s: float, cycle_s: float, sync_wait_s: float | None = None) -> None:
+        """One steady launch: how long the host waited on the device in all (before scheduling
+        and for the tokens), of it the wait for the tokens after the next launch was queued
+        (sync_wait_s; default: all of it), and the host's whole cycle for it (its step() call
+        and the caller's time before it)."""
+        sync_wait_s = wait_s if sync_wait_s is None else sync_wait_s
         self._num += 1
-        self._num_late += wait_s < IDLE_WAIT_S
+        self._num_late += sync_wait_s < IDLE_WAIT_S
         self._wait_s += wait_s
         self._cycle_s += cycle_s
+        self._min_sync_wait_s = min(self._min_sync_wait_s, sync_wait_s)
         if self._num < WINDOW:
             return
         # waiting: the cycle is the device's time for the launch
         step_s = self._cycle_s / self._num / self.num_steps
-        if self._num_late > LATE_SHARE * self._num:
-            self.num_steps = min(self.max_steps, self.num_steps + 1)
-        elif self._wait_s / self._num > SPARE_STEPS * step_s:
-            self.num_steps = max(self.min_steps, self.num_steps - 1)
+        can_add = self.num_steps < self.max_steps
+        has_reserve_to_give = self.num_reserve_steps < self.num_steps
+        if has_reserve_to_give and self._num_late > RESERVE_LATE_SHARE * self._num:
+            self.num_reserve_steps += 1
+        elif self._num_late > LATE_SHARE * self._num and can_add:
+            self.num_steps = self.num_reserve_steps = self.num_steps + 1
+        elif self._wait_s / self._num > SPARE_STEPS * step_s and self.num_steps > self.min_steps:
+            self.num_steps -= 1
+            self.num_reserve_steps = min(self.num_reserve_steps, self.num_steps)
+        elif self.num_reserve_steps > 1 and self._min_sync_wait_s > RESERVE_SPARE_STEPS * step_s:
+            self.num_reserve_steps -= 1
         self._num = self._num_late = 0
         self._wait_s = self._cycle_s = 0.0
+        self._min_sync_wait_s = float("inf")

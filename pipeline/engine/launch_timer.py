@@ -27,6 +27,7 @@ class LaunchTimer:
     _wait_cpu_s: float = 0.0
     _away_before_s: float = 0.0
     step_wait_s: float = 0.0  # of the current (or last) step(): its wait on the device
+    last_wait_s: float = 0.0  # the last wait on the device (a step's last: for its tokens)
     last_cycle_s: float = 0.0  # the last step() call and the time away before it
 
     def start_step(self) -> None:
@@ -39,7 +40,8 @@ class LaunchTimer:
         """sync(): block until the device's tokens are on the host, and return them."""
         started, started_cpu = time.perf_counter(), time.thread_time()
         tokens = sync()
-        self.step_wait_s += time.perf_counter() - started
+        self.last_wait_s = time.perf_counter() - started
+        self.step_wait_s += self.last_wait_s
         self._wait_cpu_s += time.thread_time() - started_cpu  # a spinning sync burns CPU
         return tokens
 

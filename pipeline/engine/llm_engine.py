@@ -3,6 +3,7 @@
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -163,14 +164,23 @@ class LLMEngine:
         self._cancelled.append(StreamDelta(request_id, [], True, "cancelled"))
         return True
 
-    def step(self) -> list[StreamDelta]:
+    def step(self, admit: Callable[[], None] | None = None) -> list[StreamDelta]:
         """Schedule and launch a step; return the deltas of the step the host has finished.
 
         With overlap scheduling, step N+1 is launched before step N's tokens are read, so the
         host's scheduling, packing and bookkeeping run while the device computes: each call
         reports the previous step, and a sequence that step N ends has a wasted row in N+1.
-        Without it, each call launches a step and reports it."""
+        Without it, each call launches a step and reports it.
+
+        admit: adds the requests that arrived (add_request, abort) just before scheduling, which
+        waits until the launch in flight has only the pacer's reserve steps left: a request that
+        arrives meanwhile joins step N+1 instead of waiting a whole launch more."""
         self.timer.start_step()
+        schedule_at = None if self._in_flight is None else self._in_flight.schedule_at
+        if schedule_at is not None:
+            self.timer.wait_gpu(schedule_at.synchronize)
+        if admit is not None:
+            admit()
         deltas, self._cancelled = self._cancelled, []
         with phase("engine.schedule"):
             scheduled = self.scheduler.schedule()
@@ -183,7 +193,8 @@ class LLMEngine:
                 self._postprocess(finished, deltas)
         self.timer.end_step(launched is not None, self._in_flight is not None)
         if launched is not None and finished is not None:  # steady: the device had a launch
-            self.pacer.observe(self.timer.step_wait_s, self.timer.last_cycle_s)
+            timer = self.timer
+            self.pacer.observe(timer.step_wait_s, timer.last_cycle_s, timer.last_wait_s)
         return deltas
 
     def _launch(self, scheduled: list[ScheduledSequence]) -> SampledTokens:
@@ -195,7 +206,7 @@ class LLMEngine:
         if num_steps > 1 and any(entry.seq.needs_host_tokens for entry in scheduled):
             num_steps = 1
         sampled = self.model_runner.launch(
-            scheduled, num_steps, self.scheduler.block_manager.tables
+            scheduled, num_steps, self.scheduler.block_manager.tables, self.pacer.num_reserve_steps
         )
         num_tokens = 0
         for entry in scheduled:
@@ -293,6 +304,7 @@ class LLMEngine:
             "scheduler_policy": self.scheduler_policy,
             "overlap_scheduling": self.overlap_scheduling,
             "num_scheduler_steps": self.pacer.num_steps,
+            "num_reserve_steps": self.pacer.num_reserve_steps,
             "max_scheduler_steps": self.pacer.max_steps,
             "device": str(runner.device),
             "dtype": str(runner.dtype).removeprefix("torch."),

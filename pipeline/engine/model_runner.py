@@ -365,14 +365,20 @@ class ModelRunner:
 
     @torch.inference_mode()
     def launch(
-        self, scheduled: list[ScheduledSequence], num_steps: int, block_tables: np.ndarray
+        self,
+        scheduled: list[ScheduledSequence],
+        num_steps: int,
+        block_tables: np.ndarray,
+        num_reserve_steps: int | None = None,
     ) -> "SampledTokens":
         """Queue one forward step and its sampling on the device, then num_steps - 1 decode
         steps of the sequences that sampled (each reads the tokens the one before sampled);
         returns without waiting. The sequences whose step reaches the end of their tokens
         sample, in batch order (a prompt chunk that does not, samples nothing); the next launch
         may read the last step's tokens as inputs before the host has them. block_tables: the
-        block manager's array, a row per sequence that holds blocks."""
+        block manager's array, a row per sequence that holds blocks. num_reserve_steps: when
+        fewer than the launch's steps, its schedule_at event passes once only that many of its
+        steps are left on the device."""
         with phase("engine.prepare"):
             input_ids, meta, logits_rows, seqs, ahead = self._prepare(
                 scheduled, num_steps, block_tables
@@ -381,21 +387,29 @@ class ModelRunner:
             logits = self._forward(input_ids, meta, logits_rows)
         if not seqs:
             return SampledTokens([], None, None, 1)
+        is_cuda = self.device.type == "cuda"
+        # the step after which only num_reserve_steps are left (-1: none; schedule at once)
+        mark_after = (
+            -1 if num_reserve_steps is None or not is_cuda else len(ahead) - num_reserve_steps
+        )
+        schedule_at = None
         with phase("engine.sample"):
             sampling = self._sampling_tensors(seqs)
             steps = [self.sampler(logits, sampling)]
         for step_meta in ahead:
+            if len(steps) - 1 == mark_after:
+                schedule_at = _recorded_event()
             with phase("engine.forward"):
                 logits = self._forward(steps[-1], step_meta, None)
             with phase("engine.sample"):
                 steps.append(self.sampler(logits, sampling))
         self._last_sampled = steps[-1]
         tokens = torch.cat(steps) if ahead else steps[0]  # [steps * S], step-major
-        if self.device.type != "cuda":
+        if not is_cuda:
             return SampledTokens(seqs, tokens, None, len(steps))
         host = self._tokens_ring.take(tokens.numel())
         host.copy_(tokens, non_blocking=True)
-        return SampledTokens(seqs, host, self._tokens_ring.copied(), len(steps))
+        return SampledTokens(seqs, host, self._tokens_ring.copied(), len(steps), schedule_at)
 
 
 @dataclass(slots=True)
@@ -406,6 +420,8 @@ class SampledTokens:
     tokens: torch.Tensor | None  # [num_steps * S] int64 on the host, valid once `done` has passed
     done: torch.cuda.Event | None
     num_steps: int  # tokens each sequence sampled: token j of row r is tokens[j * S + r]
+    # passes when the launch has only its reserve steps left: when to schedule the next one
+    schedule_at: torch.cuda.Event | None = None
 
     def tolist(self) -> list[int]:
         if self.tokens is None:
@@ -413,6 +429,12 @@ class SampledTokens:
         if self.done is not None:
             self.done.synchronize()
         return self.tokens.tolist()
+
+
+def _recorded_event() -> torch.cuda.Event:
+    event = torch.cuda.Event()
+    event.record()
+    return event
 
 
 def _drop_triton_kernels(model: torch.nn.Module) -> None:

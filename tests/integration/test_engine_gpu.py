@@ -109,3 +109,39 @@ def test_seeded_sampling_repeats_on_cuda(fp32_engine, prompt_ids):
     first = fp32_engine.generate(prompt_ids[:1], params)[0].token_ids
     again = fp32_engine.generate(prompt_ids, [params] * 3)[0].token_ids
     assert first == again
+
+
+def test_a_one_step_reserve_schedules_late_and_keeps_tokens(
+    smollm_engine_dir, prompt_ids, cpu_reference
+):
+    """With one step in reserve the host schedules once the launch in flight is at its last
+    step; requests that arrive while launches run (through AsyncLLMEngine) still get the
+    reference's tokens."""
+    from pipeline.engine import AsyncLLMEngine
+
+    engine = LLMEngine.from_engine_dir(
+        smollm_engine_dir, device="cuda", num_scheduler_steps=3, num_kv_blocks=NUM_KV_BLOCKS
+    )
+    engine.pacer.num_reserve_steps = 1
+    engine.pacer.observe = lambda *args: None  # keep it there
+    launch, marked = engine.model_runner.launch, []
+
+    def launch_and_note(*args):
+        sampled = launch(*args)
+        marked.append(sampled.schedule_at is not None)
+        return sampled
+
+    engine.model_runner.launch = launch_and_note
+    async_engine = AsyncLLMEngine(engine)
+    try:
+        params = SamplingParams(max_tokens=NUM_TOKENS)
+        first = async_engine.submit(prompt_ids[0], params)
+        deltas = iter(first)
+        tokens = list(next(deltas).token_ids)  # the others arrive while the first decodes
+        others = [async_engine.submit(ids, params) for ids in prompt_ids[1:]]
+        outputs = [tokens + [t for d in deltas for t in d.token_ids]]
+        outputs += [[t for d in handle for t in d.token_ids] for handle in others]
+    finally:
+        async_engine.shutdown()
+    assert any(marked)
+    assert outputs == cpu_reference

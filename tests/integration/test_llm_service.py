@@ -177,7 +177,7 @@ def test_an_engine_failure_reaches_every_open_request(smollm_engine_dir, prompts
 
     both_in = threading.Event()
 
-    def broken_step():
+    def broken_step(admit=None):
         both_in.wait(60)  # fail only once both requests are in
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 

@@ -236,7 +236,8 @@ class TritonPythonModel:
             pb_utils.Logger.log_info(
                 f"tensorrt_llm: engine launches {stats['num_launches']}, steps a launch "
                 f"{steps_a_launch:.2f} (now {stats['num_scheduler_steps']}, up to "
-                f"{stats['max_scheduler_steps']}), {times}"
+                f"{stats['max_scheduler_steps']}; scheduled with {stats['num_reserve_steps']} "
+                f"left), {times}"
             )
             # against the hops above: the rest of engine_first_token and engine_final is the
             # way in (socket, inbox) and the deltas' way back to the responder

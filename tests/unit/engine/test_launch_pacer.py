@@ -49,3 +49,44 @@ def test_a_step_added_is_kept_while_the_host_is_ahead_by_less_than_it_saves():
 def test_a_fixed_count_never_moves():
     pacer = LaunchPacer(2, 2)
     assert run_window(pacer, 0.0, 4e-3) == 2
+
+
+def run_reserve_window(pacer: LaunchPacer, sync_wait_s: float, num_late: int = 0) -> int:
+    """A window of 3 ms launches whose host waited 1 ms in all, sync_wait_s of it for the
+    tokens after queuing the next launch (0 for the first num_late)."""
+    for i in range(WINDOW):
+        pacer.observe(1e-3, 3e-3, 0.0 if i < num_late else sync_wait_s)
+    return pacer.num_reserve_steps
+
+
+def test_the_reserve_starts_at_the_whole_launch_and_narrows_while_every_launch_has_spare():
+    pacer = LaunchPacer(3, 3)  # 1 ms steps
+    assert pacer.num_reserve_steps == 3
+    assert [run_reserve_window(pacer, 1.3e-3) for _ in range(3)] == [2, 1, 1]
+    assert pacer.num_steps == 3
+
+
+def test_one_launch_short_of_spare_keeps_the_reserve():
+    pacer = LaunchPacer(3, 3)
+    for i in range(WINDOW):
+        pacer.observe(1e-3, 3e-3, 1.0e-3 if i == 7 else 2e-3)
+    assert pacer.num_reserve_steps == 3
+
+
+def test_late_launches_widen_the_reserve_before_adding_steps():
+    pacer = LaunchPacer(3, 6)
+    run_reserve_window(pacer, 1.3e-3)
+    assert pacer.num_reserve_steps == 2
+    # 4 of 32 late: the device idled before the next launch was queued
+    assert run_reserve_window(pacer, 0.3e-3, num_late=4) == 3
+    assert pacer.num_steps == 3
+    # with the whole launch in reserve, a mostly late host gets a step (reserved too)
+    assert run_reserve_window(pacer, 0.3e-3, num_late=WINDOW) == 4
+    assert pacer.num_steps == 4
+
+
+def test_without_a_sync_wait_the_pacer_reads_the_whole_wait_as_before():
+    pacer = LaunchPacer(3, 3)
+    for _ in range(WINDOW):
+        pacer.observe(2e-3, 3e-3)  # 2 ms wait, 1 ms steps: 2 steps to spare
+    assert pacer.num_reserve_steps == 2
