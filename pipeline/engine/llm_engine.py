@@ -2,6 +2,7 @@
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -179,12 +180,14 @@ class LLMEngine:
         schedule_at = None if self._in_flight is None else self._in_flight.schedule_at
         if schedule_at is not None:
             self.timer.wait_gpu(schedule_at.synchronize)
+        prep_started = time.perf_counter()  # the host's part until the next launch is queued
         if admit is not None:
             admit()
         deltas, self._cancelled = self._cancelled, []
         with phase("engine.schedule"):
             scheduled = self.scheduler.schedule()
         launched = self._launch(scheduled) if scheduled else None
+        prep_s = time.perf_counter() - prep_started
         finished, self._in_flight = (
             (self._in_flight, launched) if self.overlap_scheduling else (launched, None)
         )
@@ -194,7 +197,7 @@ class LLMEngine:
         self.timer.end_step(launched is not None, self._in_flight is not None)
         if launched is not None and finished is not None:  # steady: the device had a launch
             timer = self.timer
-            self.pacer.observe(timer.step_wait_s, timer.last_cycle_s, timer.last_wait_s)
+            self.pacer.observe(timer.step_wait_s, timer.last_cycle_s, timer.last_wait_s, prep_s)
         return deltas
 
     def _launch(self, scheduled: list[ScheduledSequence]) -> SampledTokens:

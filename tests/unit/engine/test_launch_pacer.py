@@ -51,42 +51,48 @@ def test_a_fixed_count_never_moves():
     assert run_window(pacer, 0.0, 4e-3) == 2
 
 
-def run_reserve_window(pacer: LaunchPacer, sync_wait_s: float, num_late: int = 0) -> int:
-    """A window of 3 ms launches whose host waited 1 ms in all, sync_wait_s of it for the
-    tokens after queuing the next launch (0 for the first num_late)."""
+def run_reserve_window(
+    pacer: LaunchPacer, prep_s: list[float], num_late: int = 0, cycle_s: float = 3e-3
+) -> int:
+    """A window of launches of 1 ms steps (3 a launch by default) whose host waited 1 ms in
+    all, 0.5 ms of it for the tokens (none for the first num_late), with these preps (cycled)."""
     for i in range(WINDOW):
-        pacer.observe(1e-3, 3e-3, 0.0 if i < num_late else sync_wait_s)
+        sync_wait_s = 0.0 if i < num_late else 0.5e-3
+        pacer.observe(1e-3, cycle_s, sync_wait_s, prep_s[i % len(prep_s)])
     return pacer.num_reserve_steps
 
 
-def test_the_reserve_starts_at_the_whole_launch_and_narrows_while_every_launch_has_spare():
-    pacer = LaunchPacer(3, 3)  # 1 ms steps
+def test_the_reserve_starts_at_the_whole_launch_and_covers_the_hosts_prep():
+    pacer = LaunchPacer(3, 3)
     assert pacer.num_reserve_steps == 3
-    assert [run_reserve_window(pacer, 1.3e-3) for _ in range(3)] == [2, 1, 1]
+    assert run_reserve_window(pacer, [0.5e-3]) == 1  # 1.25 x 0.5 ms: one 1 ms step
+    assert run_reserve_window(pacer, [1.5e-3]) == 2
+    assert run_reserve_window(pacer, [9e-3]) == 3  # never more than the launch
     assert pacer.num_steps == 3
 
 
-def test_one_launch_short_of_spare_keeps_the_reserve():
+def test_the_reserve_follows_the_90th_percentile_prep():
     pacer = LaunchPacer(3, 3)
-    for i in range(WINDOW):
-        pacer.observe(1e-3, 3e-3, 1.0e-3 if i == 7 else 2e-3)
-    assert pacer.num_reserve_steps == 3
+    outliers = [2.5e-3] * 3  # 3 of 32: above the 90th percentile
+    assert run_reserve_window(pacer, [0.5e-3] * 29 + outliers) == 1
+    assert run_reserve_window(pacer, [0.5e-3] * 24 + [2.5e-3] * 8) == 3
 
 
 def test_late_launches_widen_the_reserve_before_adding_steps():
     pacer = LaunchPacer(3, 6)
-    run_reserve_window(pacer, 1.3e-3)
-    assert pacer.num_reserve_steps == 2
+    assert run_reserve_window(pacer, [0.5e-3]) == 1
     # 4 of 32 late: the device idled before the next launch was queued
-    assert run_reserve_window(pacer, 0.3e-3, num_late=4) == 3
+    assert run_reserve_window(pacer, [0.5e-3], num_late=4) == 2
+    assert run_reserve_window(pacer, [0.5e-3], num_late=WINDOW) == 3
     assert pacer.num_steps == 3
     # with the whole launch in reserve, a mostly late host gets a step (reserved too)
-    assert run_reserve_window(pacer, 0.3e-3, num_late=WINDOW) == 4
+    assert run_reserve_window(pacer, [2.9e-3], num_late=WINDOW) == 4
     assert pacer.num_steps == 4
 
 
-def test_without_a_sync_wait_the_pacer_reads_the_whole_wait_as_before():
+def test_an_untimed_prep_schedules_at_once():
     pacer = LaunchPacer(3, 3)
+    run_reserve_window(pacer, [0.5e-3])
     for _ in range(WINDOW):
-        pacer.observe(2e-3, 3e-3)  # 2 ms wait, 1 ms steps: 2 steps to spare
-    assert pacer.num_reserve_steps == 2
+        pacer.observe(1e-3, 3e-3)
+    assert pacer.num_reserve_steps == 3
