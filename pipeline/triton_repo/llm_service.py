@@ -193,6 +193,7 @@ class LLMService:
         self._sends: collections.deque = collections.deque(maxlen=HOPS_KEPT)
         self._num_timed = 0  # streams timed so far: the metrics poll recomputes only on news
         self._hops_summary: tuple[int, dict[str, float]] = (0, {})
+        self._hops_at = 0.0  # perf_counter() of the summary
         self._responder = threading.Thread(target=self._run, name="llm-responder", daemon=True)
         self._responder.start()
 
@@ -364,14 +365,17 @@ class LLMService:
     def stats(self) -> dict:
         return self.async_engine.stats()
 
-    def hops(self) -> dict[str, float]:
+    def hops(self, max_age_s: float = 0.0) -> dict[str, float]:
         """Where the last streams' time went inside this model, in ms (HOPS x HOP_STATS: the first
         two split TTFT, the next two the time to the end) and one send's duration: a
         closed-loop client's next request waits for the final response, so the time outside
-        the engine between requests is lost batch occupancy."""
+        the engine between requests is lost batch occupancy. max_age_s: a summary computed
+        less than this ago is returned as it is (the percentiles hold the GIL for a while)."""
         num_timed, summary = self._hops_summary
-        if num_timed == self._num_timed:
+        now = time.perf_counter()
+        if num_timed == self._num_timed or now - self._hops_at < max_age_s:
             return summary
+        self._hops_at = now
         num_timed, hops = self._num_timed, np.array(list(self._hops))
         columns = [*hops.T, np.array(list(self._sends))]
         out = {}

@@ -136,6 +136,21 @@ def test_streaming_and_whole_requests_are_answered_together(smollm_engine_dir, p
     assert with_prompt.token_ids.tolist() == prompts[2] + greedy[2]
 
 
+def test_hops_younger_than_max_age_are_not_recomputed(smollm_engine_dir, prompts):
+    recorder = Recorder()
+    svc = service(smollm_engine_dir, recorder)
+    try:
+        svc.generate(arrays(prompts[0], streaming=True), "first")
+        recorder.wait_final(["first"])
+        first = svc.hops()
+        svc.generate(arrays(prompts[1], streaming=True), "second")
+        recorder.wait_final(["second"])
+    finally:
+        svc.shutdown()
+    assert svc.hops(max_age_s=3600) == first
+    assert svc.hops() != first  # two streams' hops now
+
+
 def test_a_caller_gone_is_cancelled_and_a_failing_one_spares_the_others(
     smollm_engine_dir, prompts, greedy
 ):
