@@ -30,15 +30,10 @@ class TextEncoder:
         self.tokenizer = tokenizer  # a transformers tokenizer
         self.add_special_tokens = add_special_tokens
         self._fast = _rust_encoder(tokenizer)
-
-    @property
-    def end_id(self) -> int:
-        return self.tokenizer.eos_token_id
-
-    @property
-    def pad_id(self) -> int:
-        pad = self.tokenizer.pad_token_id
-        return self.end_id if pad is None else pad
+        # read once: each read of transformers' token-id properties takes ~20 us
+        self.end_id: int = tokenizer.eos_token_id
+        pad = tokenizer.pad_token_id
+        self.pad_id: int = self.end_id if pad is None else pad
 
     def prompt(self, text: str) -> list[int]:
         ids = self._encode(text, self.add_special_tokens)
