@@ -6,7 +6,9 @@ the host takes longer than the GPU. Split the host's side three ways to see why:
 - host_cpu: the part of host this thread actually ran; host - host_cpu is time spent runnable
   but not running (other threads holding the GIL, or the OS running other processes);
 - away: between step() calls while a launch was in flight (the caller's work: routing deltas).
-gpu_wait is time blocked on the device's tokens: the host was ahead."""
+gpu_wait is time blocked on the device: for the launch's tokens, and (late scheduling) until the
+launch in flight reached the pacer's reserve before the next one was scheduled; either way the
+host was ahead."""
 
 import time
 from dataclasses import dataclass
