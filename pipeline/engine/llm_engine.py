@@ -174,11 +174,12 @@ class LLMEngine:
         Without it, each call launches a step and reports it.
 
         admit: adds the requests that arrived (add_request, abort) just before scheduling, which
-        waits until the launch in flight has only the pacer's reserve steps left: a request that
-        arrives meanwhile joins step N+1 instead of waiting a whole launch more."""
+        then waits until the launch in flight has only the pacer's reserve steps left: a request
+        that arrives meanwhile joins step N+1 instead of waiting a whole launch more. Without it
+        (generate(): nothing can arrive) the next step is scheduled at once."""
         self.timer.start_step()
         schedule_at = None if self._in_flight is None else self._in_flight.schedule_at
-        if schedule_at is not None:
+        if schedule_at is not None and admit is not None:
             self.timer.wait_gpu(schedule_at.synchronize)
         prep_started = time.perf_counter()  # the host's part until the next launch is queued
         if admit is not None:
