@@ -30,7 +30,6 @@ LATE_SHARE = 0.5  # add a step when more launches than this were late (no reserv
 RESERVE_LATE_SHARE = 0.1  # widen the reserve when more launches than this were late
 SPARE_STEPS = 1.5  # take a step back when the mean wait exceeds this many steps' time
 RESERVE_MARGIN = 1.25  # the reserve covers this many times the host's prep time
-WHOLE = 1 << 30  # a reserve of every step: the next launch is scheduled at once
 
 
 class LaunchPacer:
@@ -42,25 +41,16 @@ class LaunchPacer:
         self._wait_s = self._cycle_s = 0.0
         self._prep_s: list[float] = []
 
-    def observe(
-        self,
-        wait_s: float,
-        cycle_s: float,
-        sync_wait_s: float | None = None,
-        prep_s: float | None = None,
-    ) -> None:
+    def observe(self, wait_s: float, cycle_s: float, sync_wait_s: float, prep_s: float) -> None:
         """One steady launch: how long the host waited on the device in all (before scheduling
-        and for the tokens), of it the wait for the tokens after the next launch was queued
-        (sync_wait_s; default: all of it), the host's whole cycle for it (its step() call and
-        the caller's time before it), and its prep: admitting, scheduling and queuing the next
-        launch (None: not timed; the next launch is scheduled at once)."""
-        sync_wait_s = wait_s if sync_wait_s is None else sync_wait_s
+        and for the tokens), of it the wait for the tokens after the next launch was queued,
+        the host's whole cycle for it (its step() call and the caller's time before it), and
+        its prep: admitting, scheduling and queuing the next launch."""
         self._num += 1
         self._num_late += sync_wait_s < IDLE_WAIT_S
         self._wait_s += wait_s
         self._cycle_s += cycle_s
-        if prep_s is not None:
-            self._prep_s.append(prep_s)
+        self._prep_s.append(prep_s)
         if self._num < WINDOW:
             return
         # waiting: the cycle is the device's time for the launch
@@ -70,8 +60,7 @@ class LaunchPacer:
             self.num_steps += 1
         elif self._wait_s / self._num > SPARE_STEPS * step_s and self.num_steps > self.min_steps:
             self.num_steps -= 1
-        timed = len(self._prep_s) == self._num
-        self.num_reserve_steps = min(self.num_steps, self._reserve(step_s) if timed else WHOLE)
+        self.num_reserve_steps = min(self.num_steps, self._reserve(step_s))
         self._num = self._num_late = 0
         self._wait_s = self._cycle_s = 0.0
         self._prep_s.clear()

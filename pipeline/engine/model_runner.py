@@ -369,7 +369,7 @@ class ModelRunner:
         scheduled: list[ScheduledSequence],
         num_steps: int,
         block_tables: np.ndarray,
-        num_reserve_steps: int | None = None,
+        num_reserve_steps: int,
     ) -> "SampledTokens":
         """Queue one forward step and its sampling on the device, then num_steps - 1 decode
         steps of the sequences that sampled (each reads the tokens the one before sampled);
@@ -377,8 +377,8 @@ class ModelRunner:
         sample, in batch order (a prompt chunk that does not, samples nothing); the next launch
         may read the last step's tokens as inputs before the host has them. block_tables: the
         block manager's array, a row per sequence that holds blocks. num_reserve_steps: when
-        fewer than the launch's steps, its schedule_at event passes once only that many of its
-        steps are left on the device."""
+        fewer than the launch's steps (CUDA), its schedule_at event passes once only that many
+        of its steps are left on the device."""
         with phase("engine.prepare"):
             input_ids, meta, logits_rows, seqs, ahead = self._prepare(
                 scheduled, num_steps, block_tables
@@ -389,9 +389,7 @@ class ModelRunner:
             return SampledTokens([], None, None, 1)
         is_cuda = self.device.type == "cuda"
         # the step after which only num_reserve_steps are left (-1: none; schedule at once)
-        mark_after = (
-            -1 if num_reserve_steps is None or not is_cuda else len(ahead) - num_reserve_steps
-        )
+        mark_after = len(ahead) - num_reserve_steps if is_cuda else -1
         schedule_at = None
         with phase("engine.sample"):
             sampling = self._sampling_tensors(seqs)

@@ -5,7 +5,8 @@ from pipeline.engine.launch_pacer import WINDOW, LaunchPacer
 
 def run_window(pacer: LaunchPacer, wait_s: float, cycle_s: float, num_late: int = WINDOW) -> int:
     for i in range(WINDOW):
-        pacer.observe(0.0 if i < num_late else wait_s, cycle_s)
+        wait = 0.0 if i < num_late else wait_s
+        pacer.observe(wait, cycle_s, wait, cycle_s)  # a prep of the whole launch: no reserve
     return pacer.num_steps
 
 
@@ -17,9 +18,9 @@ def test_a_late_host_gets_more_steps_up_to_the_max():
 def test_one_window_decides_once():
     pacer = LaunchPacer(3, 6)
     for _ in range(WINDOW - 1):
-        pacer.observe(0.0, 4e-3)
+        pacer.observe(0.0, 4e-3, 0.0, 4e-3)
     assert pacer.num_steps == 3
-    pacer.observe(0.0, 4e-3)
+    pacer.observe(0.0, 4e-3, 0.0, 4e-3)
     assert pacer.num_steps == 4
 
 
@@ -90,9 +91,9 @@ def test_late_launches_widen_the_reserve_before_adding_steps():
     assert pacer.num_steps == 4
 
 
-def test_an_untimed_prep_schedules_at_once():
+def test_a_prep_as_long_as_the_launch_schedules_at_once():
     pacer = LaunchPacer(3, 3)
     run_reserve_window(pacer, [0.5e-3])
     for _ in range(WINDOW):
-        pacer.observe(1e-3, 3e-3)
+        pacer.observe(1e-3, 3e-3, 1e-3, 3e-3)
     assert pacer.num_reserve_steps == 3
