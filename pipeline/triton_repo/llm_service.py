@@ -192,8 +192,8 @@ class LLMService:
         self._hops: collections.deque = collections.deque(maxlen=HOPS_KEPT)
         self._sends: collections.deque = collections.deque(maxlen=HOPS_KEPT)
         self._num_timed = 0  # streams timed so far: the metrics poll recomputes only on news
-        self._hops_summary: tuple[int, dict[str, float]] = (0, {})
-        self._hops_at = 0.0  # perf_counter() of the summary
+        # (streams timed, perf_counter(), hops) when the summary was computed
+        self._hops_summary: tuple[int, float, dict[str, float]] = (0, 0.0, {})
         self._responder = threading.Thread(target=self._run, name="llm-responder", daemon=True)
         self._responder.start()
 
@@ -371,11 +371,10 @@ class LLMService:
         closed-loop client's next request waits for the final response, so the time outside
         the engine between requests is lost batch occupancy. max_age_s: a summary computed
         less than this ago is returned as it is (the percentiles hold the GIL for a while)."""
-        num_timed, summary = self._hops_summary
+        num_timed, computed_at, summary = self._hops_summary
         now = time.perf_counter()
-        if num_timed == self._num_timed or now - self._hops_at < max_age_s:
+        if num_timed == self._num_timed or now - computed_at < max_age_s:
             return summary
-        self._hops_at = now
         num_timed, hops = self._num_timed, np.array(list(self._hops))
         columns = [*hops.T, np.array(list(self._sends))]
         out = {}
@@ -383,7 +382,7 @@ class LLMService:
             values = seconds * 1e3
             for stat, compute in HOP_STATS.items():
                 out[f"{name}_ms_{stat}"] = float(compute(values))
-        self._hops_summary = (num_timed, out)
+        self._hops_summary = (num_timed, now, out)
         return out
 
     def shutdown(self) -> None:
