@@ -85,6 +85,50 @@ def copy_tokenizer(tokenizer_dir: Path, out_dir: Path) -> list[str]:
     return names
 
 
+def build_engine_dir(build, checkpoint_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict:
+    """The torch engine dir of a checkpoint under the engine limits of `build` (a BuildSpec):
+    what `python -m pipeline build backend=torch` writes, for callers that have no pipeline spec
+    (the GPU benchmark tools)."""
+    checkpoint_dir = Path(checkpoint_dir)
+    cfg = read_checkpoint_config(checkpoint_dir, "build")
+    check_checkpoint(cfg, checkpoint_dir)
+    max_positions = cfg.get("max_position_embeddings")
+    if max_positions and build.max_seq_len > max_positions:
+        log.warning(
+            "build: max_seq_len=%d exceeds the model's max_position_embeddings=%d; "
+            "positions past it are extrapolated",
+            build.max_seq_len,
+            max_positions,
+        )
+    shutil.copyfile(checkpoint_dir / "rank0.safetensors", out_dir / "rank0.safetensors")
+    tokenizer_files = copy_tokenizer(tokenizer_dir, out_dir / "tokenizer")
+    build_config = {
+        "max_batch_size": build.max_batch_size,
+        "max_input_len": build.max_input_len,
+        "max_seq_len": build.max_seq_len,
+        "max_num_tokens": build.max_num_tokens,
+        "max_beam_width": 1,
+        "kv_cache_type": "PAGED",
+        "kv_cache_dtype": cfg["dtype"],
+        "plugin_config": {
+            "tokens_per_block": build.tokens_per_block,
+            "paged_kv_cache": True,
+            "remove_input_padding": True,
+        },
+        "torch": asdict(build.torch),
+    }
+    engine = {
+        "version": pipeline.__version__,
+        "backend": "torch",
+        "pretrained_config": cfg,
+        "build_config": build_config,
+    }
+    (out_dir / "config.json").write_text(json.dumps(engine, indent=2))
+    quant_algo = (cfg.get("quantization") or {}).get("quant_algo")
+    log.info("build: torch engine (%s, quant_algo=%s) -> %s", cfg["dtype"], quant_algo, out_dir)
+    return {"dtype": cfg["dtype"], "quant_algo": quant_algo, "tokenizer_files": tokenizer_files}
+
+
 class TorchBackend:
     name = "torch"
 
@@ -106,45 +150,7 @@ class TorchBackend:
             raise ConfigError("build: " + "; ".join(problems))
 
     def build(self, checkpoint_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict:
-        checkpoint_dir = Path(checkpoint_dir)
-        cfg = read_checkpoint_config(checkpoint_dir, "build")
-        check_checkpoint(cfg, checkpoint_dir)
-        build = self._build
-        max_positions = cfg.get("max_position_embeddings")
-        if max_positions and build.max_seq_len > max_positions:
-            log.warning(
-                "build: max_seq_len=%d exceeds the model's max_position_embeddings=%d; "
-                "positions past it are extrapolated",
-                build.max_seq_len,
-                max_positions,
-            )
-        shutil.copyfile(checkpoint_dir / "rank0.safetensors", out_dir / "rank0.safetensors")
-        tokenizer_files = copy_tokenizer(tokenizer_dir, out_dir / "tokenizer")
-        build_config = {
-            "max_batch_size": build.max_batch_size,
-            "max_input_len": build.max_input_len,
-            "max_seq_len": build.max_seq_len,
-            "max_num_tokens": build.max_num_tokens,
-            "max_beam_width": 1,
-            "kv_cache_type": "PAGED",
-            "kv_cache_dtype": cfg["dtype"],
-            "plugin_config": {
-                "tokens_per_block": build.tokens_per_block,
-                "paged_kv_cache": True,
-                "remove_input_padding": True,
-            },
-            "torch": asdict(build.torch),
-        }
-        engine = {
-            "version": pipeline.__version__,
-            "backend": self.name,
-            "pretrained_config": cfg,
-            "build_config": build_config,
-        }
-        (out_dir / "config.json").write_text(json.dumps(engine, indent=2))
-        quant_algo = (cfg.get("quantization") or {}).get("quant_algo")
-        log.info("build: torch engine (%s, quant_algo=%s) -> %s", cfg["dtype"], quant_algo, out_dir)
-        return {"dtype": cfg["dtype"], "quant_algo": quant_algo, "tokenizer_files": tokenizer_files}
+        return build_engine_dir(self._build, checkpoint_dir, tokenizer_dir, out_dir)
 
     def triton_llm_model(self, engine_dir: Path, tokenizer_dir: Path, model_dir: Path) -> str:
         from pipeline.triton_repo import torch_llm_model
