@@ -46,6 +46,8 @@ class RequestHandle:
             item = self._deltas.get()
             if isinstance(item, BaseException):
                 raise RuntimeError(f"engine failed while serving {self.request_id}") from item
+            if item.finish_reason == "error":
+                raise RuntimeError(f"request {self.request_id} failed: {item.error}")
             yield item
             if item.finished:
                 return
@@ -123,8 +125,15 @@ class AsyncLLMEngine:
         with self._lock:
             inbox, self._inbox = self._inbox, []
             cancels, self._cancels = self._cancels, []
+        refused = []
         for prompt_token_ids, params, handle, arrival_time_s in inbox:
-            self.engine.add_request(prompt_token_ids, params, handle.request_id, arrival_time_s)
+            try:
+                self.engine.add_request(prompt_token_ids, params, handle.request_id, arrival_time_s)
+            except Exception as exc:  # noqa: BLE001 - it fails this request, not the engine
+                error = f"{type(exc).__name__}: {exc}"
+                refused.append(StreamDelta(handle.request_id, [], True, "error", error))
+        if refused:
+            self._route(refused)
         for request_id in cancels:
             self.engine.abort(request_id)
 
@@ -144,6 +153,8 @@ class AsyncLLMEngine:
             self._outbox.put(routed)
 
     def _loop(self) -> None:
+        """Until shutdown; a request's failure ends only that request (LLMEngine isolates it),
+        any other exception ends the engine for all (EngineFailure, or a bug)."""
         try:
             while self._wait_for_work():
                 self._route(self.engine.step(admit=self._admit))

@@ -180,7 +180,7 @@ class _Hub:
                 # plain tuples: 64 StreamDeltas pickle in ~190 us (a slotted dataclass goes
                 # through Python-level __getstate__), as tuples in ~20 us of the engine's GIL
                 by_client.setdefault(client, []).append(
-                    (d.request_id, d.token_ids, d.finished, d.finish_reason)
+                    (d.request_id, d.token_ids, d.finished, d.finish_reason, d.error)
                 )
                 if d.finished:
                     del self._owners[d.request_id]

@@ -28,6 +28,14 @@ from pipeline.engine.sequence import Sequence
 from pipeline.errors import ArtifactError
 
 logger = logging.getLogger(__name__)
+# failed launches in a row (a request alone, or a batch being isolated) after which the engine,
+# not a request, is taken to be failing
+MAX_FAILED_LAUNCHES = 8
+
+
+class EngineFailure(RuntimeError):
+    """The engine cannot go on (its device or model failed, not one request): every request in
+    flight is lost, and whoever owns the engine must replace it."""
 
 
 def load_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -101,6 +109,7 @@ class LLMEngine:
         self._cancelled: list[StreamDelta] = []  # reported by the next step()
         self.overlap_scheduling = config.overlap_scheduling
         self._in_flight: SampledTokens | None = None  # launched, not postprocessed (overlap)
+        self._num_failed_launches = 0  # in a row
         self._num_steps = self._num_scheduled_tokens = self._num_generated_tokens = 0
         self._num_prompt_steps = 0  # steps that carried prompt tokens (prefill or mixed)
         self._num_scheduled_seqs = 0  # summed over steps: / num_steps is the mean batch
@@ -187,7 +196,7 @@ class LLMEngine:
         deltas, self._cancelled = self._cancelled, []
         with phase("engine.schedule"):
             scheduled = self.scheduler.schedule()
-        launched = self._launch(scheduled) if scheduled else None
+        launched = self._launch_or_isolate(scheduled, deltas) if scheduled else None
         prep_s = time.perf_counter() - prep_started
         finished, self._in_flight = (
             (self._in_flight, launched) if self.overlap_scheduling else (launched, None)
@@ -200,6 +209,43 @@ class LLMEngine:
             timer = self.timer
             self.pacer.observe(timer.step_wait_s, timer.last_cycle_s, timer.last_wait_s, prep_s)
         return deltas
+
+    def _launch_or_isolate(
+        self, scheduled: list[ScheduledSequence], deltas: list[StreamDelta]
+    ) -> SampledTokens | None:
+        """Launch; when that fails, fail the one sequence launched, or isolate a batch's
+        sequences to find the one that fails alone. EngineFailure when the model itself no
+        longer runs, or too many launches failed in a row."""
+        try:
+            launched = self._launch(scheduled)
+        except Exception as exc:  # noqa: BLE001 - any request-caused failure stays its own
+            self._num_failed_launches += 1
+            if self._num_failed_launches >= MAX_FAILED_LAUNCHES or not self._is_model_healthy():
+                raise EngineFailure(f"engine: launches keep failing: {exc!r}") from exc
+            seqs = [entry.seq for entry in scheduled]
+            if len(seqs) == 1:
+                logger.warning("request %s failed its launch: %r", seqs[0].request_id, exc)
+                self._fail(seqs[0], f"{type(exc).__name__}: {exc}", deltas)
+            else:
+                logger.warning("a launch of %d failed (%r): each runs alone", len(seqs), exc)
+                self.scheduler.isolate(seqs)
+            return None
+        self._num_failed_launches = 0
+        self.scheduler.clear_suspects(launched.seqs)
+        return launched
+
+    def _is_model_healthy(self) -> bool:
+        """One token through the model on a scratch KV cache gives finite logits."""
+        try:
+            return bool(torch.isfinite(self.prompt_logits([[0]])).all())
+        except Exception:  # noqa: BLE001 - any failure here means it is not
+            logger.exception("engine: the model fails a one-token check")
+            return False
+
+    def _fail(self, seq: Sequence, error: str, deltas: list[StreamDelta]) -> None:
+        self.scheduler.finish(seq, "error")
+        del self._requests[seq.request_id]
+        deltas.append(StreamDelta(seq.request_id, [], True, "error", error))
 
     def _launch(self, scheduled: list[ScheduledSequence]) -> SampledTokens:
         """Queue the step (and the decode steps after it) on the device; every scheduled
@@ -230,13 +276,21 @@ class LLMEngine:
     def _postprocess(self, sampled: SampledTokens, deltas: list[StreamDelta]) -> None:
         """Append each sequence's sampled tokens up to a stop, and its delta; a sequence that
         ended (or was cancelled) since its step was launched drops them."""
-        tokens, num_seqs = self.timer.wait_gpu(sampled.tolist), len(sampled.seqs)
+        try:
+            tokens, num_seqs = self.timer.wait_gpu(sampled.tolist), len(sampled.seqs)
+        except Exception as exc:  # the device failed: no launch's tokens can be trusted now
+            raise EngineFailure(f"engine: reading sampled tokens failed: {exc!r}") from exc
         for row, seq in enumerate(sampled.seqs):
             seq.num_pending_tokens -= sampled.num_steps
             if seq.is_finished:
                 continue
             num_before = seq.num_tokens
-            num_taken, reason = seq.append_tokens(tokens[row::num_seqs])
+            try:
+                num_taken, reason = seq.append_tokens(tokens[row::num_seqs])
+            except Exception as exc:  # noqa: BLE001 - its own stop rules: fail it alone
+                logger.warning("request %s failed on its tokens: %r", seq.request_id, exc)
+                self._fail(seq, f"{type(exc).__name__}: {exc}", deltas)
+                continue
             self._num_generated_tokens += num_taken
             if reason is not None:
                 self.scheduler.finish(seq, reason)

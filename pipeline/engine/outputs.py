@@ -10,7 +10,8 @@ class StreamDelta:
     request_id: str
     token_ids: list[int]  # generated this step (empty when the step ended on eos or a cancel)
     finished: bool
-    finish_reason: str | None = None  # "stop" | "length" | "cancelled" once finished
+    finish_reason: str | None = None  # "stop" | "length" | "cancelled" | "error" once finished
+    error: str | None = None  # why the request failed (finish_reason "error")
 
 
 @dataclass(frozen=True, slots=True)

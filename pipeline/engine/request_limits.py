@@ -32,11 +32,12 @@ class RequestLimits:
                 f"({params.max_tokens}) exceeds the engine's max_seq_len="
                 f"{self.max_seq_len}; lower max_tokens"
             )
-        bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(
-                f"request: token ids {bad[:5]} are outside the vocabulary [0, {self.vocab_size})"
-            )
+        self._check_ids("prompt", prompt_token_ids)
+        self._check_ids("stop words", [t for seq in params.stop_sequences for t in seq])
+        self._check_ids("stop token ids", params.stop_token_ids)
+        self._check_ids("bad words", [t for seq in params.bad_sequences for t in seq])
+        if params.end_id is not None:
+            self._check_ids("end_id", [params.end_id])
         needed = -(-(num_prompt + params.max_tokens - 1) // self.block_size)
         if needed > self.num_kv_blocks:
             raise ValueError(
@@ -48,4 +49,12 @@ class RequestLimits:
             raise ValueError(
                 f"request: prompt has {num_prompt} tokens, above max_num_tokens="
                 f"{self.max_num_tokens} with chunked prefill off (enable it)"
+            )
+
+    def _check_ids(self, what: str, token_ids) -> None:
+        bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(
+                f"request: {what} token ids {bad[:5]} are outside the vocabulary "
+                f"[0, {self.vocab_size})"
             )

@@ -1,6 +1,19 @@
-"""Per-request generation knobs (names follow the tensorrtllm backend's inputs)."""
+"""Per-request generation knobs (names follow the tensorrtllm backend's inputs).
 
+Every value is checked here, whoever builds the request (the Triton models, a frontend, a
+script): a NaN temperature or a seed past 64 bits must fail the request that carries it, never
+reach the sampler, where it would fail the whole batch. Token ids are checked against the
+vocabulary by RequestLimits, which knows it.
+"""
+
+import math
 from dataclasses import dataclass
+
+MAX_INT32 = 2**31 - 1
+MAX_UINT64 = 2**64 - 1
+# below it a draw is the argmax in float32 anyway, and near 1e-38 logits / temperature overflow
+# to inf and softmax to NaN (vLLM's _SAMPLING_EPS)
+GREEDY_BELOW_TEMPERATURE = 1e-5
 
 
 def _token_sequences(name: str, value) -> tuple[tuple[int, ...], ...]:
@@ -8,6 +21,26 @@ def _token_sequences(name: str, value) -> tuple[tuple[int, ...], ...]:
     if any(not seq for seq in seqs):
         raise ValueError(f"SamplingParams.{name}: empty token sequence in {value!r}")
     return seqs
+
+
+def _problems(p: "SamplingParams") -> list[str]:
+    """Every out-of-range knob, each named with its value and the allowed range."""
+    problems = []
+    if not 1 <= p.max_tokens <= MAX_INT32:
+        problems.append(f"max_tokens={p.max_tokens} must be in [1, {MAX_INT32}]")
+    if not (math.isfinite(p.temperature) and p.temperature >= 0.0):
+        problems.append(f"temperature={p.temperature} must be a finite number >= 0 (0 = greedy)")
+    if not 0 <= p.top_k <= MAX_INT32:
+        problems.append(f"top_k={p.top_k} must be in [0, {MAX_INT32}] (0 disables it)")
+    if not (math.isfinite(p.top_p) and 0.0 < p.top_p <= 1.0):
+        problems.append(f"top_p={p.top_p} must be in (0, 1]")
+    if p.seed is not None and not 0 <= p.seed <= MAX_UINT64:
+        problems.append(f"seed={p.seed} must be in [0, 2**64 - 1]")
+    for name in ("end_id", "pad_id"):
+        value = getattr(p, name)
+        if value is not None and not 0 <= value <= MAX_INT32:
+            problems.append(f"{name}={value} must be a token id in [0, {MAX_INT32}]")
+    return problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,15 +58,7 @@ class SamplingParams:
     bad_sequences: tuple[tuple[int, ...], ...] = ()  # token-id sequences never generated
 
     def __post_init__(self):
-        problems = []
-        if self.max_tokens < 1:
-            problems.append(f"max_tokens={self.max_tokens} must be >= 1")
-        if self.temperature < 0:
-            problems.append(f"temperature={self.temperature} must be >= 0")
-        if self.top_k < 0:
-            problems.append(f"top_k={self.top_k} must be >= 0 (0 disables it)")
-        if not 0.0 < self.top_p <= 1.0:
-            problems.append(f"top_p={self.top_p} must be in (0, 1]")
+        problems = _problems(self)
         if problems:
             raise ValueError("SamplingParams: " + "; ".join(problems))
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
@@ -46,4 +71,4 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW_TEMPERATURE

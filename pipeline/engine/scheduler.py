@@ -9,6 +9,10 @@ Policies (TensorRT-LLM's CapacitySchedulerPolicy):
   running request (its blocks are freed and it is recomputed from its tokens later).
 A sequence whose step samples also gets blocks for num_lookahead_tokens more: the engine may decode
 it that many steps further before scheduling again (num_scheduler_steps).
+
+Suspects: when a launch of several sequences fails, one of them may have caused it. They are
+preempted and each is then scheduled alone, one a step, until a launch that samples it succeeds;
+one that fails alone is the cause, and only it is failed (LLMEngine). The others pause meanwhile.
 """
 
 import time
@@ -49,6 +53,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.suspects: set[Sequence] = set()  # in a failed launch, not yet sampled alone
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -57,14 +62,19 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> list[ScheduledSequence]:
-        budget = self.max_num_tokens
+        if self.suspects:
+            alone = self._schedule_suspect()
+            if alone:
+                return alone
+        budget, suspects = self.max_num_tokens, self.suspects
         scheduled: list[ScheduledSequence] = []
         num_preemptions_before = self.num_preemptions
         # running: decodes and unfinished prompt chunks, oldest first
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            num_tokens = self._num_tokens_to_run(seq, budget)
+            is_suspect = suspects and seq in suspects
+            num_tokens = 0 if is_suspect else self._num_tokens_to_run(seq, budget)
             if num_tokens == 0:
                 i += 1
             elif self._make_room(seq, num_tokens):
@@ -81,20 +91,54 @@ class Scheduler:
             and not has_preempted
         ):
             seq = self.waiting[0]
-            num_tokens = self._num_tokens_to_run(seq, budget)
-            needed = seq.kv_tokens_after(num_tokens, self.num_lookahead_tokens)
-            if self.is_no_evict:
-                needed = max(needed, seq.max_kv_tokens)
-            if num_tokens == 0 or not self.block_manager.grow(seq, needed):
+            num_tokens = 0 if suspects and seq in suspects else self._admit(seq, budget)
+            if num_tokens == 0:
                 break
-            self.waiting.popleft()
-            if seq.admitted_time_s is None:  # not a preempted one's return
-                seq.admitted_time_s = time.perf_counter()
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
             scheduled.append(ScheduledSequence(seq, num_tokens))
             budget -= num_tokens
         return scheduled
+
+    def _admit(self, seq: Sequence, budget: int) -> int:
+        """Move the first waiting sequence to the running batch if its next chunk fits:
+        the tokens it runs this step, or 0 (it stays waiting)."""
+        num_tokens = self._num_tokens_to_run(seq, budget)
+        needed = seq.kv_tokens_after(num_tokens, self.num_lookahead_tokens)
+        if self.is_no_evict:
+            needed = max(needed, seq.max_kv_tokens)
+        if num_tokens == 0 or not self.block_manager.grow(seq, needed):
+            return 0
+        self.waiting.popleft()
+        if seq.admitted_time_s is None:  # not a preempted one's return
+            seq.admitted_time_s = time.perf_counter()
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+        return num_tokens
+
+    def _schedule_suspect(self) -> list[ScheduledSequence]:
+        """The oldest suspect's next chunk, alone; [] when it cannot run this step."""
+        for seq in self.running:  # part-way through its prompt
+            if seq in self.suspects:
+                num_tokens = self._num_tokens_to_run(seq, self.max_num_tokens)
+                if num_tokens and self._make_room(seq, num_tokens):
+                    return [ScheduledSequence(seq, num_tokens)]
+                return []
+        seq = next((s for s in self.waiting if s in self.suspects), None)
+        if seq is None or seq is not self.waiting[0]:  # preempted ones went first
+            return []
+        num_tokens = self._admit(seq, self.max_num_tokens)
+        return [ScheduledSequence(seq, num_tokens)] if num_tokens else []
+
+    def isolate(self, seqs: list[Sequence]) -> None:
+        """A launch of these failed: preempt them all, to be run alone one by one."""
+        for seq in reversed(seqs):  # the waiting queue keeps their order at its front
+            if seq.status == SequenceStatus.RUNNING:
+                self._preempt(seq)
+            self.suspects.add(seq)
+
+    def clear_suspects(self, sampled: list[Sequence]) -> None:
+        """A launch that sampled these succeeded."""
+        if self.suspects:
+            self.suspects.difference_update(sampled)
 
     def _num_tokens_to_run(self, seq: Sequence, budget: int) -> int:
         # wait for the host to see its pending tokens (overlap scheduling): a step can read only
@@ -135,6 +179,7 @@ class Scheduler:
         # waiting: preempted while its last step was still in flight (overlap scheduling)
         (self.running if seq.status == SequenceStatus.RUNNING else self.waiting).remove(seq)
         self.block_manager.free(seq)
+        self.suspects.discard(seq)
         seq.mark_finished(reason)
 
     def abort(self, request_id: str) -> Sequence | None:
@@ -144,6 +189,7 @@ class Scheduler:
                 if seq.request_id == request_id:
                     queue.remove(seq)
                     self.block_manager.free(seq)
+                    self.suspects.discard(seq)
                     seq.mark_finished("cancelled")
                     return seq
         return None

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.engine import SamplingParams
+from pipeline.triton_repo.input_checks import check_inputs
 
 
 class TextEncoder:
@@ -74,14 +75,25 @@ class LLMRequest:
     is_input_excluded: bool
 
 
-def word_sequences(words: np.ndarray) -> tuple[tuple[int, ...], ...]:
-    """[2, N] or [1, 2, N] word list -> token-id sequences."""
+def word_sequences(words: np.ndarray, name: str = "word list") -> tuple[tuple[int, ...], ...]:
+    """[2, N] or [1, 2, N] word list -> token-id sequences. Row 1 holds each word's end offset
+    into row 0, increasing, then -1 padding."""
+    if words.size % 2 or (words.ndim > 2 and words.shape[0] != 1):
+        raise ValueError(
+            f"{name}: shape {list(words.shape)} is not [2, N] (row 0 token ids, row 1 each "
+            f"word's end offset, -1 padded)"
+        )
     words = words.reshape(2, -1)
     ids, ends = words[0], words[1]
     sequences, start = [], 0
-    for end in ends:
+    for end in ends.tolist():
         if end < 0:
             break
+        if not start <= end <= ids.size:
+            raise ValueError(
+                f"{name}: end offset {end} after {start} is not in [{start}, {ids.size}] "
+                f"(offsets must increase and stay within the {ids.size} ids)"
+            )
         sequences.append(tuple(int(t) for t in ids[start:end]))
         start = int(end)
     return tuple(seq for seq in sequences if seq)
@@ -142,8 +154,9 @@ def _sampling(arrays: dict[str, np.ndarray]) -> dict:
 def _sequences(arrays: dict[str, np.ndarray], kind: str, encoder: TextEncoder | None):
     """Stop or bad word sequences: from the [2, N] id list (kind_words_list), and from strings
     (kind_words) when the model tokenizes."""
-    ids = arrays.get(f"{kind}_words_list", np.empty(0))
-    sequences = word_sequences(ids) if ids.size else ()
+    name = f"{kind}_words_list"
+    ids = arrays.get(name, np.empty(0))
+    sequences = word_sequences(ids, name) if ids.size else ()
     if f"{kind}_words" in arrays:
         if encoder is None:
             raise ValueError(f"{kind}_words needs the model's tokenizer_dir parameter")
@@ -158,6 +171,7 @@ def from_arrays(
 ) -> LLMRequest:
     """Raises ValueError (sent back as the request's error) for inputs the engine can't take.
     encoder: tokenizes text inputs; a text prompt's end_id/pad_id default to its tokenizer's."""
+    check_inputs(arrays, "tensorrt_llm")
     prompt = _prompt(arrays, encoder)  # refuses text without an encoder
     # a text prompt gets preprocessing's defaults: it always sends its tokenizer's ids
     is_text = "text_input" in arrays

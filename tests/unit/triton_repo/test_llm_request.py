@@ -94,7 +94,7 @@ def test_streaming_and_prompt_echo_flags():
     [
         ({"input_ids": np.array([[1, 2], [3, 4]], np.int32)}, "send one prompt per request"),
         ({"input_lengths": np.array([[9]], np.int32)}, "input_lengths=9 but input_ids holds 4"),
-        ({"request_output_len": np.array([[0]], np.int32)}, "max_tokens=0 must be >= 1"),
+        ({"request_output_len": np.array([[0]], np.int32)}, r"request_output_len=0 is outside"),
         (
             {"temperature": np.array([[0.5, 0.5]], np.float32), "runtime_top_k": [[5]]},
             "temperature: expected one value per request",
@@ -209,3 +209,35 @@ def test_text_is_encoded_as_transformers_encodes_it_without_touching_its_tokeniz
         assert encoder.prompt(text) == truncating.encode(text)
         assert encoder.words([text]) == (tuple(truncating.encode(text, add_special_tokens=False)),)
     assert len(encoder.prompt("the cat sat on the mat .")) == 8  # <s> + 7 words: not cut
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"temperature": np.array([[np.nan]], np.float32)}, "temperature=nan is not a finite"),
+        ({"temperature": np.array([[-1.0]], np.float32)}, r"temperature=-1.0 is outside \[0.0,"),
+        ({"temperature": np.array([[np.inf]], np.float32)}, "temperature=inf is not a finite"),
+        ({"runtime_top_p": np.array([[1.5]], np.float32)}, r"runtime_top_p=1.5 is outside"),
+        ({"runtime_top_k": np.array([[-3]], np.int32)}, r"runtime_top_k=-3 is outside \[0,"),
+        ({"request_output_len": np.array([[-2]], np.int32)}, "request_output_len=-2 is outside"),
+        ({"end_id": np.array([[-1]], np.int32)}, r"end_id=-1 is outside \[0,"),
+        ({"input_lengths": np.array([[0]], np.int32)}, r"input_lengths=0 is outside \[1,"),
+    ],
+)
+def test_out_of_range_values_are_refused_naming_input_value_and_range(extra, message):
+    # temperature -1 was taken as greedy, NaN reached the sampler and stopped the engine
+    with pytest.raises(ValueError, match=message):
+        from_arrays(request_arrays(**extra), default_exclude_input=True)
+
+
+@pytest.mark.parametrize(
+    "words, message",
+    [
+        (np.array([[1, 2, 3]], np.int32), r"shape \[1, 3\] is not \[2, N\]"),
+        (np.array([[[4, 5], [3, -1]]], np.int32), "end offset 3 after 0 is not in"),
+        (np.array([[4, 5, 6], [2, 1, -1]], np.int32), "end offset 1 after 2"),
+    ],
+)
+def test_malformed_word_lists_are_refused(words, message):
+    with pytest.raises(ValueError, match=message):
+        word_sequences(words, "bad_words_list")

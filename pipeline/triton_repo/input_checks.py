@@ -1,0 +1,69 @@
+"""The allowed values of every numeric request input, in one table, for every entry point.
+
+The Triton models check what a client sent before anything acts on it: the torch backend's
+`tensorrt_llm` (which the ensemble and the BLS reach too), and the BLS and preprocessing models,
+which sit in front of either backend's `tensorrt_llm`. Triton checks each input's data type and
+shape; a float32 NaN, a negative max_tokens or an int32 at its limit pass that, so the range of
+every value is checked here and a refusal names the input as the client spelt it, the value and
+the range. SamplingParams and RequestLimits check the engine's side again (token ids against
+the vocabulary, lengths against the engine's limits). numpy only: the python models that sit in
+front of the tensorrtllm backend import it without this package's engine.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+MAX_INT32 = int(np.iinfo(np.int32).max)
+MAX_UINT64 = int(np.iinfo(np.uint64).max)
+
+
+@dataclass(frozen=True, slots=True)
+class Allowed:
+    low: float
+    high: float
+    meaning: str = ""  # what the edge values mean, for the error message
+
+    def describe(self) -> str:
+        high = "2**64 - 1" if self.high == MAX_UINT64 else self.high
+        return f"[{self.low}, {high}]" + (f" ({self.meaning})" if self.meaning else "")
+
+
+_OUTPUT_LEN = Allowed(1, MAX_INT32, "tokens to generate")
+_TOP_K = Allowed(0, MAX_INT32, "0 = no top-k filter")
+_TOP_P = Allowed(0.0, 1.0, "0 with top_k 0 = greedy")
+_TOKEN_ID = Allowed(0, MAX_INT32, "a token id")
+# the ensemble's / BLS's names and the tensorrt_llm model's names for the same knobs
+ALLOWED = {
+    "max_tokens": _OUTPUT_LEN,
+    "request_output_len": _OUTPUT_LEN,
+    "REQUEST_OUTPUT_LEN": _OUTPUT_LEN,
+    "top_k": _TOP_K,
+    "runtime_top_k": _TOP_K,
+    "top_p": _TOP_P,
+    "runtime_top_p": _TOP_P,
+    "temperature": Allowed(0.0, math.inf, "0 = greedy"),
+    "seed": Allowed(0, MAX_UINT64),
+    "end_id": _TOKEN_ID,
+    "pad_id": _TOKEN_ID,
+    "END_ID": _TOKEN_ID,
+    "PAD_ID": _TOKEN_ID,
+    "input_lengths": Allowed(1, MAX_INT32, "tokens of input_ids to use"),
+}
+
+
+def check_inputs(arrays: dict[str, np.ndarray], model: str) -> None:
+    """Raise ValueError naming every input whose value is not a finite number in its range."""
+    problems = []
+    for name, allowed in ALLOWED.items():
+        if name not in arrays:
+            continue
+        for value in np.asarray(arrays[name]).reshape(-1).tolist():
+            is_number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not is_number or not math.isfinite(value):
+                problems.append(f"{name}={value!r} is not a finite number")
+            elif not allowed.low <= value <= allowed.high:
+                problems.append(f"{name}={value!r} is outside {allowed.describe()}")
+    if problems:
+        raise ValueError(f"{model}: " + "; ".join(problems))
