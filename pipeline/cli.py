@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import hydra
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from pipeline.config import STAGE_NAMES, to_specs
@@ -27,6 +28,30 @@ def run_stage(spec) -> Path:
     return module.run(spec)
 
 
+def _exit_with(exc: PipelineError) -> None:
+    if os.environ.get("PIPELINE_TRACEBACK"):
+        raise exc
+    log.error("%s", exc)
+    sys.exit(1)
+
+
+class ConfigCheck(Callback):
+    """Validates the config before Hydra makes its log dir under workdir: a workdir that is a file
+    or read-only is then one line with the fix, not Hydra's traceback from mkdir."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        try:
+            to_specs(config)
+        except PipelineError as exc:
+            _exit_with(exc)
+
+    on_multirun_start = on_run_start
+
+
+# how the CLI registers ConfigCheck with Hydra (an override, so conf/ stays plain config)
+CONFIG_CHECK = f"+hydra.callbacks.config_check._target_={__name__}.{ConfigCheck.__name__}"
+
+
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
     try:
@@ -37,10 +62,7 @@ def _hydra_main(cfg: DictConfig) -> None:
         if out is not None:
             print(f"{spec.stage}: {out}")
     except PipelineError as exc:
-        if os.environ.get("PIPELINE_TRACEBACK"):
-            raise
-        log.error("%s", exc)
-        sys.exit(1)
+        _exit_with(exc)
 
 
 def _argv_with_stage(argv: list[str]) -> list[str]:
@@ -66,7 +88,10 @@ def main() -> None:
     if "=" not in first and not first.startswith("-") and first not in STAGE_NAMES:
         print(f"error: unknown stage {first!r}; stages: {', '.join(STAGE_NAMES)}", file=sys.stderr)
         sys.exit(2)
-    sys.argv = [sys.argv[0], *_argv_with_stage(argv)]
+    argv = _argv_with_stage(argv)
+    # next to the other overrides: argparse takes them as one run of positionals
+    at = next((i for i, arg in enumerate(argv) if "=" in arg), len(argv))
+    sys.argv = [sys.argv[0], *argv[:at], CONFIG_CHECK, *argv[at:]]
     _hydra_main()
 
 

@@ -1,12 +1,16 @@
 """Hydra config -> frozen specs. The only place (with cli.py) that sees a DictConfig.
 
-Unknown keys and wrong types are collected over the whole tree and raised as one ConfigError.
+Unknown keys, wrong types and out-of-range values are collected over the whole tree and raised as
+one ConfigError.
 """
 
 import dataclasses
+import os
+import re
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -120,12 +124,74 @@ def _to_spec(cls: type, node: Any, path: str, errors: list[str]) -> Any:
         return None
 
 
+# model.name is one directory under workdir: no separator, no leading dot (no "..", no hidden
+# temp-dir names), short enough for the stage dirs under it
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def _at_least_one(value: int) -> str | None:
+    return None if value >= 1 else f"{value}, must be 1 or more"
+
+
+def _model_name_problem(name: str) -> str | None:
+    if MODEL_NAME.fullmatch(name):
+        return None
+    return (
+        f"{name!r} is not a plain directory name (artifacts go to <workdir>/<model.name>/); "
+        f"use {MODEL_NAME.pattern}: letters, digits, '.', '_' and '-', starting with a letter "
+        f"or digit"
+    )
+
+
+def _workdir_problem(workdir: str) -> str | None:
+    """Why the stages could not write under `workdir` (checked before Hydra makes its log dir)."""
+    path = Path(workdir).absolute()
+    existing = path
+    while not existing.exists() and not existing.is_symlink():
+        existing = existing.parent
+    where = repr(workdir) if existing == path else f"{workdir!r} cannot be made: {existing}"
+    if not existing.is_dir():
+        kind = "a file" if existing.is_file() else "not a directory"
+        return f"{where} is {kind}; set workdir to a directory (or a path that does not exist yet)"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return (
+            f"{where} is not writable by this user (read-only); set workdir to a writable "
+            f"directory, or make it writable"
+        )
+    return None
+
+
+# checked once the key has the right type (a wrong type is reported by _to_spec)
+VALUE_CHECKS = (
+    ("parallel.tp_size", int, _at_least_one),
+    ("parallel.pp_size", int, _at_least_one),
+    ("model.name", str, _model_name_problem),
+    ("workdir", str, _workdir_problem),
+)
+
+
+def _value_problems(container: dict) -> list[str]:
+    problems = []
+    for path, tp, check in VALUE_CHECKS:
+        node: Any = container
+        for key in path.split("."):
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is not None and _check_scalar(node, tp) and (problem := check(node)):
+            problems.append(f"{path}: {problem}")
+    return problems
+
+
 def to_specs(cfg: DictConfig | dict) -> PipelineSpec:
     """Resolve interpolations and build every spec, reporting all problems at once."""
-    container = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
-    container = {k: v for k, v in container.items() if k != "hydra"}
+    if isinstance(cfg, DictConfig):
+        # without the hydra node: its interpolations (job number, run dir) need a running job
+        cfg = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+        container = OmegaConf.to_container(cfg, resolve=True)
+    else:
+        container = {k: v for k, v in cfg.items() if k != "hydra"}
     errors: list[str] = []
     spec = _to_spec(PipelineSpec, container, "", errors)
+    errors += _value_problems(container)
     if errors:
         raise ConfigError(
             "config: " + "; ".join(errors) + " (fix the YAML under conf/ or the "

@@ -3,7 +3,10 @@
 from pathlib import Path
 
 import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
+from pipeline.config import to_specs
 from pipeline.errors import ConfigError
 from tests.conftest import CONF_DIR, make_spec
 
@@ -31,3 +34,51 @@ def test_overrides_reach_the_specs(tmp_path):
     spec = make_spec("convert", "parallel.tp_size=3", "model.dtype=bfloat16", workdir=tmp_path)
     assert spec.parallel.tp_size == 3 and spec.parallel.world_size == 3
     assert spec.model.dtype == "bfloat16"
+
+
+def test_bad_values_are_all_reported_at_once(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    with pytest.raises(ConfigError) as err:
+        make_spec(
+            "convert",
+            "parallel.tp_size=0",
+            "parallel.pp_size=-1",
+            "model.name=../escape",
+            workdir=a_file,
+        )
+    message = str(err.value)
+    assert "parallel.tp_size: 0, must be 1 or more" in message
+    assert "parallel.pp_size: -1, must be 1 or more" in message
+    assert "model.name: '../escape'" in message and "[A-Za-z0-9]" in message
+    assert f"workdir: {str(a_file)!r} is a file" in message
+
+
+def _composed(tmp_path):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose("config", overrides=["stage=convert", f"workdir={tmp_path}"])
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "..", ".", "/etc", ".hidden", "a\\b", ""])
+def test_model_names_that_leave_the_workdir_are_refused(name, tmp_path):
+    cfg = _composed(tmp_path)
+    OmegaConf.update(cfg, "model.name", name)
+    with pytest.raises(ConfigError, match=r"model.name: .* \(fix the YAML"):
+        to_specs(cfg)
+
+
+@pytest.mark.parametrize("name", ["smollm2-135m", "Llama-3.1-8B-Instruct", "qwen2_0.5b"])
+def test_ordinary_model_names_are_accepted(name, tmp_path):
+    spec = make_spec("convert", f"model.name={name}", workdir=tmp_path)
+    assert spec.model.name == name
+
+
+def test_workdir_under_a_file_is_refused(tmp_path):
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(
+        ConfigError, match=r"workdir: .*a_file/artifacts.* cannot be made: .*a_file is a file"
+    ):
+        make_spec("convert", workdir=tmp_path / "a_file" / "artifacts")
+    assert make_spec("convert", workdir=tmp_path / "new" / "artifacts").workdir.endswith(
+        "artifacts"
+    )

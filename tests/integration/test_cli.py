@@ -1,0 +1,72 @@
+"""The CLI turns bad config values into one line naming every problem, before writing anything."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_bad_values_are_one_line_and_nothing_is_written(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    out = _cli(
+        "convert",
+        "parallel.tp_size=0",
+        "parallel.pp_size=0",
+        "model.name=../../x",
+        f"workdir={a_file}",
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 1 and "Traceback" not in text
+    (line,) = [ln for ln in text.splitlines() if "config:" in ln]
+    for problem in (
+        "parallel.tp_size: 0",
+        "parallel.pp_size: 0",
+        "model.name: '../../x'",
+        f"workdir: '{a_file}' is a file",
+    ):
+        assert problem in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+@pytest.fixture
+def read_only_dir():
+    """A directory this process cannot write: mode 0555, or for root (which ignores the mode)
+    the immutable attribute."""
+    path = Path(tempfile.mkdtemp(prefix="pipeline-ro-"))
+    is_root = os.geteuid() == 0
+    if is_root:
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", path]).returncode:
+            shutil.rmtree(path)
+            pytest.skip("running as root on a filesystem without the immutable attribute")
+    else:
+        path.chmod(0o555)
+    yield path
+    if is_root:
+        subprocess.run(["chattr", "-i", path], check=True)
+    path.chmod(0o755)
+    shutil.rmtree(path)
+
+
+def test_read_only_workdir_is_refused_with_the_fix(read_only_dir):
+    out = _cli("fetch", f"workdir={read_only_dir / 'artifacts'}")
+    text = out.stdout + out.stderr
+    assert out.returncode == 1 and "Traceback" not in text
+    assert f"workdir: '{read_only_dir / 'artifacts'}' cannot be made: {read_only_dir}" in text
+    assert "not writable" in text and "set workdir to a writable directory" in text
