@@ -36,7 +36,7 @@ class RequestLimits:
         self._check_ids("stop words", [t for seq in params.stop_sequences for t in seq])
         self._check_ids("stop token ids", params.stop_token_ids)
         self._check_ids("bad words", [t for seq in params.bad_sequences for t in seq])
-        if params.end_id is not None:
+        if params.end_id is not None and params.end_id != -1:  # -1: no end token
             self._check_ids("end_id", [params.end_id])
         needed = -(-(num_prompt + params.max_tokens - 1) // self.block_size)
         if needed > self.num_kv_blocks:

@@ -38,8 +38,8 @@ def _problems(p: "SamplingParams") -> list[str]:
         problems.append(f"seed={p.seed} must be in [0, 2**64 - 1]")
     for name in ("end_id", "pad_id"):
         value = getattr(p, name)
-        if value is not None and not 0 <= value <= MAX_INT32:
-            problems.append(f"{name}={value} must be a token id in [0, {MAX_INT32}]")
+        if value is not None and not -1 <= value <= MAX_INT32:
+            problems.append(f"{name}={value} must be a token id in [0, {MAX_INT32}] or -1 (none)")
     return problems
 
 

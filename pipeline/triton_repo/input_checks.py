@@ -33,7 +33,7 @@ class Allowed:
 _OUTPUT_LEN = Allowed(1, MAX_INT32, "tokens to generate")
 _TOP_K = Allowed(0, MAX_INT32, "0 = no top-k filter")
 _TOP_P = Allowed(0.0, 1.0, "0 with top_k 0 = greedy")
-_TOKEN_ID = Allowed(0, MAX_INT32, "a token id")
+_TOKEN_ID = Allowed(-1, MAX_INT32, "a token id; -1 = none, which no token matches")
 # the ensemble's / BLS's names and the tensorrt_llm model's names for the same knobs
 ALLOWED = {
     "max_tokens": _OUTPUT_LEN,

@@ -24,6 +24,9 @@ when the stream is due, so a response carries every token made since the stream'
 engine_process: the engine runs in a child process (pipeline.engine.engine_process), so the
 responder's work no longer holds the GIL that the engine's host work needs between steps.
 
+Failures: a request the engine fails gets an error response; an engine that cannot go on fails
+every request in flight at once and is started again (engine_supervisor.EngineSupervisor).
+
 response_lanes: a python-backend send is a round trip to the server process (the stub waits until
 the server has taken the response; the GIL is released meanwhile), so one thread sending every
 stream's responses waits out each round trip in turn. Each stream is pinned to one of N lane
@@ -35,7 +38,6 @@ slot left empty), and TTFT for the first; a stream's later tokens only wait and 
 has one response in its lane at a time when coalescing, so no stream's own order changes.
 """
 
-import collections
 import itertools
 import logging
 import queue
@@ -54,6 +56,8 @@ import numpy as np
 from pipeline.engine import AsyncLLMEngine, LLMEngine, StreamDelta
 from pipeline.engine.engine_process import EngineProcess
 from pipeline.triton_repo.detokenizer import Detokenizer, TextStream
+from pipeline.triton_repo.engine_supervisor import EngineSupervisor
+from pipeline.triton_repo.hop_log import HopLog
 from pipeline.triton_repo.llm_request import LLMRequest, TextEncoder, from_arrays
 
 log = logging.getLogger(__name__)
@@ -61,22 +65,6 @@ _STOP = object()
 _WAKE = object()  # a lane sent a stream's response while more of its tokens waited
 # a lane's order: ranks, then the order put in (_IN_TURN only without coalescing)
 _FINAL, _FIRST, _IN_TURN, _LAST = range(4)
-HOPS_KEPT = 1024
-# LLMService.hops() names -> what each times, in ms. In this order: a stream's five hops (as a
-# row of _hops), then one send (_sends)
-HOPS = {
-    "submit": "execute() took the request -> submitted to the engine (parse, tokenize)",
-    "engine_first_token": "submit -> the first token back from the engine",
-    "first_response_sent": "the first token back -> its response sent",
-    "engine_final": "submit -> the final token back from the engine",
-    "final_response_sent": "the final token back -> its response sent",
-    "response_send": "one response send (a round trip to the server)",
-}
-HOP_STATS = {  # each hop's statistics, over the last HOPS_KEPT values
-    "p50": lambda values: np.percentile(values, 50),
-    "p99": lambda values: np.percentile(values, 99),
-    "mean": np.mean,  # Little's law needs the mean
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,12 +96,14 @@ class _Live:
     final_at: float = 0.0  # when its final delta reached the responder
     is_sending: bool = False  # its last response is still in its lane
     is_gone: bool = False  # its caller hung up or failed: nothing more goes out
+    error: str | None = None  # the engine failed this request
 
     def take(self, delta: StreamDelta, now: float) -> None:
         if not self.first_token_at and delta.token_ids:
             self.first_token_at = now
         self.tokens.extend(delta.token_ids)
         self.is_finished = delta.finished
+        self.error = delta.error
         if delta.finished:
             self.final_at = now
 
@@ -148,22 +138,25 @@ class LLMService:
         response_lanes: int = 1,
         add_special_tokens: bool = True,
         share_engine: str | None = None,
+        on_unrecoverable: Callable[[BaseException], None] | None = None,
     ):
         """runtime: the engine's runtime options (engine_config.RuntimeOptions). share_engine
-        (with engine_process): services with the same key share one engine process."""
+        (with engine_process): services with the same key share one engine process.
+        on_unrecoverable: called with the cause when a failed engine cannot be started again."""
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
-        if engine_process:
-            # the python stub's sys.executable is the stub binary; python3 on its PATH is the
-            # interpreter it embeds (pipeline.server.stub_python)
-            python = shutil.which("python3") or sys.executable
-            self.async_engine = EngineProcess(
-                engine_dir, device, runtime, self._outbox, python, share_key=share_engine
-            )
-            self.owns_engine = self.async_engine.is_spawner
-        else:
-            engine = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)
-            self.async_engine = AsyncLLMEngine(engine, outbox=self._outbox)
-            self.owns_engine = True  # False: another service started the engine it shares
+
+        def start_engine() -> AsyncLLMEngine | EngineProcess:
+            if engine_process:
+                # the python stub's sys.executable is the stub binary; python3 on its PATH is
+                # the interpreter it embeds (pipeline.server.stub_python)
+                python = shutil.which("python3") or sys.executable
+                return EngineProcess(
+                    engine_dir, device, runtime, self._outbox, python, share_key=share_engine
+                )
+            loaded = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)
+            return AsyncLLMEngine(loaded, outbox=self._outbox)
+
+        self.async_engine = EngineSupervisor(start_engine, on_unrecoverable)
         self.exclude_input_in_output = exclude_input_in_output
         self.detokenizer = (
             None if tokenizer_dir is None else Detokenizer(tokenizer_dir, skip_special_tokens)
@@ -188,12 +181,7 @@ class LLMService:
         for thread in self._lane_threads:
             thread.start()
         self._num_requests = 0  # pins each request to a lane, round robin
-        # the last streams' hops and the last sends' durations, in s (HOPS)
-        self._hops: collections.deque = collections.deque(maxlen=HOPS_KEPT)
-        self._sends: collections.deque = collections.deque(maxlen=HOPS_KEPT)
-        self._num_timed = 0  # streams timed so far: the metrics poll recomputes only on news
-        # (streams timed, perf_counter(), hops) when the summary was computed
-        self._hops_summary: tuple[int, float, dict[str, float]] = (0, 0.0, {})
+        self._hop_log = HopLog()
         self._responder = threading.Thread(target=self._run, name="llm-responder", daemon=True)
         self._responder.start()
 
@@ -250,6 +238,7 @@ class LLMService:
                     unsent.clear()
                     for request_id, live in lives:  # after what each stream has in its lane
                         self._to_lane(live, _IN_TURN, request_id, item)
+                    self.async_engine.failed(item)
                     continue
                 now = time.perf_counter()
                 for delta in item:
@@ -276,11 +265,11 @@ class LLMService:
             start = time.perf_counter()
             self._answer(request_id, live, out)
             now = time.perf_counter()
-            self._sends.append(now - start)
+            self._hop_log.add_send(now - start)
             if live.request.is_streaming and live.first_token_at and not live.first_sent_at:
                 live.first_sent_at = now
             if isinstance(out, OutputChunk) and out.is_final and live.first_sent_at:
-                self._hops.append(
+                self._hop_log.add_stream(
                     (
                         live.submitted_at - live.received_at,
                         live.first_token_at - live.submitted_at,
@@ -289,7 +278,6 @@ class LLMService:
                         now - live.final_at,
                     )
                 )
-                self._num_timed += 1  # a lost race between lanes still changes it
             live.is_sending = False
             is_more = isinstance(out, OutputChunk) and not out.is_final
             if is_more and (live.tokens or live.is_finished):
@@ -327,7 +315,7 @@ class LLMService:
             del unsent[request_id]
             live.sent_at = now
             try:
-                out = live.chunk()
+                out = live.chunk() if live.error is None else RuntimeError(live.error)
             except Exception as exc:  # a failed decode ends this request only
                 log.exception("detokenizing request %s failed", request_id)
                 out = exc
@@ -362,6 +350,14 @@ class LLMService:
             self._live.pop(request_id, None)
         self.async_engine.cancel(request_id)
 
+    @property
+    def owns_engine(self) -> bool:
+        return self.async_engine.owns_engine
+
+    @property
+    def is_ready(self) -> bool:
+        return self.async_engine.is_ready
+
     def stats(self) -> dict:
         return self.async_engine.stats()
 
@@ -371,19 +367,7 @@ class LLMService:
         closed-loop client's next request waits for the final response, so the time outside
         the engine between requests is lost batch occupancy. max_age_s: a summary computed
         less than this ago is returned as it is (the percentiles hold the GIL for a while)."""
-        num_timed, computed_at, summary = self._hops_summary
-        now = time.perf_counter()
-        if num_timed == self._num_timed or now - computed_at < max_age_s:
-            return summary
-        num_timed, hops = self._num_timed, np.array(list(self._hops))
-        columns = [*hops.T, np.array(list(self._sends))]
-        out = {}
-        for name, seconds in zip(HOPS, columns, strict=True):
-            values = seconds * 1e3
-            for stat, compute in HOP_STATS.items():
-                out[f"{name}_ms_{stat}"] = float(compute(values))
-        self._hops_summary = (num_timed, now, out)
-        return out
+        return self._hop_log.summary(max_age_s)
 
     def shutdown(self) -> None:
         """Unfinished requests get a final (cancelled) chunk, then the responder stops."""

@@ -186,7 +186,9 @@ def test_shutdown_closes_requests_in_flight(smollm_engine_dir, prompts):
         svc.generate(arrays(prompts[0], streaming=True), "late")
 
 
-def test_an_engine_failure_reaches_every_open_request(smollm_engine_dir, prompts, monkeypatch):
+def test_an_engine_failure_reaches_every_open_request_and_the_engine_comes_back(
+    smollm_engine_dir, prompts, greedy, monkeypatch
+):
     recorder = Recorder()
     svc = service(smollm_engine_dir, recorder)
 
@@ -196,7 +198,7 @@ def test_an_engine_failure_reaches_every_open_request(smollm_engine_dir, prompts
         both_in.wait(60)  # fail only once both requests are in
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    monkeypatch.setattr(svc.async_engine.engine, "step", broken_step)
+    monkeypatch.setattr(svc.async_engine.engine.engine, "step", broken_step)
     svc.generate(arrays(prompts[0], streaming=True), "a")
     svc.generate(arrays(prompts[1], streaming=False), "b")
     both_in.set()
@@ -204,12 +206,23 @@ def test_an_engine_failure_reaches_every_open_request(smollm_engine_dir, prompts
     for context in ("a", "b"):
         (failure,) = recorder.chunks[context]
         assert "illegal memory access" in repr(failure)
-    with pytest.raises(RuntimeError, match="failed"):
-        svc.generate(arrays(prompts[0], streaming=True), "late")
+    wait_ready(svc)  # a new engine, loaded again
+    svc.generate(arrays(prompts[0], streaming=False), "after")
+    recorder.wait_final(["after"])
+    assert recorder.chunks["after"][0].token_ids.tolist() == greedy[0]
     svc.shutdown()
 
 
-def test_an_engine_process_answers_alike_and_its_death_fails_every_open_request(
+def wait_ready(svc: LLMService, timeout_s: float = 120) -> None:
+    """Until the service's failed engine runs again (restarted once)."""
+    deadline = time.monotonic() + timeout_s
+    while not svc.is_ready:
+        assert time.monotonic() < deadline, "the engine was not started again"
+        time.sleep(0.05)
+    assert svc.stats()["num_restarts"] == 1
+
+
+def test_an_engine_process_answers_alike_and_its_death_fails_every_open_request_at_once(
     smollm_engine_dir, prompts, greedy
 ):
     recorder = Recorder()
@@ -229,14 +242,18 @@ def test_an_engine_process_answers_alike_and_its_death_fails_every_open_request(
         svc.generate(arrays(prompts[1], streaming=False, max_tokens=100), "b")
         with recorder.finished:
             assert recorder.finished.wait_for(lambda: "a" in recorder.chunks, 60)
-        svc.async_engine._process.kill()  # as the OOM killer would
+        svc.async_engine.engine._process.kill()  # as the OOM killer would
         recorder.wait_final(["a", "b"])
         for context in ("a", "b"):
             assert "engine process exited" in repr(recorder.chunks[context][-1])
-        with pytest.raises(RuntimeError, match="failed"):
+        with pytest.raises(RuntimeError, match="starting again; retry"):
             svc.generate(arrays(prompts[0], streaming=True), "late")
+        wait_ready(svc)  # a new engine process
         with pytest.raises(ValueError, match="max_input_len"):  # limits still checked up front
             svc.generate(arrays(list(range(5000)), streaming=True), "too-long")
+        svc.generate(arrays(prompts[1], streaming=False), "after")
+        recorder.wait_final(["after"])
+        assert recorder.chunks["after"][0].token_ids.tolist() == greedy[1]
     finally:
         svc.shutdown()
 
@@ -252,9 +269,9 @@ def test_services_with_one_share_key_share_one_engine_process_until_the_last_lea
     except BaseException:
         a.shutdown()
         raise
-    process = a.async_engine._process
+    process = a.async_engine.engine._process
     try:
-        assert a.async_engine.is_spawner and not b.async_engine.is_spawner
+        assert a.owns_engine and not b.owns_engine
         a.generate(arrays(prompts[0], streaming=True), "a0")
         b.generate(arrays(prompts[1], streaming=True), "b1")
         b.generate(arrays(prompts[2], streaming=False), "b2")

@@ -18,6 +18,7 @@ own hops (label `instance`).
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -67,6 +68,13 @@ METRICS = {  # engine stats key -> (metric family, description)
     "num_preemptions": ("pipeline_engine_preemptions", "sequences preempted since start"),
     "num_free_blocks": ("pipeline_engine_free_kv_blocks", "free paged-KV blocks now"),
 }
+HEALTH_METRICS = {  # per instance: each has its own handle on the engine
+    "is_ready": (
+        "pipeline_engine_ready",
+        "1 while the engine serves; 0 while a failed engine is started again",
+    ),
+    "num_restarts": ("pipeline_engine_restarts", "times a failed engine was started again"),
+}
 METRICS_PERIOD_S = 0.05
 # the hops' percentiles, recomputed every METRICS_PERIOD_S, were 10% of the stubs' GIL time
 # (py-spy --gil, H100 served at concurrency 64): the requests' own work waited behind them
@@ -83,6 +91,13 @@ def hop_metrics(hops: dict[str, str], stats: Iterable[str]) -> dict[str, tuple[s
         for hop, text in hops.items()
         for q in stats
     }
+
+
+def _stop_server(cause: BaseException) -> None:
+    """The engine cannot be started again. A python model cannot mark itself not ready in Triton
+    2.51, so the server stops: its health checks then fail instead of saying ready."""
+    pb_utils.Logger.log_error(f"tensorrt_llm: engine lost ({cause!r}); stopping the server")
+    os.kill(os.getppid(), signal.SIGTERM)  # the stub's parent is tritonserver
 
 
 class _Caller:
@@ -114,7 +129,8 @@ class TritonPythonModel:
             import torch
 
             torch.set_num_threads(int(params["num_threads"]))
-        from pipeline.triton_repo.llm_service import HOP_STATS, HOPS, LLMService
+        from pipeline.triton_repo.hop_log import HOP_STATS, HOPS
+        from pipeline.triton_repo.llm_service import LLMService
 
         self.service = LLMService(
             params["engine_dir"],
@@ -135,6 +151,7 @@ class TritonPythonModel:
             response_lanes=int(params["response_lanes"]),
             add_special_tokens=params["add_special_tokens"] == "true",
             share_engine=share_key if num_instances > 1 else None,
+            on_unrecoverable=_stop_server,
         )
         from pipeline.engine.heap import freeze_loaded
 
@@ -145,6 +162,7 @@ class TritonPythonModel:
         exported = [
             *((key, metric, labels) for key, metric in METRICS.items() if self.service.owns_engine),
             *((key, metric, hop_labels) for key, metric in hop_metrics(HOPS, HOP_STATS).items()),
+            *((key, metric, hop_labels) for key, metric in HEALTH_METRICS.items()),
         ]
         # a Metric needs its MetricFamily alive: keep both
         self.families = {
@@ -189,7 +207,7 @@ class TritonPythonModel:
         sender, outputs = caller.sender, caller.outputs
         if isinstance(out, BaseException):  # every open request must hear it, and close
             sender.send(
-                pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm: {out!r}")),
+                pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm: {out}")),
                 flags=FINAL,
             )
             return False

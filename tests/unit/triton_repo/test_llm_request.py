@@ -220,7 +220,7 @@ def test_text_is_encoded_as_transformers_encodes_it_without_touching_its_tokeniz
         ({"runtime_top_p": np.array([[1.5]], np.float32)}, r"runtime_top_p=1.5 is outside"),
         ({"runtime_top_k": np.array([[-3]], np.int32)}, r"runtime_top_k=-3 is outside \[0,"),
         ({"request_output_len": np.array([[-2]], np.int32)}, "request_output_len=-2 is outside"),
-        ({"end_id": np.array([[-1]], np.int32)}, r"end_id=-1 is outside \[0,"),
+        ({"end_id": np.array([[-2]], np.int32)}, r"end_id=-2 is outside \[-1,"),
         ({"input_lengths": np.array([[0]], np.int32)}, r"input_lengths=0 is outside \[1,"),
     ],
 )
