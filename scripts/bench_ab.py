@@ -1,15 +1,15 @@
 """Engine A/B in one GPU run: the same random-weight engines measured from two source trees.
 
     git worktree add /tmp/before <commit>
-    PYTHONPATH=. python scripts/bench_ab.py --out $OUT --before-tree /tmp/before \
+    python -m scripts.bench_ab --out $OUT --before-tree /tmp/before \
         [--models llama-3.1-8b-shape smollm2-135m-shape] [--quant int8_wo,int4_awq,fp8]
 
-Each model's checkpoint and engine dir are written once (bench_engine.py's shapes and build);
-every measurement then runs bench_engine.bench_engine in a fresh process that imports `pipeline`
-from its tree (this one, or --before-tree), so both see the same weights, engine limits and
-workload: batch-1 decode tok/s (median of 3), then --num-requests prompts of 128 tokens x 128
-new tokens all at t=0 (out tok/s, TTFT p50/p99, wall). --quant adds each run on each quantized
-format of the first model's weights. Writes bench_ab.json + bench_ab.md after every
+Each model's checkpoint and engine dir are written once (scripts.model_shapes); every
+measurement then runs scripts.engine_run.measure_engine in a fresh process that imports
+`pipeline` from its tree (this one, or --before-tree), so both see the same weights, engine
+limits and workload: batch-1 decode tok/s (median of 3), then --num-requests prompts of 128
+tokens x 128 new tokens all at t=0 (out tok/s, TTFT p50/p99, wall). --quant adds each run on
+each quantized format of the first model's weights. Writes bench_ab.json + bench_ab.md after every
 measurement. --tiny runs the same code on CPU with a tiny fp32 model (the unit test).
 """
 
@@ -25,23 +25,31 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scripts.engine_run import TINY_WORKLOAD, Workload, prompts_for
+from scripts.model_shapes import (
+    LLAMA_8B,
+    SMOLLM2,
+    TINY,
+    build_engine,
+    random_hf_model,
+    write_checkpoint,
+    write_tokenizer,
+)
+from scripts.quant_checkpoints import activation_amax, write_quantized_checkpoint
 
+REPO = Path(__file__).resolve().parent.parent
 MODELS = ("llama-3.1-8b-shape", "smollm2-135m-shape")
 
-
+# `pipeline` from the tree first on PYTHONPATH, scripts.engine_run from this one (an older tree
+# has no scripts package, and a newer one measures the same way)
 CHILD = """
 import json, sys
-from dataclasses import asdict
 from pathlib import Path
 import torch
-tree, scripts, engine_dir, device, dtype, work, vocab, runtime = sys.argv[1:]
-sys.path[:0] = [tree, scripts]
-import pipeline.engine  # the tree's package, in sys.modules before bench_engine puts REPO first
-from bench_engine import Workload, bench_engine
+from scripts.engine_run import Workload, measure_engine
+engine_dir, device, dtype, work, vocab, runtime = sys.argv[1:]
 work = Workload(**json.loads(work))
-result = bench_engine(
+result = measure_engine(
     Path(engine_dir), torch.device(device), dtype, work, int(vocab), runtime=json.loads(runtime)
 )
 print("RESULT", json.dumps(result))
@@ -51,10 +59,14 @@ print("RESULT", json.dumps(result))
 def run_child(
     tree: Path, engine_dir: Path, args: argparse.Namespace, work, vocab: int, runtime: dict
 ) -> dict:
-    """bench_engine.bench_engine in a fresh process that imports `pipeline` from `tree`."""
-    argv = [str(tree), str(REPO / "scripts"), str(engine_dir), args.device, args.dtype]
+    """measure_engine in a fresh process that imports `pipeline` from `tree`."""
+    argv = [str(engine_dir), args.device, args.dtype]
     argv += [json.dumps(asdict(work)), str(vocab), json.dumps(runtime)]
-    proc = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True)
+    paths = [str(Path(tree).resolve()), str(REPO), os.environ.get("PYTHONPATH", "")]
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, paths))}
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, *argv], capture_output=True, text=True, env=env, cwd=tree
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     result = json.loads(lines[0][7:]) if lines else {"error": proc.stderr[-2000:]}
     # relative to this tree: results are committed, and machine paths mean nothing elsewhere
@@ -111,21 +123,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tiny", action="store_true", help="CPU, tiny model: tests the script")
     args = parser.parse_args(argv)
-    # here, not at the top: importing bench_engine binds `pipeline` to this tree, and CHILD
-    # must bind it to its own first
-    from bench_engine import (
-        LLAMA_8B,
-        SMOLLM2,
-        TINY,
-        TINY_WORKLOAD,
-        Workload,
-        build_engine,
-        write_checkpoint,
-        write_tokenizer,
-    )
-    from bench_hf_baselines import hf_to_trtllm, prompts_for, random_hf_model
-    from bench_quant import activation_amax, write_quantized_checkpoint
-
     args.device, args.dtype = ("cpu", "float32") if args.tiny else ("cuda", "bfloat16")
     shapes = {"tiny": TINY} if args.tiny else {MODELS[0]: LLAMA_8B, MODELS[1]: SMOLLM2}
     names = ["tiny"] if args.tiny else args.models
@@ -149,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, name in enumerate(names):
             shape, dtype = shapes[name], getattr(torch, args.dtype)
             model = random_hf_model(shape, dtype, torch.device(args.device))
-            ckpt = write_checkpoint(hf_to_trtllm(model), shape, args.dtype, tmp / f"{name}-ckpt")
+            ckpt = write_checkpoint(model, args.dtype, tmp / f"{name}-ckpt")
             tokenizer = write_tokenizer(shape["vocab_size"], tmp / f"{name}-tokenizer")
             prompts = prompts_for(shape["vocab_size"], work, 4, seed=3)
             amax = activation_amax(model, prompts) if args.quant and i == 0 else {}
@@ -175,4 +172,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -1,12 +1,12 @@
 """The engine's host work a launch, with the model stubbed: what paces the GPU for a small model.
 
-On an H100 a served SmolLM2 launch (3 steps) took 2.3-2.9 ms of host time for ~3 ms of GPU work
-(docs/perf/2026-11-25-h100-stop24), so the host's part decides whether the GPU waits. This
-measures that part on any machine, CPU included:
+For a small model the host's part of a launch is as long as the GPU's (docs/design.md, "Launches
+and pacing"), so it decides whether the GPU waits. This measures that part on any machine, CPU
+included:
 
-    PYTHONPATH=. python scripts/bench_host_step.py --out /tmp/host [--batch 1 64 256] [--steps 3]
+    python -m scripts.bench_host_step --out /tmp/host [--batch 1 64 256] [--steps 3]
 
-A tiny Llama engine (bench_engine's TINY shape, built as the torch backend builds it) whose
+A tiny Llama engine (scripts.model_shapes' TINY shape, built as the torch backend builds it) whose
 forward returns fixed logits, with overlap scheduling and --steps decode steps a launch, as on
 CUDA. Two arrival shapes a batch size:
 - lockstep: the batch starts together and every request runs --output-len tokens (the direct
@@ -19,35 +19,29 @@ launches with prompt tokens; JSON + markdown to --out.
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # the pipeline package, when run without PYTHONPATH=.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_engine import (  # noqa: E402
+from pipeline.engine import LLMEngine, SamplingParams
+from pipeline.engine.heap import freeze_loaded, thaw
+from pipeline.engine.launch_timer import ms_per_launch
+from scripts.engine_run import Workload
+from scripts.model_shapes import (
     TINY,
-    Workload,
     build_engine,
+    random_hf_model,
     write_checkpoint,
     write_tokenizer,
 )
-from bench_hf_baselines import hf_to_trtllm, random_hf_model  # noqa: E402
-
-from pipeline.engine import LLMEngine, SamplingParams  # noqa: E402
-from pipeline.engine.heap import freeze_loaded, thaw  # noqa: E402
-from pipeline.engine.launch_timer import ms_per_launch  # noqa: E402
 
 SHAPES = ("lockstep", "staggered")
 
 
 def tiny_engine_dir(out_dir: Path, batch: int, input_len: int, output_len: int) -> Path:
     model = random_hf_model(TINY, torch.float32, torch.device("cpu"))
-    ckpt = write_checkpoint(hf_to_trtllm(model), TINY, "float32", out_dir / "ckpt")
+    ckpt = write_checkpoint(model, "float32", out_dir / "ckpt")
     tokenizer = write_tokenizer(TINY["vocab_size"], out_dir / "tokenizer")
     work = Workload(input_len=input_len, output_len=output_len, max_batch_size=batch)
     return build_engine(ckpt, tokenizer, out_dir / "engine", work)

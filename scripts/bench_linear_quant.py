@@ -1,6 +1,6 @@
 """Quantized linears at decode row counts on the Llama-3.1-8B shapes, one kernel at a time.
 
-    PYTHONPATH=. python scripts/bench_linear_quant.py --out $OUT [--rows 1 2 4 8 16 64]
+    python -m scripts.bench_linear_quant --out $OUT [--rows 1 2 4 8 16 64]
 
 Kernels: bf16 cuBLAS (F.linear), int8 on the tl.dot kernel (int8_matmul.w8a16_dot, the decode
 path before the GEMV) and on int8_gemv, int4 on tinygemm (torch._weight_int4pack_mm) and on our
@@ -26,11 +26,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # the pipeline package, when run without PYTHONPATH=.
-
-from pipeline.engine.kernels import int4_mma, int8_gemv, int8_matmul  # noqa: E402
-from pipeline.engine.quant.primitives import (  # noqa: E402
+from pipeline.engine.kernels import int4_mma, int8_gemv, int8_matmul
+from pipeline.engine.quant.primitives import (
     dequantize_groupwise,
     pack_int4_tinygemm,
     tinygemm_scales_and_zeros,

@@ -1,9 +1,9 @@
 """Serving benchmark of SmolLM2 on one GPU, in one command: bench + profile (through tritonserver
 and in-process), batch-size sweep, KV-capacity threshold. JSON, markdown and plots go to --out.
 
-    python scripts/gpu_serving_bench.py --out $OUT            # H100: < 8 minutes, no internet
-    python scripts/gpu_serving_bench.py --out /tmp/o --quick  # tiny settings (CPU smoke check)
-    python scripts/gpu_serving_bench.py --out $OUT --shape-of DIR --steps saturation
+    python -m scripts.gpu_serving_bench --out $OUT            # H100: < 8 minutes, no internet
+    python -m scripts.gpu_serving_bench --out /tmp/o --quick  # tiny settings (CPU smoke check)
+    python -m scripts.gpu_serving_bench --out $OUT --shape-of DIR --steps saturation
 
 --shape-of serves random weights in the shape of an HF directory's config.json, with its
 tokenizer: serving speed does not depend on the weights' values (requests run to max_tokens),
@@ -31,11 +31,10 @@ import time
 import traceback
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from pipeline.server import stub_env, stub_python
+from pipeline.server.ports import free_ports
 
-from pipeline.server import stub_env, stub_python  # noqa: E402
-from pipeline.server.ports import free_ports  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent  # `python -m pipeline` runs from here
 
 # module -> what to pip install (see requirements/models.txt and pyproject.toml)
 REQUIRED = {
@@ -121,12 +120,11 @@ def steps(quick: bool, has_server: bool) -> list[tuple[str, str, list[str], bool
     ]
     small_kv = "bench.sweep.num_kv_blocks=4" if quick else "bench.sweep.num_kv_blocks=96"
     # 64 waves at concurrency 64, not bench=throughput's 4: in a short run the served side's
-    # first wave (64 requests entering Triton at once) and its stragglers weigh too much. H100,
-    # SmolLM2, one tree: served / direct spread 0.85-0.92 over runs of 1,024 requests and
-    # 0.898-0.920 over runs of 4,096 (stop 28), each ~25 s longer
+    # first wave (64 requests entering Triton at once) and its stragglers weigh too much, and
+    # the served / direct ratio spreads several times wider (docs/perf/README.md)
     saturation = [] if quick else ["bench.num_requests=4096"]
     # Triton traces every 8th request: where the served side's time goes (bench.served_path);
-    # H100, SmolLM2: served / direct 0.880-0.889 traced, 0.854 not, in one slow lease
+    # tracing one request in 8 did not lower the ratio measured
     saturation.append("bench.trace_rate=8")
     out = [
         ("saturation", "profile", [f"bench.target={target}", *saturation], False),
@@ -138,27 +136,6 @@ def steps(quick: bool, has_server: bool) -> list[tuple[str, str, list[str], bool
     if has_server:
         out.append(("sweep_server", "sweep", ["bench.sweep.target=server"], True))
     return out
-
-
-def random_weights_dir(shape_dir: Path, dtype: str, out_dir: Path) -> Path:
-    """An HF directory at out_dir: shape_dir's config and tokenizer files, random weights."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    if not (out_dir / "config.json").is_file():
-        config = AutoConfig.from_pretrained(shape_dir)
-        torch.manual_seed(0)
-        # an 8B model's random init takes minutes on the CPU, seconds on a GPU
-        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-            model = AutoModelForCausalLM.from_config(config).to(getattr(torch, dtype))
-        model.save_pretrained(out_dir)
-        del model
-        torch.cuda.empty_cache()  # the steps run in processes of their own, on this GPU
-        for path in shape_dir.iterdir():  # tokenizer, chat template: all but weights and config
-            is_weights = path.suffix in (".safetensors", ".bin", ".gguf", ".pt")
-            if path.is_file() and not is_weights and not (out_dir / path.name).exists():
-                shutil.copy2(path, out_dir / path.name)
-    return out_dir
 
 
 def stub_python_overrides(workdir: Path, hide: list[str], pip_args: str) -> list[str]:
@@ -345,6 +322,8 @@ def main() -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gpu_serving_bench-"))
     base = base_overrides(workdir, args.quick, is_cuda)
     if args.shape_of:
+        from scripts.model_shapes import random_weights_dir  # needs torch: checked above
+
         dtype = "bfloat16" if is_cuda else "float32"
         hf_dir = random_weights_dir(args.shape_of, dtype, workdir / "random-weights")
         base += ["model=hf-local", f"model.source={hf_dir}"]

@@ -1,9 +1,9 @@
 """Step-time breakdown of the torch engine under torch.profiler, per model and batch size.
 
-    PYTHONPATH=. python scripts/profile_engine.py --out $OUT [--models NAME] [--batch-sizes 1 64]
+    python -m scripts.profile_engine --out $OUT [--models NAME] [--batch-sizes 1 64]
 
-Models: Llama-3.1-8B and SmolLM2-135M shapes with random bf16 weights on CUDA (bench_engine.py's
-shapes and build). Per batch size B: B prompts of --input-len tokens go in together; the
+Models: Llama-3.1-8B and SmolLM2-135M shapes with random bf16 weights on CUDA
+(scripts.model_shapes). Per batch size B: B prompts of --input-len tokens go in together; the
 "prefill" phase is the steps until every one has its first token (the step token budget,
 max_num_tokens = 8192, splits B=256 x 128 over several steps, later ones mixed with decodes),
 then "decode" is --num-profile-steps steps of B sequences decoding, after warm-up steps, then
@@ -25,7 +25,6 @@ import logging
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -36,27 +35,18 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # the pipeline package, when run without PYTHONPATH=.
-sys.path.insert(0, str(REPO / "scripts"))  # its siblings, when imported by tests
-
-from bench_engine import (  # noqa: E402
+from pipeline.engine import LLMEngine, SamplingParams, StreamDelta
+from scripts.engine_run import Workload, free_memory, prompts_for, sync
+from scripts.model_shapes import (
     LLAMA_8B,
     SMOLLM2,
     TINY,
-    Workload,
     build_engine,
-    free_memory,
-    hf_to_trtllm,
-    prompts_for,
     random_hf_model,
     write_checkpoint,
     write_tokenizer,
 )
-from bench_hf_baselines import sync  # noqa: E402
-from profile_report import STEP_RANGE, markdown, one_step_trace, summarize_trace  # noqa: E402
-
-from pipeline.engine import LLMEngine, SamplingParams, StreamDelta  # noqa: E402
+from scripts.profile_report import STEP_RANGE, markdown, one_step_trace, summarize_trace
 
 log = logging.getLogger("profile_engine")
 
@@ -224,7 +214,7 @@ def load_engine(
     dtype_name = str(dtype).removeprefix("torch.")
     start = time.perf_counter()
     model = random_hf_model(shape, dtype, device)
-    ckpt = write_checkpoint(hf_to_trtllm(model), shape, dtype_name, scratch / "ckpt")
+    ckpt = write_checkpoint(model, dtype_name, scratch / "ckpt")
     del model
     free_memory()
     tokenizer_dir = write_tokenizer(shape["vocab_size"], scratch / "tokenizer")
@@ -350,4 +340,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

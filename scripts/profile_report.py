@@ -1,4 +1,4 @@
-"""Report side of scripts/profile_engine.py: a torch.profiler chrome trace -> per-step numbers
+"""Report side of scripts.profile_engine: a torch.profiler chrome trace -> per-step numbers
 -> markdown.
 
 Pure functions over the exported trace's event list, so they are tested without a profiler. The

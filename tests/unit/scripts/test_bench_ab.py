@@ -1,4 +1,4 @@
-"""scripts/bench_ab.py --tiny: the GPU A/B run's code path on CPU (a subprocess, as the GPU
+"""scripts.bench_ab --tiny: the GPU A/B run's code path on CPU (a subprocess, as the GPU
 machine runs it), with this tree as both sides of the comparison."""
 
 import json
@@ -15,7 +15,7 @@ def test_bench_ab_tiny_measures_both_trees_a_variant_and_a_quantized_format(tmp_
     argv = ["--tiny", "--num-requests", "3", "--before-tree", str(REPO), "--quant", "int8_wo"]
     argv += ["--variant", "num_scheduler_steps=3"]
     done = subprocess.run(
-        [sys.executable, "scripts/bench_ab.py", "--out", str(tmp_path), *argv],
+        [sys.executable, "-m", "scripts.bench_ab", "--out", str(tmp_path), *argv],
         cwd=REPO,
         text=True,
         capture_output=True,

@@ -1,11 +1,10 @@
-"""scripts/bench_engine.py --tiny: the GPU benchmark's code path on CPU, so it cannot rot.
+"""scripts.bench_engine --tiny: the GPU benchmark's code path on CPU, so it cannot rot.
 
 It runs in a subprocess that reports every module imported, because the GPU machine has torch,
 triton and transformers but not hydra, omegaconf, modelopt or tritonclient. The offline run's
 time cap is checked in-process, on a fake engine.
 """
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -14,6 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from scripts import engine_run
+
 REPO = Path(__file__).resolve().parents[3]
 ABSENT_ON_GPU_MACHINE = ("hydra", "omegaconf", "modelopt", "tritonclient")
 
@@ -21,7 +22,7 @@ RUNNER = """
 import json, runpy, sys
 sys.argv = ["bench_engine.py", "--tiny", "--out", *sys.argv[1:]]
 try:
-    runpy.run_path("scripts/bench_engine.py", run_name="__main__")
+    runpy.run_module("scripts.bench_engine", run_name="__main__")
 except SystemExit as exit:
     assert not exit.code, exit.code
 print("MODULES=" + json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
@@ -29,7 +30,7 @@ print("MODULES=" + json.dumps(sorted({name.split(".")[0] for name in sys.modules
 
 
 def run_tiny(out_dir: Path, *args: str) -> set[str]:
-    """bench_engine.py --tiny in a subprocess; the top-level modules it imported."""
+    """scripts.bench_engine --tiny in a subprocess; the top-level modules it imported."""
     done = subprocess.run(
         [sys.executable, "-c", RUNNER, str(out_dir), *args],
         cwd=REPO,
@@ -111,13 +112,10 @@ class TwoStepEngine:
 
 
 def test_offline_run_reports_a_rate_only_when_it_finishes_within_its_cap():
-    spec = importlib.util.spec_from_file_location("bench_engine", REPO / "scripts/bench_engine.py")
-    bench_engine = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench_engine)
-    work = bench_engine.Workload(input_len=3, output_len=2)
+    work = engine_run.Workload(input_len=3, output_len=2)
     prompts = [[1, 2, 3]] * 4
-    done = bench_engine.offline_throughput(TwoStepEngine(), prompts, work, cap_s=None)
+    done = engine_run.offline_throughput(TwoStepEngine(), prompts, work, cap_s=None)
     assert done["num_out_tokens"] == 8 and done["throughput_out_tok_s"] > 0
-    capped = bench_engine.offline_throughput(TwoStepEngine(), prompts, work, cap_s=0.0)
+    capped = engine_run.offline_throughput(TwoStepEngine(), prompts, work, cap_s=0.0)
     assert capped["throughput_out_tok_s"] is None
     assert capped["throughput_error"].startswith("stopped at the 0 s cap: 0 of 8 tokens")

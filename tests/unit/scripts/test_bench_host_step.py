@@ -1,4 +1,4 @@
-"""scripts/bench_host_step.py: the engine's host work a launch, model stubbed, on CPU."""
+"""scripts.bench_host_step: the engine's host work a launch, model stubbed, on CPU."""
 
 import json
 import subprocess
@@ -11,7 +11,7 @@ def test_bench_host_step_measures_both_arrival_shapes(tmp_path):
     args = ["--batch", "2", "8", "--launches", "30", "--warmup-launches", "10"]
     args += ["--input-len", "8", "--output-len", "12", "--out", str(tmp_path)]
     result = subprocess.run(
-        [sys.executable, "scripts/bench_host_step.py", *args],
+        [sys.executable, "-m", "scripts.bench_host_step", *args],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""scripts/bench_linear_quant.py --tiny: the GPU microbenchmark's code path on CPU through
+"""scripts.bench_linear_quant --tiny: the GPU microbenchmark's code path on CPU through
 triton's interpreter (a subprocess: TRITON_INTERPRET must be set before triton is imported)."""
 
 import json
@@ -14,7 +14,7 @@ from tests.conftest import REPO
 def test_bench_linear_quant_tiny_reports_every_kernel_and_a_step_estimate(tmp_path):
     pytest.importorskip("triton")
     done = subprocess.run(
-        [sys.executable, "scripts/bench_linear_quant.py", "--tiny", "--rows", "2"]
+        [sys.executable, "-m", "scripts.bench_linear_quant", "--tiny", "--rows", "2"]
         + ["--out", str(tmp_path)],
         cwd=REPO,
         text=True,

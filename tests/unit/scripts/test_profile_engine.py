@@ -1,6 +1,6 @@
-"""scripts/profile_engine.py --tiny: the GPU profiling run's code path on CPU, so it cannot rot.
+"""scripts.profile_engine --tiny: the GPU profiling run's code path on CPU, so it cannot rot.
 
-A subprocess, as for bench_engine.py: the GPU machine has no hydra, omegaconf, modelopt or
+A subprocess, as for scripts.bench_engine: the GPU machine has no hydra, omegaconf, modelopt or
 tritonclient, so the script must not import them.
 """
 
@@ -19,7 +19,7 @@ RUNNER = """
 import json, runpy, sys
 sys.argv = ["profile_engine.py", "--tiny", "--num-profile-steps", "3", "--out", sys.argv[1]]
 try:
-    runpy.run_path("scripts/profile_engine.py", run_name="__main__")
+    runpy.run_module("scripts.profile_engine", run_name="__main__")
 except SystemExit as exit:
     assert not exit.code, exit.code
 print("MODULES=" + json.dumps(sorted({name.split(".")[0] for name in sys.modules})))

@@ -1,16 +1,8 @@
-"""scripts/profile_report.py: kernel classes, per-step numbers and the one-step cut of a trace."""
-
-import importlib.util
+"""scripts.profile_report: kernel classes, per-step numbers and the one-step cut of a trace."""
 
 import pytest
 
-from tests.conftest import REPO
-
-spec = importlib.util.spec_from_file_location(
-    "profile_report", REPO / "scripts" / "profile_report.py"
-)
-report = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(report)
+from scripts import profile_report as report
 
 # names as CUPTI reports them (H100, torch 2.x), and our Triton kernels'
 KERNELS = {

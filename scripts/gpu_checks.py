@@ -1,4 +1,4 @@
-"""Correctness self-checks that scripts/bench_engine.py runs first on the benchmark's device:
+"""Correctness self-checks that scripts.bench_engine runs first on the benchmark's device:
 each Triton kernel against its PyTorch twin, and each quantized linear format (synthetic
 weights in modelopt's export layout) against its float32 reference, with the kernel it chose.
 One device command then says both how fast and whether the GPU paths are right.

@@ -1,15 +1,9 @@
-"""scripts/gpu_serving_bench.py without a GPU: dependency report, step plan, summary reading."""
+"""scripts.gpu_serving_bench without a GPU: dependency report, step plan, summary reading."""
 
-import importlib.util
 import json
 
-from tests.conftest import REPO
-
-spec = importlib.util.spec_from_file_location(
-    "gpu_serving_bench", REPO / "scripts" / "gpu_serving_bench.py"
-)
-script = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(script)
+from scripts import gpu_serving_bench as script
+from scripts.model_shapes import random_weights_dir
 
 
 def test_missing_names_the_pip_package():
@@ -79,9 +73,9 @@ def test_shape_of_builds_random_weights_with_the_tokenizer(tmp_path):
     ).save_pretrained(shape)
     (shape / "tokenizer.json").write_text("{}")
     (shape / "model.safetensors").write_bytes(b"not weights")  # never copied
-    out = script.random_weights_dir(shape, "float32", tmp_path / "random")
+    out = random_weights_dir(shape, "float32", tmp_path / "random")
     config = json.loads((out / "config.json").read_text())
     assert (config["hidden_size"], config["num_key_value_heads"]) == (32, 2)
     assert (out / "tokenizer.json").read_text() == "{}"
     assert (out / "model.safetensors").stat().st_size > 1000  # the random weights
-    assert script.random_weights_dir(shape, "float32", out) == out  # built once
+    assert random_weights_dir(shape, "float32", out) == out  # built once

@@ -1,6 +1,6 @@
-"""HF transformers side of scripts/bench_engine.py: the baseline models and their timings.
+"""HF transformers side of scripts.bench_engine: the baseline models and their timings.
 
-Random-weight and checkpoint-loaded HF Llamas (so HF and the engine run the same weights), batch-1
+Checkpoint-loaded HF Llamas (so HF and the engine run the same weights), batch-1
 decode through `generate` (eager or static cache), static batching, and continuous batching
 (`generate_batch`, where this transformers has it).
 """
@@ -13,64 +13,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def prompts_for(vocab_size: int, work, count: int, seed: int = 0) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, vocab_size, (count, work.input_len), generator=g).tolist()
-
-
-def random_hf_model(shape: dict, dtype: torch.dtype, device: torch.device):
-    from transformers import LlamaConfig
-
-    config = LlamaConfig(**shape, eos_token_id=None, bos_token_id=None, pad_token_id=None)
-    torch.manual_seed(0)
-    return new_llama(config, dtype, device)  # transformers' init: N(0, 0.02)
-
-
-def new_llama(config, dtype: torch.dtype, device: torch.device):
-    """LlamaForCausalLM built directly in dtype on device (an fp32 8B would not fit beside its
-    bf16 copy; meta would leave the rotary buffers empty)."""
-    from transformers import LlamaForCausalLM
-
-    default_dtype = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            return LlamaForCausalLM(config).eval()
-    finally:
-        torch.set_default_dtype(default_dtype)
-
-
-def hf_to_trtllm(model) -> dict[str, torch.Tensor]:
-    """HF Llama tensors -> TensorRT-LLM checkpoint names (qkv fused; mlp.fc = gate_proj)."""
-    sd = {k: v.detach() for k, v in model.state_dict().items()}
-    out = {
-        "transformer.vocab_embedding.weight": sd["model.embed_tokens.weight"],
-        "transformer.ln_f.weight": sd["model.norm.weight"],
-        # a copy: safetensors refuses tensors that share memory (tied embeddings)
-        "lm_head.weight": sd.get("lm_head.weight", sd["model.embed_tokens.weight"]).clone(),
-    }
-    for i in range(model.config.num_hidden_layers):
-        src, dst = f"model.layers.{i}.", f"transformer.layers.{i}."
-        out[dst + "attention.qkv.weight"] = torch.cat(
-            [sd[src + f"self_attn.{p}_proj.weight"] for p in "qkv"]
-        )
-        names = {
-            "attention.dense": "self_attn.o_proj",
-            "mlp.fc": "mlp.gate_proj",
-            "mlp.gate": "mlp.up_proj",
-            "mlp.proj": "mlp.down_proj",
-            "input_layernorm": "input_layernorm",
-            "post_layernorm": "post_attention_layernorm",
-        }
-        for trt, hf in names.items():
-            out[f"{dst}{trt}.weight"] = sd[f"{src}{hf}.weight"]
-    return {k: v.contiguous().cpu() for k, v in out.items()}
+from scripts.engine_run import prompts_for, sync
+from scripts.model_shapes import new_model
 
 
 def hf_from_checkpoint(ckpt_dir: Path, dtype: torch.dtype, device: torch.device):
@@ -125,7 +69,7 @@ def hf_from_checkpoint(ckpt_dir: Path, dtype: torch.dtype, device: torch.device)
             "post_attention_layernorm": "post_layernorm",
         }
         sd |= {f"{dst}{hf}.weight": tensors[f"{src}{trt}.weight"] for hf, trt in names.items()}
-    model = new_llama(config, dtype, device)
+    model = new_model(config, dtype, device)
     model.load_state_dict(sd)
     return model
 

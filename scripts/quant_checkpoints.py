@@ -1,4 +1,4 @@
-"""Quantized side of scripts/bench_engine.py: the bench's BF16 checkpoint rewritten per format.
+"""Quantized side of scripts.bench_engine: the bench's BF16 checkpoint rewritten per format.
 
 modelopt is not on the GPU machine and random weights have nothing worth calibrating for AWQ,
 so each format's checkpoint is written from the BF16 one with the same tensors modelopt's

@@ -1,21 +1,19 @@
-"""Numbers derived from scripts/bench_engine.py's runs (bytes a decode step reads, ratios,
+"""Numbers derived from scripts.bench_engine's runs (bytes a decode step reads, ratios,
 greedy agreement) and its tables (bench_engine.md)."""
 
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from safetensors import safe_open
 
-if TYPE_CHECKING:
-    from bench_engine import Workload
+from scripts.engine_run import Workload
 
 STORED_BYTES = {"F32": 4, "I8": 1, "U8": 1, "F8_E4M3": 1}  # quantized codes and their scales
 
 
-def decode_bytes(ckpt_dir: Path, dtype: torch.dtype, work: "Workload") -> dict:
+def decode_bytes(ckpt_dir: Path, dtype: torch.dtype, work: Workload) -> dict:
     """Bytes one batch-1 decode step must read: every weight but the embedding table (one row
     is gathered), plus the KV cache at the mean context of the run. 16-bit tensors count in
     the run dtype (the engine casts them), quantized codes and scales as stored."""

@@ -1,7 +1,6 @@
-"""scripts/bench_quant.py: a BF16 checkpoint rewritten per format, as modelopt would export it."""
+"""scripts.quant_checkpoints: a BF16 checkpoint rewritten per format, as modelopt exports it."""
 
 import argparse
-import importlib.util
 import json
 
 import pytest
@@ -10,11 +9,7 @@ from safetensors.torch import load_file, save_file
 
 from pipeline.checkpoint.trtllm_config import pretrained_config
 from pipeline.engine.layers.linear import build_linear
-from tests.conftest import REPO
-
-spec = importlib.util.spec_from_file_location("bench_quant", REPO / "scripts" / "bench_quant.py")
-bench_quant = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench_quant)
+from scripts import quant_checkpoints
 
 SHAPE = {  # hidden 64 and intermediate 192: 128 divides neither, 64 both
     "architectures": ["LlamaForCausalLM"],
@@ -56,15 +51,15 @@ def bf16_ckpt(tmp_path_factory):
     return out, tensors
 
 
-@pytest.mark.parametrize("fmt", list(bench_quant.FORMATS))
+@pytest.mark.parametrize("fmt", list(quant_checkpoints.FORMATS))
 def test_quantized_checkpoint_runs_fast_kernels_close_to_bf16(fmt, bf16_ckpt, tmp_path):
     src, dense = bf16_ckpt
     amax = {p: 4.0 for p in LINEARS}  # x below is N(0, 1): 4 sigma
     amax["transformer.layers.0.attention.kv"] = 8.0
-    out = bench_quant.write_quantized_checkpoint(src, fmt, amax, tmp_path / fmt, "cpu")
+    out = quant_checkpoints.write_quantized_checkpoint(src, fmt, amax, tmp_path / fmt, "cpu")
     quantization = json.loads((out / "config.json").read_text())["quantization"]
     tensors = load_file(out / "rank0.safetensors")
-    assert quantization["quant_algo"] == bench_quant.FORMATS[fmt]
+    assert quantization["quant_algo"] == quant_checkpoints.FORMATS[fmt]
     assert quantization["exclude_modules"] == ["lm_head"]
     if fmt.startswith("int4"):
         assert quantization["group_size"] == 64
@@ -90,8 +85,10 @@ def test_quantized_checkpoint_runs_fast_kernels_close_to_bf16(fmt, bf16_ckpt, tm
 
 
 def test_group_size_is_128_where_it_divides_else_64():
-    assert bench_quant.group_size_for({"hidden_size": 4096, "intermediate_size": 14336}) == 128
-    assert bench_quant.group_size_for({"hidden_size": 576, "intermediate_size": 1536}) == 64
+    assert (
+        quant_checkpoints.group_size_for({"hidden_size": 4096, "intermediate_size": 14336}) == 128
+    )
+    assert quant_checkpoints.group_size_for({"hidden_size": 576, "intermediate_size": 1536}) == 64
 
 
 def test_quant_plan_defaults_to_the_first_model_and_names_every_problem():
@@ -101,10 +98,10 @@ def test_quant_plan_defaults_to_the_first_model_and_names_every_problem():
         quant_decode_only=True,
         quant_throughput_cap_s=60,
     )
-    plan = bench_quant.quant_plan(args, ["8b", "smollm"])
+    plan = quant_checkpoints.quant_plan(args, ["8b", "smollm"])
     assert plan.formats == ("int8_wo", "fp8") and plan.models == ("8b",)
     assert plan.runs("8b") and not plan.runs("smollm")
-    assert plan.reserve_s() == 2 * bench_quant.QUANT_FORMAT_ESTIMATE_S
+    assert plan.reserve_s() == 2 * quant_checkpoints.QUANT_FORMAT_ESTIMATE_S
     bad = argparse.Namespace(**{**vars(args), "quant": "int3", "quant_models": "70b"})
     with pytest.raises(ValueError, match="'int3'.*'70b'"):
-        bench_quant.quant_plan(bad, ["8b"])
+        quant_checkpoints.quant_plan(bad, ["8b"])
