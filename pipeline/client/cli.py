@@ -14,10 +14,10 @@ import time
 import numpy as np
 from tritonclient.utils import triton_to_np_dtype
 
-from pipeline.client.errors import ClientError
+from pipeline.client.errors import ClientError, wait_until_ready
 from pipeline.client.grpc_client import GrpcClient
 from pipeline.client.http_client import HttpClient
-from pipeline.client.metrics import fetch_metrics
+from pipeline.client.metrics import engines_ready, fetch_metrics
 from pipeline.client.request import GenerateRequest
 
 DEFAULT_URLS = {"grpc": "127.0.0.1:8001", "http": "http://127.0.0.1:8000"}
@@ -49,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--bad-word", action="append", default=[])
     ready = commands.add_parser("ready", help="exit 0 when the server and model are ready")
     ready.add_argument("--wait", type=float, default=0.0, help="seconds to keep polling")
+    ready.add_argument(
+        "--metrics-url",
+        default="http://127.0.0.1:8002/metrics",
+        help="where the torch engine's pipeline_engine_ready gauge is read",
+    )
     infer = commands.add_parser("infer", help="HTTP /infer on a non-decoupled model")
     infer.add_argument("infer_model")
     infer.add_argument("inputs", nargs="+", metavar="NAME=VALUE")
@@ -105,9 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "generate":
             _generate(client, args)
         elif args.command == "ready":
+
+            def is_ready() -> bool:  # Triton's readiness, then the engine's own
+                return client.is_ready() and engines_ready(args.metrics_url)
+
             if args.wait:
-                client.wait_ready(args.wait)
-            if not client.is_ready():
+                wait_until_ready(is_ready, args.model, url, args.wait)
+            if not is_ready():
                 print(f"not ready: {args.model} at {url}", file=sys.stderr)
                 return 1
             print(f"ready: {args.model} at {url}")

@@ -36,3 +36,14 @@ def metric_value(samples: dict, name: str, **labels: str) -> float | None:
     wanted = set(labels.items())
     values = [v for (n, ls), v in samples.items() if n == name and wanted <= ls]
     return sum(values) if values else None
+
+
+def engines_ready(metrics_url: str) -> bool:
+    """False while a torch engine behind the server is down (pipeline_engine_ready 0, while it
+    is started again after a failure), which Triton's own readiness cannot show. A server
+    without that gauge (backend=trtllm) or whose metrics are off counts as ready."""
+    try:
+        samples = fetch_metrics(metrics_url, timeout_s=5.0)
+    except ClientError:
+        return True
+    return all(v != 0 for (name, _), v in samples.items() if name == "pipeline_engine_ready")

@@ -18,3 +18,15 @@ def test_parse_and_look_up():
     assert metric_value(samples, "pipeline_engine_batch_size", model="tensorrt_llm") == 8
     assert metric_value(samples, "nv_cpu_utilization") == 0.25
     assert metric_value(samples, "missing") is None
+
+
+def test_engines_ready_follows_the_engine_gauge(monkeypatch):
+    from pipeline.client import metrics
+
+    text = {"now": 'pipeline_engine_ready{model="tensorrt_llm",instance="a"} 1\n'}
+    monkeypatch.setattr(metrics, "fetch_metrics", lambda url, timeout_s: parse_metrics(text["now"]))
+    assert metrics.engines_ready("http://127.0.0.1:1/metrics")
+    text["now"] += 'pipeline_engine_ready{model="tensorrt_llm",instance="b"} 0\n'
+    assert not metrics.engines_ready("http://127.0.0.1:1/metrics")
+    text["now"] = "nv_inference_count 3\n"  # no torch engine (trtllm): Triton's readiness rules
+    assert metrics.engines_ready("http://127.0.0.1:1/metrics")
