@@ -3,9 +3,11 @@
 A stage declares its config subset and inputs; `produce_artifact` decides whether it is up to date,
 otherwise runs the stage's producer into a temp dir and swaps it into place. A failing producer
 leaves the previous artifact untouched.
+
+Up to date means made from the same inputs and still holding what the manifest says
+(`verify_outputs`, for the artifact and its upstream ones); a file changed since is an error.
 """
 
-import hashlib
 import json
 import logging
 import os
@@ -19,11 +21,20 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pipeline import temp_dirs
 from pipeline.errors import ArtifactError, GateFailed
+from pipeline.manifest import (  # noqa: F401  (stages import these from here)
+    MANIFEST,
+    Manifest,
+    files_sha256,
+    files_stat,
+    sha256_file,
+    sha256_json,
+    verify_outputs,
+)
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
 KEY_PACKAGES = (
     "torch",
     "transformers",
@@ -34,18 +45,6 @@ KEY_PACKAGES = (
     "nvidia-pytriton",
     "llm-pipeline",
 )
-
-
-def sha256_file(path: Path, chunk_bytes: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk_bytes):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def sha256_json(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def package_versions(names: Iterable[str] = KEY_PACKAGES) -> dict[str, str]:
@@ -61,54 +60,6 @@ def package_versions(names: Iterable[str] = KEY_PACKAGES) -> dict[str, str]:
 def file_stat_fingerprint(paths: Iterable[Path]) -> list[list]:
     """Cheap freshness key for source files: path, size, mtime (sha256 goes in the manifest)."""
     return [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(paths)]
-
-
-def files_sha256(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): sha256_file(p)
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != MANIFEST
-    }
-
-
-@dataclass(frozen=True, slots=True)
-class Manifest:
-    stage: str
-    model: str
-    status: str
-    config: dict
-    inputs: dict
-    fingerprint: str
-    outputs: dict
-    versions: dict
-    wall_time_s: float
-    host: str
-    created_at: str
-    extra: dict = field(default_factory=dict)
-
-    @classmethod
-    def read(cls, artifact_dir: Path) -> "Manifest":
-        path = Path(artifact_dir) / MANIFEST
-        if not path.is_file():
-            raise ArtifactError(
-                f"{path}: no manifest; this directory is not a pipeline artifact "
-                f"(re-run the stage that produces it)"
-            )
-        try:
-            return cls(**json.loads(path.read_text()))
-        except (json.JSONDecodeError, TypeError) as exc:
-            raise ArtifactError(
-                f"{path}: unreadable manifest ({exc}); re-run the stage with force=true"
-            ) from exc
-
-    def write(self, artifact_dir: Path) -> None:
-        data = {f: getattr(self, f) for f in self.__dataclass_fields__}
-        (Path(artifact_dir) / MANIFEST).write_text(json.dumps(data, indent=2, sort_keys=True))
-
-    @property
-    def digest(self) -> str:
-        """Identity of this artifact's content, used as the input fingerprint downstream."""
-        return sha256_json([self.stage, self.config, self.fingerprint, self.outputs])
 
 
 def read_json_object(path: Path, fix: str) -> dict:
@@ -164,6 +115,8 @@ class StageRequest:
 
 
 def is_up_to_date(request: StageRequest) -> bool:
+    """Made from these inputs, and it and its upstream artifacts still hold what their manifests
+    say; ArtifactError (verify_outputs) when one of their files was changed since."""
     target = request.artifact_dir
     if request.force or not (target / MANIFEST).is_file():
         return False
@@ -171,7 +124,12 @@ def is_up_to_date(request: StageRequest) -> bool:
         manifest = Manifest.read(target)
     except ArtifactError:
         return False
-    return manifest.status == "ok" and manifest.fingerprint == request.fingerprint()
+    if manifest.status != "ok" or manifest.fingerprint != request.fingerprint():
+        return False
+    for upstream_dir in request.upstream.values():
+        verify_outputs(upstream_dir)
+    verify_outputs(target)
+    return True
 
 
 def produce_artifact(request: StageRequest, producer: Callable[[Path], dict | None]) -> Path:
@@ -181,12 +139,13 @@ def produce_artifact(request: StageRequest, producer: Callable[[Path], dict | No
     it keeps the artifact (status=failed) and re-raises; any other exception discards tmp_dir.
     """
     target = request.artifact_dir
+    temp_dirs.remove_abandoned(request.workdir)
     if is_up_to_date(request):
         log.info("%s: up to date (%s)", request.stage, target)
         return target
     fingerprint = request.fingerprint()
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    tmp = temp_dirs.temp_path(target, "tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     log.info("%s: running -> %s", request.stage, target)
@@ -200,6 +159,7 @@ def produce_artifact(request: StageRequest, producer: Callable[[Path], dict | No
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    stats = files_stat(tmp)  # before hashing: a file changed meanwhile gets re-hashed next time
     manifest = Manifest(
         stage=request.stage,
         model=request.model,
@@ -213,6 +173,7 @@ def produce_artifact(request: StageRequest, producer: Callable[[Path], dict | No
         host=socket.gethostname(),
         created_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         extra=extra,
+        output_stats=stats,
     )
     manifest.write(tmp)
     _swap_into_place(tmp, target)
@@ -223,31 +184,8 @@ def produce_artifact(request: StageRequest, producer: Callable[[Path], dict | No
 
 
 def _swap_into_place(tmp: Path, target: Path) -> None:
-    old = target.parent / f".{target.name}.old-{os.getpid()}"
+    old = temp_dirs.temp_path(target, "old")
     if target.exists():
         os.rename(target, old)
     os.rename(tmp, target)
     shutil.rmtree(old, ignore_errors=True)
-
-
-def verify_outputs(artifact_dir: Path) -> Manifest:
-    """Re-hash an upstream artifact's files against its manifest before a stage consumes them."""
-    manifest = Manifest.read(artifact_dir)
-    if manifest.status != "ok":
-        raise ArtifactError(
-            f"{artifact_dir}: {manifest.stage} finished with status "
-            f"{manifest.status!r}; fix it and re-run {manifest.stage}"
-        )
-    for name, expected in manifest.outputs.items():
-        path = Path(artifact_dir) / name
-        if not path.is_file():
-            raise ArtifactError(
-                f"{path}: missing from the {manifest.stage} artifact; re-run "
-                f"{manifest.stage} with force=true"
-            )
-        if sha256_file(path) != expected:
-            raise ArtifactError(
-                f"{path}: sha256 differs from {manifest.stage}'s manifest (file "
-                f"corrupted or edited); re-run {manifest.stage} with force=true"
-            )
-    return manifest

@@ -37,6 +37,14 @@ def _sources_digest() -> str:
     return digest.hexdigest()
 
 
+def served_facts(artifact: Path) -> dict:
+    """A deploy artifact's facts (backend, engine and tokenizer dirs) for a server, once the engine
+    it loads is checked against its manifest: a changed engine is refused, never served."""
+    facts = Manifest.read(artifact).extra
+    verify_outputs(Path(facts["engine_dir"]))
+    return facts
+
+
 def run(spec) -> Path:
     backend = load_backend(spec)
     engine_dir = build.run(spec)

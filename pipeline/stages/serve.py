@@ -10,7 +10,6 @@ import shlex
 import time
 from pathlib import Path
 
-from pipeline.artifacts import Manifest
 from pipeline.server import launch
 from pipeline.stages import deploy
 
@@ -19,7 +18,7 @@ log = logging.getLogger(__name__)
 
 def run(spec) -> Path:
     artifact = deploy.run(spec)
-    facts = Manifest.read(artifact).extra
+    facts = deploy.served_facts(artifact)
     if facts["backend"] == "trtllm":
         argv = launch.container_command(
             spec, Path(facts["engine_dir"]), Path(facts["tokenizer_dir"])

@@ -1,9 +1,11 @@
 """Artifact store: up-to-date skip, force, atomic swap, failures keep the old artifact."""
 
 import json
+import os
 
 import pytest
 
+from pipeline import manifest as manifest_module
 from pipeline.artifacts import Manifest, StageRequest, produce_artifact, verify_outputs
 from pipeline.errors import ArtifactError, GateFailed
 
@@ -84,7 +86,7 @@ def test_verify_outputs_detects_edits_and_missing_files(tmp_path):
     art = produce_artifact(_request(tmp_path), _writer("ok", []))
     verify_outputs(art)
     (art / "data.txt").write_text("tampered")
-    with pytest.raises(ArtifactError, match="data.txt: sha256 differs"):
+    with pytest.raises(ArtifactError, match="data.txt: size 8 bytes, the manifest says 2"):
         verify_outputs(art)
     (art / "data.txt").unlink()
     with pytest.raises(ArtifactError, match="data.txt: missing"):
@@ -98,3 +100,94 @@ def test_unreadable_manifest_is_an_artifact_error(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"stage": "x"}))
     with pytest.raises(ArtifactError):
         Manifest.read(tmp_path)
+
+
+def _corrupt_middle(path, num_bytes):
+    """Overwrite `num_bytes` in the middle of `path` in place (same size), later than the build."""
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.seek((size - num_bytes) // 2)
+        flipped = bytes(b ^ 0xFF for b in f.read(num_bytes))
+        f.seek((size - num_bytes) // 2)
+        f.write(flipped)
+    # a later write than the manifest's: one second on, whatever the filesystem's clock grain
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+def _blob_writer(calls, size=1 << 20):
+    def produce(out):
+        calls.append(size)
+        (out / "weights.bin").write_bytes(bytes(range(256)) * (size // 256))
+        (out / "config.json").write_text("{}")
+
+    return produce
+
+
+def test_corrupted_output_is_refused_not_up_to_date(tmp_path):
+    calls = []
+    art = produce_artifact(_request(tmp_path), _blob_writer(calls))
+    weights = art / "weights.bin"
+    _corrupt_middle(weights, 64 << 10)
+    assert weights.stat().st_size == 1 << 20
+    with pytest.raises(ArtifactError) as err:
+        produce_artifact(_request(tmp_path), _blob_writer(calls))
+    message = str(err.value)
+    assert str(art) in message and "weights.bin" in message and "sha256 differs" in message
+    assert "force=true" in message and calls == [1 << 20]  # refused, not rebuilt silently
+    produce_artifact(_request(tmp_path, force=True), _blob_writer(calls))
+    assert len(calls) == 2 and verify_outputs(art).status == "ok"
+
+
+def test_missing_or_resized_output_is_refused(tmp_path):
+    art = produce_artifact(_request(tmp_path), _blob_writer([]))
+    with open(art / "weights.bin", "ab") as f:
+        f.write(b"tail")
+    with pytest.raises(ArtifactError, match=r"weights.bin: size 1048580 bytes, the manifest says"):
+        produce_artifact(_request(tmp_path), _blob_writer([]))
+    (art / "weights.bin").unlink()
+    with pytest.raises(ArtifactError, match=r"weights.bin: missing.*force=true"):
+        produce_artifact(_request(tmp_path), _blob_writer([]))
+
+
+def test_unchanged_files_are_not_hashed_and_a_touch_is_accepted(tmp_path, monkeypatch):
+    calls = []
+    art = produce_artifact(_request(tmp_path), _blob_writer(calls))
+    hashed = []
+    real_sha256 = manifest_module.sha256_file
+    monkeypatch.setattr(
+        manifest_module, "sha256_file", lambda p: hashed.append(p.name) or real_sha256(p)
+    )
+    produce_artifact(_request(tmp_path), _blob_writer(calls))
+    assert hashed == [] and calls == [1 << 20]
+    st = (art / "weights.bin").stat()
+    os.utime(art / "weights.bin", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    produce_artifact(_request(tmp_path), _blob_writer(calls))
+    assert hashed == ["weights.bin"] and calls == [1 << 20]
+    produce_artifact(_request(tmp_path), _blob_writer(calls))  # the new stat was recorded
+    assert hashed == ["weights.bin"]
+
+
+def test_manifest_without_file_stats_is_hashed_once(tmp_path):
+    art = produce_artifact(_request(tmp_path), _blob_writer([]))
+    data = json.loads((art / "manifest.json").read_text())
+    del data["output_stats"]  # as written before file stats were recorded
+    (art / "manifest.json").write_text(json.dumps(data))
+    assert verify_outputs(art).status == "ok"
+    assert set(Manifest.read(art).output_stats) == {"weights.bin", "config.json"}
+    _corrupt_middle(art / "weights.bin", 4096)
+    (art / "manifest.json").write_text(json.dumps(data))
+    with pytest.raises(ArtifactError, match="weights.bin: sha256 differs"):
+        verify_outputs(art)
+
+
+def test_skipped_stage_refuses_a_corrupted_upstream(tmp_path):
+    up = produce_artifact(StageRequest(tmp_path, "m", "build-x", {}), _blob_writer([]))
+    calls = []
+    down = lambda: StageRequest(tmp_path, "m", "deploy-x", {}, upstream={"e": up})  # noqa: E731
+    produce_artifact(down(), _writer("d", calls))
+    _corrupt_middle(up / "weights.bin", 4096)
+    with pytest.raises(ArtifactError) as err:
+        produce_artifact(down(), _writer("d", calls))
+    assert "weights.bin: sha256 differs" in str(err.value) and str(up) in str(err.value)
+    assert "pipeline build force=true" in str(err.value) and calls == ["d"]
