@@ -23,6 +23,11 @@ def check_engine_gate(recipe: Recipe, kv_cache: str, tp_size: int, pp_size: int)
     from pipeline.quant.recipes import kv_cache_quant_algo
 
     problems = []
+    if recipe.build_quantizes_bits is not None:
+        problems.append(
+            f"{recipe.name} for backend=trtllm exports float weights that trtllm-build "
+            f"quantizes, a checkpoint the torch engine does not run"
+        )
     try:
         check_quantization({"quant_algo": recipe.quant_algo})
     except ConfigError:

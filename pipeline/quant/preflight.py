@@ -34,7 +34,7 @@ def _check_target(spec, recipe: Recipe) -> None:
 def check_config(spec) -> tuple[Recipe, Path | None]:
     """(recipe, local calibration file or None) for a quant config, or a ConfigError."""
     quant = spec.quant
-    recipe = recipe_for(quant)
+    recipe = recipe_for(quant, spec.backend.name)
     check_sizes(quant)
     if quant.gate_runtime not in GATE_RUNTIMES:
         raise ConfigError(

@@ -26,11 +26,20 @@ def _set_block_size(quant_cfg: list, block_size: int) -> None:
                 cfg["block_sizes"] = {**cfg["block_sizes"], -1: block_size}
 
 
+def _set_weight_bits(quant_cfg: list, num_bits: int) -> None:
+    """Per-channel symmetric weights of num_bits (trtllm-build's W8A16 / W4A16 quantization)."""
+    for entry in quant_cfg:
+        if entry.get("quantizer_name") == "*weight_quantizer":
+            entry["cfg"] = {**entry["cfg"], "num_bits": num_bits, "axis": 0}
+
+
 def modelopt_config(recipe: Recipe, quant, on_cpu: bool) -> dict:
     """A private copy of the recipe's modelopt config with our settings applied."""
     import modelopt.torch.quantization as mtq
 
     config = copy.deepcopy(getattr(mtq, recipe.modelopt_config))
+    if recipe.build_quantizes_bits is not None:
+        _set_weight_bits(config["quant_cfg"], recipe.build_quantizes_bits)
     if recipe.uses_block_size:
         _set_block_size(config["quant_cfg"], quant.block_size)
     if recipe.uses_smoothquant_alpha:

@@ -4,12 +4,29 @@ quant_algo values are what modelopt 0.47's export_tensorrt_llm_checkpoint writes
 (checked on SmolLM2); TensorRT-LLM reads them as QuantAlgo names. SM rules follow TensorRT-LLM's
 support matrix: FP8 activations need SM >= 89, FP4 needs SM >= 100, and builder.py refuses
 int8/int4 weight-only modes (which per-group AWQ is, W4A8 included), SmoothQuant and INT8 KV on
-SM 100-119.
+SM 100-119 (docs/trtllm_reference.md, sections 4 and 6).
+
+The weight-only recipes export one format per backend (for_backend):
+
+| recipe  | backend=torch                                | backend=trtllm                          |
+|---------|----------------------------------------------|-----------------------------------------|
+| int8_wo | W8A16: int8 weights + per-channel scales     | W8A16: float weights; trtllm-build      |
+|         | (modelopt INT8_WEIGHT_ONLY_CFG)              | quantizes them per channel to int8      |
+| int4_wo | W4A16_AWQ: group-wise int4 (quant.block_size)| W4A16: float weights; trtllm-build      |
+|         | without pre-quant scale (INT4_BLOCKWISE_...) | quantizes them per channel to int4      |
+
+TensorRT-LLM's W8A16 / W4A16 layers want `per_channel_scale` and a weight in its mixed-GEMM
+layout, which its loader makes only from weights that are not int8 yet (reference 4.3); the torch
+engine reads the already-quantized format. The trtllm variant calibrates the same per-channel
+int8 / int4 fake quant, so the accuracy gate measures what the build will compute.
 """
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 
 from pipeline.errors import ConfigError, StageError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +39,11 @@ class Recipe:
     uses_block_size: bool  # int4 group size, set from quant.block_size
     fixed_block_size: int | None = None  # format-defined block (NVFP4: 16 values per fp8 scale)
     uses_smoothquant_alpha: bool = False
+    # weight-only on TensorRT-LLM: (its quant_algo for float weights, bits it quantizes them to)
+    trtllm_weight_only: tuple[str, int] | None = None
+    # set by for_backend: the exported linears stay float and trtllm-build quantizes them to
+    # this many bits per output channel (the fake quant that calibrates uses the same)
+    build_quantizes_bits: int | None = None
 
 
 RECIPES = {
@@ -39,9 +61,25 @@ RECIPES = {
         ),
         Recipe("int4_awq", "INT4_AWQ_CFG", "W4A16_AWQ", 80, False, True),
         Recipe("w4a8_awq", "W4A8_AWQ_BETA_CFG", "W4A8_AWQ", 89, False, True),
-        Recipe("int8_wo", "INT8_WEIGHT_ONLY_CFG", "W8A16", 80, False, False),
+        Recipe(
+            "int8_wo",
+            "INT8_WEIGHT_ONLY_CFG",
+            "W8A16",
+            80,
+            False,
+            False,
+            trtllm_weight_only=("W8A16", 8),
+        ),
         # modelopt labels blockwise int4 weight-only W4A16_AWQ (group-wise int4, no pre-quant scale)
-        Recipe("int4_wo", "INT4_BLOCKWISE_WEIGHT_ONLY_CFG", "W4A16_AWQ", 80, False, True),
+        Recipe(
+            "int4_wo",
+            "INT4_BLOCKWISE_WEIGHT_ONLY_CFG",
+            "W4A16_AWQ",
+            80,
+            False,
+            True,
+            trtllm_weight_only=("W4A16", 4),
+        ),
         Recipe("nvfp4", "NVFP4_DEFAULT_CFG", "NVFP4", 100, True, False, fixed_block_size=16),
     )
 }
@@ -67,8 +105,27 @@ ALL_RECIPES = ("none", *RECIPES)
 EXPORT_DTYPES = ("float16", "bfloat16")
 
 
-def recipe_for(quant) -> Recipe:
-    """The recipe for a QuantSpec, after checking every recipe-specific key (all errors at once)."""
+def for_backend(recipe: Recipe, backend: str) -> Recipe:
+    """The recipe as `backend` needs its checkpoint (only weight-only recipes differ)."""
+    if backend != "trtllm" or recipe.trtllm_weight_only is None:
+        return recipe
+    quant_algo, bits = recipe.trtllm_weight_only
+    return replace(
+        recipe,
+        modelopt_config="INT8_WEIGHT_ONLY_CFG",  # per-channel weight quantizers; bits set by ptq
+        quant_algo=quant_algo,
+        uses_block_size=False,
+        build_quantizes_bits=bits,
+    )
+
+
+def recipe_for(quant, backend: str = "torch") -> Recipe:
+    """The recipe for a QuantSpec and backend, after checking every recipe-specific key.
+
+    All problems are reported at once. quant.block_size is checked against the recipe's own
+    (torch) format, so int4_wo's option file works for both backends; TensorRT-LLM's per-channel
+    W4A16 has no groups and leaves it unused.
+    """
     if quant.name not in RECIPES:
         raise ConfigError(
             f"quantize: quant.name={quant.name!r} is not a recipe; use one of "
@@ -100,7 +157,17 @@ def recipe_for(quant) -> Recipe:
         )
     if problems:
         raise ConfigError("quantize: " + "; ".join(problems))
-    return recipe
+    resolved = for_backend(recipe, backend)
+    if recipe.uses_block_size and not resolved.uses_block_size:
+        log.info(
+            "quantize: %s on backend=%s exports float weights that trtllm-build quantizes per "
+            "channel (%s); quant.block_size=%s is not used",
+            recipe.name,
+            backend,
+            resolved.quant_algo,
+            quant.block_size,
+        )
+    return resolved
 
 
 def kv_cache_quant_algo(kv_cache: str) -> str | None:

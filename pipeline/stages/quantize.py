@@ -52,6 +52,7 @@ def _quantize_and_export(
         par.tp_size,
         par.pp_size,
         out_dir,
+        recipe.quant_algo if recipe.build_quantizes_bits else None,
     )
     if hf_model is not None:
         export.export_hf(hf_model, quant.export_dtype, out_dir / "hf")
@@ -167,6 +168,8 @@ def run(spec) -> Path:
             "quant": asdict(quant),
             "tp_size": spec.parallel.tp_size,
             "pp_size": spec.parallel.pp_size,
+            # weight-only recipes export one format per backend (pipeline.quant.recipes)
+            **({"quant_algo": recipe.quant_algo} if recipe.build_quantizes_bits else {}),
         },
         upstream={"hf_dir": hf_dir},
         force=forced(spec, "quantize"),

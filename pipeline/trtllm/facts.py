@@ -8,20 +8,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.checkpoint.trtllm_config import read_checkpoint_config
+from pipeline.quant.recipes import KV_CACHE_FORMATS, RECIPES, for_backend
 from pipeline.specs.build import BuildSpec
 
-# quant.name (modelopt qformat) / quant.kv_cache -> the checkpoint's quant_algo (reference 3.3)
+# quant.name / quant.kv_cache -> the quant_algo a backend=trtllm checkpoint will carry
 QFORMAT_ALGOS = {
     "none": None,
-    "fp8": "FP8",
-    "int8_sq": "W8A8_SQ_PER_CHANNEL",
-    "int4_awq": "W4A16_AWQ",
-    "w4a8_awq": "W4A8_AWQ",
-    "int8_wo": "W8A16",
-    "int4_wo": "W4A16",
-    "nvfp4": "NVFP4",
+    **{name: for_backend(recipe, "trtllm").quant_algo for name, recipe in RECIPES.items()},
 }
-KV_CACHE_ALGOS = {"none": None, "fp8": "FP8", "int8": "INT8", "nvfp4": "NVFP4"}
+KV_CACHE_ALGOS = {
+    "none": None,
+    **{name: kv.kv_cache_quant_algo for name, kv in KV_CACHE_FORMATS.items()},
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,6 @@ deltas here only show that the gate measures something, not SmolLM2's real accur
 
 import json
 import math
-import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,11 +16,10 @@ from safetensors.torch import load_file
 
 from pipeline.artifacts import Manifest
 from pipeline.errors import GateFailed
-from tests.conftest import make_spec
+from tests.integration.conftest import dtypes_and_shapes, two_layer_spec
 
 pytestmark = pytest.mark.slow
 
-SMALL = ("quant.calib_size=4", "quant.eval_size=2", "quant.seq_len=128", "quant.batch_size=4")
 QKV = "transformer.layers.0.attention.qkv."
 F32_1 = ("F32", [1])
 # qkv: (9 + 3 + 3) heads x 64 = 960 outputs, 576 inputs; mlp.proj: 576 outputs, 1536 inputs
@@ -108,41 +105,6 @@ DECODE_TOLERANCE = {
 E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6])
 
 
-@pytest.fixture(scope="session")
-def two_layer_hf_dir(smollm_hf_dir, tmp_path_factory) -> Path:
-    """The fetched SmolLM2 with its first 2 decoder layers (real weights, real tokenizer)."""
-    from transformers import AutoModelForCausalLM
-
-    out = tmp_path_factory.mktemp("smollm2-2layer")
-    model = AutoModelForCausalLM.from_pretrained(smollm_hf_dir, dtype=torch.float32)
-    model.model.layers = model.model.layers[:2]
-    model.config.num_hidden_layers = 2
-    model.save_pretrained(out)
-    for path in smollm_hf_dir.iterdir():
-        if path.name.startswith(("tokenizer", "chat_template", "generation_config")):
-            shutil.copy(path, out / path.name)
-    return out
-
-
-def two_layer_spec(stage: str, hf_dir: Path, workdir: Path, *overrides: str):
-    return make_spec(
-        stage,
-        "model=hf-local",
-        f"model.source={hf_dir}",
-        "model.dtype=float16",
-        *SMALL,
-        *overrides,
-        workdir=workdir,
-    )
-
-
-def dtypes_and_shapes(path: Path) -> dict[str, tuple[str, list[int]]]:
-    from safetensors import safe_open
-
-    with safe_open(path, "pt") as f:
-        return {k: (f.get_slice(k).get_dtype(), f.get_slice(k).get_shape()) for k in f.keys()}
-
-
 def decode_qkv(tensors: dict, quantization: dict) -> torch.Tensor:
     """The layer-0 qkv weight [960, 576] as the documented layout says to decode it."""
     algo, weight = quantization["quant_algo"], tensors[QKV + "weight"]
@@ -167,14 +129,6 @@ def decode_qkv(tensors: dict, quantization: dict) -> torch.Tensor:
     if QKV + "prequant_scaling_factor" in tensors:  # x * pqs feeds w: the original is w * pqs
         decoded = decoded * tensors[QKV + "prequant_scaling_factor"].float()[None, :]
     return decoded
-
-
-@pytest.fixture(scope="module")
-def convert_dir(two_layer_hf_dir, tmp_path_factory) -> Path:
-    from pipeline.stages import convert
-
-    workdir = tmp_path_factory.mktemp("quant-convert")
-    return convert.run(two_layer_spec("convert", two_layer_hf_dir, workdir))
 
 
 @pytest.mark.parametrize("case", list(CASES))

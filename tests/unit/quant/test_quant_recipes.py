@@ -6,7 +6,13 @@ import pytest
 
 from pipeline.errors import ConfigError, StageError
 from pipeline.hardware import target_sm
-from pipeline.quant.recipes import RECIPES, check_export_labels, check_target, recipe_for
+from pipeline.quant.recipes import (
+    RECIPES,
+    check_export_labels,
+    check_target,
+    for_backend,
+    recipe_for,
+)
 from pipeline.specs.quant import QuantSpec
 from tests.conftest import CONF_DIR, make_spec
 
@@ -113,3 +119,29 @@ def test_export_labels_must_match_the_table():
         check_export_labels(
             RECIPES["int4_wo"], "none", {"quant_algo": "W4A16", "kv_cache_quant_algo": None}
         )
+
+
+def test_weight_only_recipes_export_one_format_per_backend(caplog):
+    int8, int4 = QuantSpec(name="int8_wo"), QuantSpec(name="int4_wo", block_size=128)
+    # torch: modelopt's quantized tensors, which the torch engine reads
+    assert recipe_for(int8, "torch") is RECIPES["int8_wo"]
+    assert (recipe_for(int4, "torch").quant_algo, recipe_for(int4).uses_block_size) == (
+        "W4A16_AWQ",
+        True,
+    )
+    # trtllm: float weights under the labels whose weights trtllm-build quantizes per channel
+    with caplog.at_level("INFO", logger="pipeline.quant.recipes"):
+        trt8, trt4 = recipe_for(int8, "trtllm"), recipe_for(int4, "trtllm")
+    assert (trt8.quant_algo, trt8.build_quantizes_bits) == ("W8A16", 8)
+    assert (trt4.quant_algo, trt4.build_quantizes_bits, trt4.uses_block_size) == ("W4A16", 4, False)
+    assert "quant.block_size=128 is not used" in caplog.text
+    # every other recipe is the same checkpoint for both backends
+    for name in set(RECIPES) - {"int8_wo", "int4_wo"}:
+        assert for_backend(RECIPES[name], "trtllm") is RECIPES[name]
+
+
+def test_trtllm_weight_only_keeps_the_sm_rules():
+    trt4 = for_backend(RECIPES["int4_wo"], "trtllm")
+    with pytest.raises(ConfigError, match="quant=int4_wo \\(W4A16\\) is not supported"):
+        check_target(trt4, "none", 100, "b200")
+    check_target(trt4, "none", 80, "a100")
