@@ -85,3 +85,12 @@ def test_engine_gate_refuses_what_the_engine_cannot_run(overrides, expected, tmp
     spec = make_spec("quantize", *overrides, "quant.gate_runtime=engine", workdir=tmp_path)
     with pytest.raises(ConfigError, match=f"quant.gate_runtime=engine: .*{expected}"):
         quantize.run(spec)
+
+
+def test_engine_gate_refuses_the_trtllm_weight_only_format(tmp_path):
+    spec = make_spec(
+        "quantize", "quant=int8_wo", "backend=trtllm", "quant.gate_runtime=engine", workdir=tmp_path
+    )
+    with pytest.raises(ConfigError, match="int8_wo for backend=trtllm exports float weights"):
+        quantize.run(spec)
+    assert not list(tmp_path.rglob("quantize-*"))
