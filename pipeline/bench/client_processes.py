@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 
 from pipeline.bench.arrivals import arrival_offsets
+from pipeline.bench.grpc_streams import GrpcStreams
 from pipeline.bench.load_generator import LoadGenerator, check_load_shape
 from pipeline.bench.records import RequestRecord
 from pipeline.bench.workload import BenchRequest
@@ -42,10 +43,8 @@ def shares(total: int, parts: int) -> list[int]:
 
 
 def _client_main(conn: Connection) -> None:
-    from pipeline.bench.server_target import ServerTarget
-
     url, model, timeout_s, count_tokens, settings = conn.recv()
-    target = ServerTarget(url, timeout_s, model)
+    target = GrpcStreams(url, timeout_s, model)
     target.count_tokens = count_tokens
     generator = LoadGenerator(target, **settings)
     conn.send("ready")

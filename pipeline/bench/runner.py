@@ -36,8 +36,11 @@ def write_timeline(out_dir: Path, timeline: dict) -> dict[str, Path]:
     return {"timeline": path, "timeline_plot": plot_timeline(timeline, out_dir / "timeline.png")}
 
 
-def run_bench(spec, engine_dir: Path, out_dir: Path, with_profiler: bool) -> dict:
-    """Measure, write bench.json/bench.md/requests.json/plots (+ timeline.*); return the report."""
+def run_bench(
+    spec, engine_dir: Path, out_dir: Path, with_profiler: bool, deployed: Path | None = None
+) -> dict:
+    """Measure, write bench.json/bench.md/requests.json/plots (+ timeline.*); return the report.
+    `deployed`: the deploy artifact a server is launched on (server_target.launches_server)."""
     maker = prompt_maker(engine_dir)
     facts = EngineFacts.read(engine_dir)
     origin_s = time.perf_counter()
@@ -47,11 +50,13 @@ def run_bench(spec, engine_dir: Path, out_dir: Path, with_profiler: bool) -> dic
         else None
     )
     if sampler is None:
-        results, records = run_targets(spec, engine_dir, maker, facts.weights_bytes, None, origin_s)
+        results, records = run_targets(
+            spec, engine_dir, maker, facts.weights_bytes, None, origin_s, deployed
+        )
     else:
         with sampler:
             results, records = run_targets(
-                spec, engine_dir, maker, facts.weights_bytes, sampler, origin_s
+                spec, engine_dir, maker, facts.weights_bytes, sampler, origin_s, deployed
             )
     report = report_dict(
         spec, engine_dir, results, hardware_key(spec.hardware), facts.weights_bytes

@@ -1,11 +1,7 @@
-"""The served ensemble over gRPC streaming (pipeline.client.GrpcClient): the "through Triton"
-side of the overhead ratio. Either a server this stage launches on the deployed repository (and
-stops), or one already running at bench.server_url.
-
-Token counting: each response's sequence_length output (our ensemble's: a response carries
-several tokens when the server coalesces a stream that fell behind). A server without that output
-(an upstream ensemble) gets one token per response with text, as one response per engine step.
-Synthetic requests send end_id=-1 (as trtllm-bench's --eos_id -1) to run to exactly max_tokens.
+"""The served ensemble over gRPC streaming (grpc_streams): the "through Triton" side of the
+overhead ratio. Either a server launched here on the repository the deploy stage wrote (the
+calling stage runs deploy and passes its artifact in), and stopped after, or one already running
+at bench.server_url.
 """
 
 import contextlib
@@ -16,35 +12,23 @@ from pathlib import Path
 
 from pipeline.bench import served_path
 from pipeline.bench.client_processes import ClientProcesses, auto_client_processes
+from pipeline.bench.grpc_streams import GrpcStreams
 from pipeline.bench.load_generator import LoadGenerator
-from pipeline.bench.target import Chunk
-from pipeline.bench.workload import BenchRequest
 from pipeline.errors import StageError
 from pipeline.profiler.sampler import Sampler
 from pipeline.server.launch import server_dir
 
 log = logging.getLogger(__name__)
-NO_END_ID = -1
 
 
-class ServerTarget:
-    name = "server"
+class ServerTarget(GrpcStreams):
+    """The streams, and the load generator that sends them: threads in this process, or client
+    processes each with streams of their own."""
 
     def __init__(self, url: str, timeout_s: float, model: str = "ensemble") -> None:
-        from pipeline.client import GrpcClient
-
-        self.url = url
-        # the load generator's threads keep their streams open between requests (close() them)
-        self.client = GrpcClient(url, model=model, timeout_s=timeout_s, keep_streams=True)
-        self.count_tokens = False  # set by wait_ready, from the model's outputs
+        super().__init__(url, timeout_s, model)
         self.trace_file: Path | None = None  # the server's trace (bench.trace_rate), once stopped
         self._generators: list[ClientProcesses] = []
-
-    def wait_ready(self, timeout_s: float) -> None:
-        from pipeline.client.grpc_client import COUNT_OUTPUT
-
-        self.client.wait_ready(timeout_s)
-        self.count_tokens = COUNT_OUTPUT in self.client.output_names()
 
     def close(self) -> None:
         """Stop the client processes and close the streams kept open: the server stops only
@@ -52,7 +36,7 @@ class ServerTarget:
         for generator in self._generators:
             generator.close()
         self._generators = []
-        self.client.close()
+        super().close()
 
     def generator(self, bench, origin_s: float) -> LoadGenerator | ClientProcesses:
         num_processes = bench.client_processes or auto_client_processes(bench.concurrency)
@@ -77,40 +61,24 @@ class ServerTarget:
         self._generators.append(generator)
         return generator
 
-    def stream(self, request: BenchRequest, temperature: float, seed: int) -> Iterator[Chunk]:
-        from pipeline.client import GenerateRequest
 
-        generate = GenerateRequest(
-            request.prompt,
-            max_tokens=request.max_tokens,
-            temperature=temperature,
-            seed=seed if temperature > 0 else None,
-            end_id=NO_END_ID if request.ignore_eos else None,
-        )
-        for response in self.client.responses(
-            generate.arrays(stream=True),
-            count_tokens=self.count_tokens,
-            request_id=request.request_id,  # joins the record with the server's trace
-        ):
-            if self.count_tokens:
-                yield Chunk(response.num_tokens)
-            elif response.text is not None:
-                yield Chunk(1 if response.text else 0)
+def launches_server(bench, target: str) -> bool:
+    """Whether measuring `target` (server, direct or both) starts a server on the deployed
+    repository: the stage then deploys first and passes the artifact to server_target."""
+    return target in ("server", "both") and not bench.server_url
 
 
-def _launch(spec, trace_file: Path | None):
-    """tritonserver on the deployed repository (deploy runs first when out of date): the wheel's
+def _launch(spec, trace_file: Path | None, deployed: Path):
+    """tritonserver on the deployed repository (the deploy artifact `deployed`): the wheel's
     server for backend=torch (tracing to trace_file, if any), the NGC container for trtllm where
     docker exists."""
     from pipeline.artifacts import Manifest
     from pipeline.server import launch
-    from pipeline.stages import deploy
 
-    artifact = deploy.run(spec)
     if spec.backend.name == "torch":
         args = served_path.trace_args(trace_file, spec.bench.trace_rate) if trace_file else ()
         return launch.local_server(spec.deploy, spec.workdir, args)
-    extra = Manifest.read(artifact).extra
+    extra = Manifest.read(deployed).extra
     argv = launch.container_command(spec, Path(extra["engine_dir"]), Path(extra["tokenizer_dir"]))
     server = launch.container_server(spec.deploy, spec.workdir, argv)
     if server is None:
@@ -123,7 +91,11 @@ def _launch(spec, trace_file: Path | None):
 
 
 @contextlib.contextmanager
-def server_target(spec, sampler: Sampler | None = None) -> Iterator[ServerTarget]:
+def server_target(
+    spec, sampler: Sampler | None = None, deployed: Path | None = None
+) -> Iterator[ServerTarget]:
+    """The target at bench.server_url, or a server launched on `deployed` (the deploy
+    artifact; see launches_server) for the block's length."""
     bench = spec.bench
     if bench.server_url:
         if bench.trace_rate:
@@ -141,7 +113,12 @@ def server_target(spec, sampler: Sampler | None = None) -> Iterator[ServerTarget
     elif bench.trace_rate:  # a fresh name: the trace's files are trace_file.0, .1, ...
         trace_file = server_dir(spec.workdir) / "traces" / f"trace-{time.time_ns()}.json"
         trace_file.parent.mkdir(parents=True, exist_ok=True)
-    server = _launch(spec, trace_file)
+    if deployed is None:
+        raise StageError(
+            "bench: no deployed repository to serve (the stage deploys before it measures); "
+            "set bench.server_url=<host>:<grpc port> for a running server"
+        )
+    server = _launch(spec, trace_file, deployed)
     with contextlib.ExitStack() as stack:
         with sampler.phase("server:start") if sampler else contextlib.nullcontext():
             server.start()

@@ -178,8 +178,10 @@ def run_targets(
     weights_bytes: int,
     sampler: Sampler | None,
     origin_s: float | None = None,
+    deployed: Path | None = None,
 ) -> tuple[dict, dict]:
-    """Direct first (then freed), then the server: ({target: result}, {target: records})."""
+    """Direct first (then freed), then the server (launched on the deploy artifact `deployed`
+    unless bench.server_url is set): ({target: result}, {target: records})."""
     from pipeline.bench.server_target import server_target
 
     bench = spec.bench
@@ -193,7 +195,7 @@ def run_targets(
             )
             results["direct"]["torch_num_threads"] = target.num_threads
     if bench.target in ("server", "both"):
-        with server_target(spec, sampler) as target:
+        with server_target(spec, sampler, deployed) as target:
             results["server"], records["server"] = measure(
                 target, bench, workload, sampler, origin_s
             )

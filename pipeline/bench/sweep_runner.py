@@ -104,8 +104,15 @@ def _direct_run_one(
 
 
 def sweep(
-    spec, engine_dir: Path, maker: PromptMaker, sampler: Sampler | None, origin_s: float
+    spec,
+    engine_dir: Path,
+    maker: PromptMaker,
+    sampler: Sampler | None,
+    origin_s: float,
+    deployed: Path | None = None,
 ) -> SweepResult:
+    """Sizes up to the first failure, against the engine in-process or a server (launched on
+    the deploy artifact `deployed` unless bench.server_url is set)."""
     from pipeline.bench.server_target import server_target
 
     bench, options = spec.bench, spec.bench.sweep
@@ -113,7 +120,7 @@ def sweep(
     if options.target == "direct":
         context = direct_target(spec, engine_dir, sampler, options.num_kv_blocks)
     else:
-        context = server_target(spec, sampler)
+        context = server_target(spec, sampler, deployed)
     with context as target:
         if options.target == "direct":
             run_one = _direct_run_one(target, bench, maker, sampler, origin_s, facts)

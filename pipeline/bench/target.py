@@ -1,9 +1,9 @@
 """What a bench measures: a target gives the generator that loads it, which returns one
 RequestRecord per request (send time, chunk arrival times and token counts, end, error).
 
-`ServerTarget` streams each request over gRPC from the threaded LoadGenerator; `DirectTarget`
-has DirectDriver step the engine itself. Both fill the same records, so the metrics are computed
-the same way for either, and the Triton overhead is a like-for-like ratio.
+`ServerTarget` streams each request over gRPC (grpc_streams) from the threaded LoadGenerator;
+`DirectTarget` has DirectDriver step the engine itself. Both fill the same records, so the
+metrics are computed the same way for either, and the Triton overhead is a like-for-like ratio.
 """
 
 from collections.abc import Iterator, Sequence

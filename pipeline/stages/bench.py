@@ -8,8 +8,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from pipeline.artifacts import StageRequest, produce_artifact
+from pipeline.bench.server_target import launches_server
 from pipeline.bench.session import check_bench_spec
-from pipeline.stages import build
+from pipeline.stages import build, deploy
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +59,11 @@ def run_measurement(spec, stage: str, with_profiler: bool) -> Path:
 
     check_bench_spec(spec.bench)
     engine_dir = build.run(spec)
+    deployed = deploy.run(spec) if launches_server(spec.bench, spec.bench.target) else None
     reports = []
 
     def produce(out_dir: Path) -> dict:
-        reports.append(run_bench(spec, engine_dir, out_dir, with_profiler))
+        reports.append(run_bench(spec, engine_dir, out_dir, with_profiler, deployed))
         return headline(reports[0])
 
     out = produce_artifact(measurement_request(spec, stage, engine_dir), produce)

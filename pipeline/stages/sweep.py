@@ -8,8 +8,9 @@ from pathlib import Path
 from pipeline.artifacts import produce_artifact
 from pipeline.bench.baseline import hardware_key
 from pipeline.bench.engine_facts import EngineFacts
+from pipeline.bench.server_target import launches_server
 from pipeline.bench.session import check_bench_spec, settings
-from pipeline.stages import build
+from pipeline.stages import build, deploy
 from pipeline.stages.bench import measurement_request
 
 
@@ -39,13 +40,15 @@ def run(spec) -> Path:
     check_bench_spec(spec.bench)
     options = spec.bench.sweep
     engine_dir = build.run(spec)
+    deployed = deploy.run(spec) if launches_server(spec.bench, options.target) else None
     data = {}
 
     def produce(out_dir: Path) -> dict:
         origin_s = time.perf_counter()
         sampler = make_sampler(spec.bench.profile.sample_rate_hz, {"bench": os.getpid()}, origin_s)
         with sampler:
-            result = sweep(spec, engine_dir, prompt_maker(engine_dir), sampler, origin_s)
+            maker = prompt_maker(engine_dir)
+            result = sweep(spec, engine_dir, maker, sampler, origin_s, deployed)
         timeline = sampler.timeline()
         data["kv_capacity"] = kv_capacity(result.results, EngineFacts.read(engine_dir), spec.bench)
         data.update(
