@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import psutil
 import pytest
+import requests
 
 from pipeline.client import ClientError, GenerateRequest, GrpcClient, HttpClient, cli
 from pipeline.client.metrics import fetch_metrics, metric_value
@@ -264,6 +265,48 @@ def test_errors_reach_the_client(grpc, http):
     ):
         with pytest.raises(ClientError, match="max_input_len=192"):
             call(too_long)
+
+
+def assert_still_serves(server, http, expected) -> None:
+    """Readiness says ready, and the engine answers every model with the same greedy text."""
+    assert cli.main(["--url", server.endpoints.http_url, "--protocol", "http", "ready",
+                     "--metrics-url", server.endpoints.metrics_url]) == 0  # fmt: skip
+    request = GenerateRequest(PROMPTS[0], max_tokens=MAX_TOKENS)
+    assert http.generate(request) == expected[PROMPTS[0]][0]
+    bls = HttpClient(server.endpoints.http_url, model="tensorrt_llm_bls", timeout_s=120)
+    assert bls.generate(request) == expected[PROMPTS[0]][0]
+
+
+def test_a_nan_temperature_is_refused_and_the_engine_serves_on(server, http, expected):
+    """Sent as curl sends it (a NaN literal in the JSON body) and through the gRPC client (the
+    HTTP client's JSON refuses NaN itself): once, it stopped the engine for every user while the
+    server still said ready."""
+    url = f"{server.endpoints.http_url}/v2/models/ensemble/generate"
+    body = '{"text_input":"Hi","max_tokens":8,"temperature":NaN,"top_k":5}'
+    response = requests.post(url, data=body, timeout=120)
+    assert response.status_code == 400 and "temperature=nan" in response.text
+    grpc_client = GrpcClient(server.endpoints.grpc_url, timeout_s=120)
+    nan = GenerateRequest("Hi", max_tokens=8, temperature=float("nan"), top_k=5)
+    for call in (grpc_client.generate, lambda r: list(grpc_client.stream(r))):
+        with pytest.raises(ClientError, match="temperature=nan is not a finite number"):
+            call(nan)
+    assert_still_serves(server, http, expected)
+
+
+def test_an_out_of_vocabulary_bad_word_is_refused_and_the_engine_serves_on(
+    server, http, expected, engine
+):
+    client = GrpcClient(server.endpoints.grpc_url, model="tensorrt_llm", timeout_s=120)
+    prompt = engine.tokenizer.encode(PROMPTS[1])
+    arrays = {
+        "input_ids": np.array([prompt], np.int32),
+        "input_lengths": np.array([[len(prompt)]], np.int32),
+        "request_output_len": np.array([[8]], np.int32),
+        "bad_words_list": np.array([[[999_999_999], [1]]], np.int32),
+    }
+    with pytest.raises(ClientError, match=r"bad words token ids \[999999999\] are outside"):
+        list(client.responses(arrays, output="output_ids"))
+    assert_still_serves(server, http, expected)
 
 
 def test_cancelled_request_leaves_the_engine(server, engine):
