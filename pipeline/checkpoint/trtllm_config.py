@@ -1,4 +1,9 @@
-"""config.json of a TensorRT-LLM checkpoint (PretrainedConfig.to_dict()) from an HF config."""
+"""config.json of a TensorRT-LLM checkpoint (PretrainedConfig.to_dict()) from an HF config.
+
+Every key is a constructor argument of TensorRT-LLM 1.x's config class for the architecture
+(PretrainedConfig + LLaMAConfig / QWenConfig) or one its own converters write through **kwargs
+(docs/trtllm_reference.md, section 1.2); anything else draws a warning at every build.
+"""
 
 from pathlib import Path
 
@@ -58,7 +63,8 @@ def pretrained_config(
         "rotary_scaling": scaling,
         "use_parallel_embedding": False,
         "embedding_sharding_dim": 0,
-        "share_embedding_table": False,
+        # no constructor argument, but upstream's converters write it and its models read it
+        # (0.x's share_embedding_table is gone: 1.x loads lm_head from the checkpoint)
         "tie_word_embeddings": tied,
         "attn_bias": bool(hf_config.get("attention_bias", arch.hf_name == "Qwen2ForCausalLM")),
         "mlp_bias": bool(hf_config.get("mlp_bias", False)),
