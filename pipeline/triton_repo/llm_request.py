@@ -21,11 +21,10 @@ class TextEncoder:
     """Text -> token ids as the preprocessing model makes them (same tokenizer and flags).
 
     A fast tokenizer's ids come from its Rust tokenizer's own encode, which holds the GIL:
-    transformers' encode goes through the Rust batch encode, which releases it, and taking it
+    transformers' encode goes through the Rust batch encode, which lets go of it, and taking it
     back waits out the switch interval (5 ms) whenever another thread of the python stub runs
-    Python. H100 host, a 128-token prompt: 0.15 ms alone; beside a busy thread, 5.4 ms through
-    transformers and 0.27 ms this way. In the served model the parse took 2.1 ms of every
-    execute through transformers."""
+    Python, so a short prompt's encode took a whole switch interval beside the stub's other
+    threads (docs/design.md, "The repository")."""
 
     def __init__(self, tokenizer: Any, add_special_tokens: bool):
         self.tokenizer = tokenizer  # a transformers tokenizer
