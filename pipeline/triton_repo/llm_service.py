@@ -17,9 +17,8 @@ when the stream is due, so a response carries every token made since the stream'
 - coalesce_stream: the steps that queued while the responder was busy go out merged.
 - max_response_rate: a stream is due again len(streams) / rate seconds after its last response,
   so all streams together stay within the rate; its first tokens and its end go out at once.
-  Without it the responder never falls behind while Triton queues a response per token (H100,
-  SmolLM2, concurrency 64, upstream ensemble: 0.19x of the direct engine's tokens/s, 0.56-0.69x
-  at rate 2000).
+  Without it the responder never falls behind while Triton queues a response per token, and
+  the served rate collapses (docs/design.md, "The response path").
 
 engine_process: the engine runs in a child process (pipeline.engine.engine_process), so the
 responder's work no longer holds the GIL that the engine's host work needs between steps.
@@ -28,7 +27,7 @@ Failures: a request the engine fails gets an error response; an engine that cann
 every request in flight at once and is started again (engine_supervisor.EngineSupervisor).
 
 response_lanes: a python-backend send is a round trip to the server process (the stub waits until
-the server has taken the response; the GIL is released meanwhile), so one thread sending every
+the server has taken the response, without the GIL meanwhile), so one thread sending every
 stream's responses waits out each round trip in turn. Each stream is pinned to one of N lane
 threads, whose sends overlap in the server's thread pool; a stream keeps its order, and its
 tokens that arrive while its last response is still in its lane wait and go out merged.
