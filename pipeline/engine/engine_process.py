@@ -10,9 +10,9 @@ core process and TensorRT-LLM's executor worker make for the same reason.
 Shared (share_key): several processes use one engine, the way vLLM's API server processes share
 one engine core. Triton runs each instance of a python model as a stub process with a GIL of its
 own, so N instances tokenize, detokenize and send responses N at a time, where one stub's GIL was
-the served path's limit (H100, SmolLM2 at concurrency 64: a request waited ~11 ms in Triton's
-queue for the one instance, ~11 ms more in its execute and ~23 ms for its final response to go
-out). The first process to come spawns the engine, which also listens on an abstract unix socket
+the served path's limit (a request waited in Triton's queue for the one instance, in its
+execute, and again for its final response to go out; docs/design.md, "The engine process").
+The first process to come spawns the engine, which also listens on an abstract unix socket
 named after the key (no file to leave behind; connections from this user only); the others
 connect to it. Each client gets the deltas of its own requests.
 
@@ -76,9 +76,8 @@ class _Hub:
 
     It is the engine thread's outbox: each step's deltas are sent on that thread as the step
     returns. A forwarder thread that took them from a queue took the GIL from the engine thread
-    several times a launch (its wake-up, a release around each send). H100, SmolLM2 served, one
-    lease: the engine thread's time waiting to run fell from 0.27-0.33 to 0.10-0.14 ms a launch,
-    the sends add ~0.2 ms to it, served / direct 0.914-0.915 against 0.899-0.910."""
+    several times a launch (its wake-up, and around each send); sending on the engine thread
+    costs it less than waiting for the forwarder did."""
 
     def __init__(self, engine: LLMEngine):
         self.engine = engine
@@ -177,8 +176,8 @@ class _Hub:
                 client = self._owners.get(d.request_id)
                 if client is None:
                     continue
-                # plain tuples: 64 StreamDeltas pickle in ~190 us (a slotted dataclass goes
-                # through Python-level __getstate__), as tuples in ~20 us of the engine's GIL
+                # plain tuples: a slotted dataclass pickles through Python-level __getstate__,
+                # about ten times the engine's GIL time of a tuple
                 by_client.setdefault(client, []).append(
                     (d.request_id, d.token_ids, d.finished, d.finish_reason, d.error)
                 )
