@@ -1,7 +1,7 @@
 """backend=torch: our PyTorch engine (pipeline.engine). Runs on CPU and CUDA.
 
 build: TensorRT-LLM checkpoint -> self-contained engine dir: config.json (TensorRT-LLM's engine
-layout + "backend": "torch"), rank0.safetensors (the checkpoint's tensors, unchanged: quantized
+layout + "backend": "torch"), rank<N>.safetensors (the checkpoint's tensors, unchanged: quantized
 layouts are packed for the device when the engine loads), tokenizer/ (the HF tokenizer files).
 """
 
@@ -63,10 +63,13 @@ def check_checkpoint(cfg: dict, checkpoint_dir: Path) -> None:
     quantization = cfg.get("quantization") or {}
     check_quantization(quantization)
     check_kv_cache(quantization)
-    if not (checkpoint_dir / "rank0.safetensors").is_file():
-        raise ArtifactError(
-            f"build: {checkpoint_dir}/rank0.safetensors is missing; re-run convert with force=true"
-        )
+    mapping = cfg.get("mapping") or {}
+    for rank in range(int(mapping.get("tp_size", 1)) * int(mapping.get("pp_size", 1))):
+        if not (checkpoint_dir / f"rank{rank}.safetensors").is_file():
+            raise ArtifactError(
+                f"build: {checkpoint_dir}/rank{rank}.safetensors is missing; re-run convert "
+                f"with force=true"
+            )
 
 
 def copy_tokenizer(tokenizer_dir: Path, out_dir: Path) -> list[str]:
@@ -100,7 +103,8 @@ def build_engine_dir(build, checkpoint_dir: Path, tokenizer_dir: Path, out_dir: 
             build.max_seq_len,
             max_positions,
         )
-    shutil.copyfile(checkpoint_dir / "rank0.safetensors", out_dir / "rank0.safetensors")
+    for path in sorted(checkpoint_dir.glob("rank*.safetensors")):  # one file a rank
+        shutil.copyfile(path, out_dir / path.name)
     tokenizer_files = copy_tokenizer(tokenizer_dir, out_dir / "tokenizer")
     build_config = {
         "max_batch_size": build.max_batch_size,

@@ -7,6 +7,10 @@ Graph inputs live in static buffers that replay refills. Rows past the real batc
 they read one slot of a scratch block that no sequence owns, and write their K/V there. A mixed
 graph always runs max_batch_size sequences; the padding ones have no query tokens, so attention
 skips them, and padding tokens belong to no sequence (their rows are computed, never read).
+
+A pipeline stage after the first takes hidden states [T, 2, hidden] instead of token ids, and a
+stage before the last ends its decode graphs in hidden states instead of logits. Tensor-parallel
+collectives are captured with the rest (every rank of the group replays the same graphs).
 """
 
 import torch
@@ -44,6 +48,7 @@ class CudaGraphRunner:
         max_num_tokens: int = 0,
     ):
         self.model = model  # possibly torch.compile'd by the model runner
+        self.is_last_stage = getattr(model, "is_last_stage", True)
         self.kv_cache = kv_cache
         self.max_batch_size = max_batch_size
         self.batch_sizes = capture_batch_sizes(max_batch_size)
@@ -53,7 +58,7 @@ class CudaGraphRunner:
         block_size = kv_cache.shape[3]
         self.scratch_slot = scratch_block * block_size
         num_rows = max(max_batch_size, max_num_tokens)
-        self.input_ids = torch.zeros(num_rows, dtype=torch.int64, device=device)
+        self.inputs = model.stage_inputs(num_rows, device)  # token ids or hidden states
         # positions, slot_mapping, context_lens: a decode replay fills its [3, B] in one copy
         self.rows = torch.ones(3, num_rows, dtype=torch.int64, device=device)
         self.positions, self.slot_mapping, self.context_lens = self.rows
@@ -83,8 +88,8 @@ class CudaGraphRunner:
             query_start=self.query_start[: num_seqs + 1],
             is_decode=is_decode,
         )
-        hidden = self.model(self.input_ids[:size], meta, self.kv_cache)
-        return self.model.compute_logits(hidden) if is_decode else hidden
+        hidden = self.model(self.inputs[:size], meta, self.kv_cache)
+        return self.model.compute_logits(hidden) if is_decode and self.is_last_stage else hidden
 
     def capture(self) -> None:
         pool = None
@@ -117,9 +122,10 @@ class CudaGraphRunner:
     def can_run(self, meta: BatchMetadata) -> bool:
         return meta.is_decode or bool(self.token_counts)
 
-    def replay(self, input_ids: torch.Tensor, meta: BatchMetadata) -> torch.Tensor:
-        # input_ids [T] of B sequences -> decode: logits [B, vocab]; mixed: hidden [T, hidden]
-        n = input_ids.shape[0]
+    def replay(self, inputs: torch.Tensor, meta: BatchMetadata) -> torch.Tensor:
+        # inputs [T] ids (or [T, 2, hidden]) of B sequences -> decode: logits [B, vocab]; mixed:
+        # hidden [T, hidden] (before the last stage: [T, 2, hidden] either way)
+        n = inputs.shape[0]
         num_seqs, width = meta.block_tables.shape
         if meta.is_decode:
             key = ("decode", next(b for b in self.batch_sizes if b >= n))
@@ -127,7 +133,7 @@ class CudaGraphRunner:
             key = ("mixed", next(t for t in self.token_counts if t >= n))
             self.query_start[: num_seqs + 1].copy_(meta.query_start)
             self.query_start[num_seqs + 1 :].fill_(n)  # padding sequences: no tokens
-        self.input_ids[:n].copy_(input_ids)
+        self.inputs[:n].copy_(inputs)
         if meta.decode_rows is not None:
             self.rows[:, :n].copy_(meta.decode_rows)
         else:

@@ -10,7 +10,9 @@ from pathlib import Path
 import torch
 
 from pipeline.artifacts import read_json_object
+from pipeline.checkpoint.sharding import check_mapping
 from pipeline.engine.layers.rotary import SUPPORTED_SCALINGS, scaling_type
+from pipeline.engine.parallel.tensor_parallel import ALL_REDUCE_CHOICES
 from pipeline.engine.scheduler import POLICIES
 from pipeline.errors import ArtifactError, ConfigError
 
@@ -35,6 +37,8 @@ class ModelConfig:
     rotary_base: float
     rotary_scaling: dict | None
     quantization: dict
+    tp_size: int = 1
+    pp_size: int = 1
 
     @classmethod
     def from_pretrained_config(cls, cfg: dict, where: str) -> "ModelConfig":
@@ -57,17 +61,13 @@ class ModelConfig:
             problems.append(
                 f"rotary_scaling type {kind!r} (supported: none, {', '.join(SUPPORTED_SCALINGS)})"
             )
-        mapping = cfg.get("mapping") or {}
-        if mapping.get("tp_size", 1) != 1 or mapping.get("pp_size", 1) != 1:
-            problems.append(
-                f"mapping tp_size={mapping.get('tp_size')}, pp_size="
-                f"{mapping.get('pp_size')} (the torch engine runs tp=1, pp=1: "
-                f"convert with parallel.tp_size=1 parallel.pp_size=1)"
-            )
         if problems:
             raise ConfigError(
                 f"{where}: the torch engine cannot run this checkpoint: {'; '.join(problems)}"
             )
+        mapping = cfg.get("mapping") or {}
+        tp_size, pp_size = int(mapping.get("tp_size", 1)), int(mapping.get("pp_size", 1))
+        check_mapping(cfg, tp_size, pp_size, f"{where}: mapping")
         heads = cfg["num_attention_heads"]
         return cls(
             architecture=cfg["architecture"],
@@ -83,6 +83,8 @@ class ModelConfig:
             rotary_base=cfg.get("rotary_base", 10000.0),
             rotary_scaling=cfg.get("rotary_scaling"),
             quantization=cfg.get("quantization") or {"quant_algo": None},
+            tp_size=tp_size,
+            pp_size=pp_size,
         )
 
 
@@ -108,6 +110,14 @@ class RuntimeOptions:
     # (ModelRunner: from the GPU time of a decode step, and LaunchPacer adds steps while the
     # host lags the device; 1 on the CPU)
     num_scheduler_steps: int | None = None
+    # tensor parallel all-reduce: auto (symmetric-memory one-shot for small messages where it
+    # runs, else NCCL), nccl, or symm_mem (fail if it does not run)
+    all_reduce: str = "auto"
+    # a collective between ranks that takes longer fails the engine instead of waiting forever
+    collective_timeout_s: float = 600.0
+    # "module:function" (engine_dir, rank, device) -> tensors of that rank, instead of
+    # rank<N>.safetensors (synthetic weights of a benchmark)
+    weights_loader: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +139,9 @@ class EngineConfig:
     compile: bool
     overlap_scheduling: bool
     num_scheduler_steps: int | None  # None: the model runner decides
+    all_reduce: str = "auto"
+    collective_timeout_s: float = 600.0
+    weights_loader: str | None = None
 
 
 def resolve_device(device: str) -> torch.device:
@@ -173,6 +186,14 @@ def _check_runtime(opts: RuntimeOptions, build: dict, where: str) -> None:
         )
     if opts.num_scheduler_steps is not None and opts.num_scheduler_steps < 1:
         problems.append(f"num_scheduler_steps={opts.num_scheduler_steps} must be >= 1")
+    if opts.all_reduce not in ALL_REDUCE_CHOICES:
+        problems.append(
+            f"all_reduce={opts.all_reduce!r} (use one of {', '.join(ALL_REDUCE_CHOICES)})"
+        )
+    if opts.collective_timeout_s <= 0:
+        problems.append(f"collective_timeout_s={opts.collective_timeout_s} must be > 0")
+    if opts.weights_loader is not None and ":" not in opts.weights_loader:
+        problems.append(f"weights_loader={opts.weights_loader!r} must be 'module:function'")
     if opts.dtype is not None and opts.dtype not in DTYPES:
         problems.append(f"dtype={opts.dtype!r} (use one of {', '.join(DTYPES)})")
     if problems:
@@ -225,4 +246,7 @@ def _engine_config(
             resolved.type == "cuda" if opts.overlap_scheduling is None else opts.overlap_scheduling
         ),
         num_scheduler_steps=opts.num_scheduler_steps,
+        all_reduce=opts.all_reduce,
+        collective_timeout_s=opts.collective_timeout_s,
+        weights_loader=opts.weights_loader,
     )

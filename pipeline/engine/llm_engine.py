@@ -8,8 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
@@ -25,7 +23,7 @@ from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.scheduler import ScheduledSequence, Scheduler
 from pipeline.engine.scoring import prompt_logits
 from pipeline.engine.sequence import Sequence
-from pipeline.errors import ArtifactError
+from pipeline.engine.weights import load_rank_weights
 
 logger = logging.getLogger(__name__)
 # failed launches in a row (a request alone, or a batch being isolated) after which the engine,
@@ -36,17 +34,6 @@ MAX_FAILED_LAUNCHES = 8
 class EngineFailure(RuntimeError):
     """The engine cannot go on (its device or model failed, not one request): every request in
     flight is lost, and whoever owns the engine must replace it."""
-
-
-def load_weights(path: Path) -> dict[str, torch.Tensor]:
-    if not path.is_file():
-        raise ArtifactError(f"{path}: missing; rebuild the engine (build backend=torch)")
-    try:
-        return load_file(path)
-    except (SafetensorError, OSError) as exc:
-        raise ArtifactError(
-            f"{path}: unreadable ({exc}); rebuild the engine with force=true"
-        ) from exc
 
 
 def model_eos_token_ids(tokenizer_dir: Path, tokenizer) -> tuple[int, ...]:
@@ -75,7 +62,9 @@ class LLMEngine:
         tokenizer_dir = config.engine_dir / "tokenizer"
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         self.eos_token_ids = model_eos_token_ids(tokenizer_dir, self.tokenizer)
-        weights = load_weights(config.engine_dir / "rank0.safetensors")
+        weights = load_rank_weights(
+            config.engine_dir, 0, config.device, config.weights_loader
+        )  # rank 0's; with several ranks the model runner starts the others
         self.model_runner = ModelRunner(config, weights)
         del weights  # the model holds what it needs (possibly repacked or on the GPU)
         runner = self.model_runner
@@ -332,9 +321,14 @@ class LLMEngine:
         """Logits [B, S, V] for B equal-length prompts, as one prefill of this engine's model
         (on a scratch KV cache: safe while requests are running)."""
         runner = self.model_runner
+        runner.require_single_rank("prompt_logits")
         layers, _, kv_heads, head_dim = runner.kv_layout
         ids = torch.tensor(token_ids, device=runner.device)
         return prompt_logits(runner.model, ids, layers, kv_heads, head_dim, runner.kv_dtype)
+
+    def close(self) -> None:
+        """Stop the worker ranks of a tensor / pipeline parallel engine (nothing for one rank)."""
+        self.model_runner.close()
 
     def decode(self, token_ids: list[int]) -> str:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)

@@ -1,26 +1,38 @@
-"""Runs one scheduled step on the device: packs the batch, runs the model, samples."""
+"""Runs one scheduled launch on the device: packs the batch, runs the model, samples.
+
+With several ranks (tensor / pipeline parallel) rank 0's runner is the driver: it starts the
+worker ranks, packs each launch and sends it to them, samples and shares the sampled tokens; a
+worker's runner follows (follow()). Every rank builds its model, KV cache and graphs in step."""
 
 import logging
 import math
-from dataclasses import dataclass
+import weakref
 from types import ModuleType
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from pipeline.engine import kernels
 from pipeline.engine.batch_metadata import BatchMetadata
 from pipeline.engine.cuda_graph_runner import CudaGraphRunner
 from pipeline.engine.engine_config import EngineConfig
 from pipeline.engine.host_buffers import PinnedRing
+from pipeline.engine.kv_cache_sizing import default_num_kv_blocks
+from pipeline.engine.launch_schedule import Stage, TakeTokens, run_launch, split_micro_batches
 from pipeline.engine.layers.linear import kernel_counts
-from pipeline.engine.layers.sampler import Sampler, SamplingTensors
+from pipeline.engine.layers.sampler import Sampler, sampling_tensors
 from pipeline.engine.models import MODELS
+from pipeline.engine.parallel.launch_channel import LAUNCH, STOP
+from pipeline.engine.parallel.mapping import Mapping, rank_device
+from pipeline.engine.parallel.rank_groups import RankGroups, join_ranks
+from pipeline.engine.parallel.tensor_parallel import SINGLE
+from pipeline.engine.parallel.workers import WorkerProcesses
 from pipeline.engine.phase_range import phase
 from pipeline.engine.quant.kv_cache import kv_cache_dtype
+from pipeline.engine.sampled_tokens import SampledTokens
 from pipeline.engine.scheduler import ScheduledSequence
-from pipeline.engine.sequence import Sequence
-from pipeline.errors import ConfigError
+from pipeline.engine.step_inputs import PackedStep, StepInputs, pack_step, part_sizes, unpack_step
 
 logger = logging.getLogger(__name__)
 
@@ -30,32 +42,51 @@ logger = logging.getLogger(__name__)
 # lease: 3 steps a launch 0.90-0.91 of direct, 4 steps 0.87-0.89 (2 steps: 0.70-0.85, stop 22)
 AUTO_LAUNCH_GPU_MS = 2.8
 MAX_AUTO_SCHEDULER_STEPS = 8
-# what _prepare reads of each scheduled sequence, in one numpy row: tokens this step, computed,
-# on the host, pending, pending row, block-table row, max_kv_tokens
-_SEQ_STATE = np.dtype((np.int64, 7))
-
-PreparedLaunch = tuple[
-    torch.Tensor, BatchMetadata, torch.Tensor | None, list[Sequence], list[BatchMetadata]
-]
+FAILURE_WAIT_S = 5.0  # after a collective's error, how long to wait for a worker's exit code
 
 
 class ModelRunner:
     """Owns the device state: weights, the KV cache, CUDA graphs, the sampling RNG.
 
-    KV cache: [num_layers, 2, num_kv_blocks + 1, block_size, kv_heads, head_dim]; the extra last
-    block belongs to no sequence (CUDA-graph padding rows write there)."""
+    KV cache: [num_layers, 2, num_kv_blocks + 1, block_size, kv_heads, head_dim] of this rank's
+    layers and KV heads; the extra last block belongs to no sequence (CUDA-graph padding rows
+    write there). Every rank has the same number of blocks (the fewest any rank can hold)."""
 
-    def __init__(self, config: EngineConfig, weights: dict[str, torch.Tensor]):
-        self.device, self.dtype = config.device, config.dtype
+    def __init__(
+        self,
+        config: EngineConfig,
+        weights: dict[str, torch.Tensor],
+        rank: int = 0,
+        store: dist.Store | None = None,
+    ):
+        m = config.model
+        self.mapping = Mapping(m.tp_size, m.pp_size, rank)
+        self.device, self.dtype = rank_device(config.device, rank), config.dtype
         self.kv_dtype = kv_cache_dtype(config.model.quantization, config.dtype)
         self.block_size = config.block_size
         self.max_blocks_per_seq = -(-config.max_seq_len // config.block_size)
-        m = config.model
+        self.collective_timeout_s = config.collective_timeout_s
+        self.workers: WorkerProcesses | None = None  # rank 0 of several
+        self._is_closed = False
+        self.ranks: RankGroups | None = None
+        if self.mapping.world_size > 1:
+            self.ranks, self.workers = join_ranks(config, self.mapping, self.device, store)
+            if self.workers is not None:  # dropped unclosed: no orphan ranks
+                weakref.finalize(self, self.workers.kill)
+        self.tp = self.ranks.tp if self.ranks else SINGLE
         self.model = MODELS[m.architecture](
-            m, weights, config.dtype, config.device, config.max_seq_len
+            m, weights, config.dtype, self.device, config.max_seq_len, self.mapping, self.tp
         )
-        self.kv_layout = (m.num_layers, config.block_size, m.num_kv_heads, m.head_dim)
-        self.num_kv_blocks = config.num_kv_blocks or self._default_num_kv_blocks(config)
+        if self.ranks:  # every rank has its weights (a CPU barrier before any NCCL work)
+            self.ranks.agree_min(0)
+        _, kv_heads = self.mapping.local_heads(m.num_heads, m.num_kv_heads)
+        num_layers = len(self.mapping.layers(m.num_layers))
+        self.kv_layout = (num_layers, config.block_size, kv_heads, m.head_dim)
+        self.num_kv_blocks = config.num_kv_blocks or default_num_kv_blocks(
+            self.model, self._kv_shape, self.kv_dtype, self.device, config
+        )
+        if self.ranks:
+            self.num_kv_blocks = self.ranks.agree_min(self.num_kv_blocks)
         self.scratch_slot = self.num_kv_blocks * config.block_size  # first of the extra block
         self.kv_cache = torch.zeros(
             self._kv_shape(self.num_kv_blocks + 1), dtype=self.kv_dtype, device=self.device
@@ -80,6 +111,15 @@ class ModelRunner:
             if config.num_scheduler_steps is None and self.graphs is not None
             else self.num_scheduler_steps
         )
+        mapping, is_pp = self.mapping, self.mapping.pp_size > 1
+        self.stage = Stage(
+            self._forward,
+            mapping.is_first_stage,
+            mapping.is_last_stage,
+            self.ranks.link if self.ranks else None,
+            sends_logits=is_pp and mapping.is_last_stage and mapping.tp_rank == 0,
+            receives_logits=is_pp and mapping.is_driver,
+        )
         if self.device.type == "cuda":  # a launch's packed inputs in, its sampled tokens out
             bs, ahead = config.max_batch_size, self.max_scheduler_steps - 1
             # the first step's parts, then the steps ahead's (positions, slots, context lens x
@@ -94,7 +134,7 @@ class ModelRunner:
         logger.info(
             "model runner: %s %s, %d KV blocks x %d tokens (%s, %.2f GiB), linears %s, "
             "Triton kernels %s, CUDA graphs: decode %s, mixed %s, torch.compile %s, "
-            "%d step(s) a launch (up to %d)",
+            "%d step(s) a launch (up to %d)%s",
             self.device,
             self.dtype,
             self.num_kv_blocks,
@@ -108,6 +148,11 @@ class ModelRunner:
             "on" if self.graphs and config.compile else "off",
             self.num_scheduler_steps,
             self.max_scheduler_steps,
+            ""
+            if self.ranks is None
+            else f", rank {rank} of tp_size={mapping.tp_size} "
+            f"pp_size={mapping.pp_size} (layers {list(mapping.layers(m.num_layers))[0]}-"
+            f"{list(mapping.layers(m.num_layers))[-1]}, all-reduce: {self.ranks.all_reduce})",
         )
 
     def _auto_scheduler_steps(self) -> int:
@@ -128,48 +173,6 @@ class ModelRunner:
         layers, block_size, kv_heads, head_dim = self.kv_layout
         return (layers, 2, num_blocks, block_size, kv_heads, head_dim)
 
-    def _block_bytes(self) -> int:
-        return math.prod(self._kv_shape(1)) * self.kv_dtype.itemsize
-
-    def _default_num_kv_blocks(self, config: EngineConfig) -> int:
-        if self.device.type != "cuda":
-            return config.max_batch_size * self.max_blocks_per_seq
-        # GPU: a fraction of the memory left after the weights and a full-budget step
-        peak_step_bytes = self._profile_step_bytes(
-            config.max_num_tokens, config.max_seq_len, config.max_batch_size
-        )
-        free_bytes, _ = torch.cuda.mem_get_info(self.device)
-        usable = (free_bytes - peak_step_bytes) * config.kv_cache_free_mem_fraction
-        num_blocks = int(usable // self._block_bytes())
-        if num_blocks < 1:
-            raise ConfigError(
-                f"engine: no GPU memory left for the KV cache "
-                f"({free_bytes / 2**30:.1f} GiB free, a step needs "
-                f"{peak_step_bytes / 2**30:.1f} GiB); lower max_num_tokens or set "
-                f"num_kv_blocks"
-            )
-        return num_blocks
-
-    @torch.inference_mode()
-    def _profile_step_bytes(self, num_tokens: int, max_seq_len: int, num_sampled: int) -> int:
-        """Peak activation memory of one step over (at least) num_tokens prompt tokens."""
-        seq_len = min(num_tokens, max_seq_len)
-        num_seqs = -(-num_tokens // seq_len)
-        num_blocks = num_seqs * -(-seq_len // self.block_size)
-        cache = torch.zeros(self._kv_shape(num_blocks), dtype=self.kv_dtype, device=self.device)
-        torch.cuda.synchronize(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-        before = torch.cuda.memory_allocated(self.device)
-        meta = BatchMetadata.for_prompts(num_seqs, seq_len, self.block_size, self.device)
-        input_ids = torch.zeros(num_seqs * seq_len, dtype=torch.int64, device=self.device)
-        hidden = self.model(input_ids, meta, cache)
-        self.model.compute_logits(hidden[-num_sampled:])
-        torch.cuda.synchronize(self.device)
-        peak = torch.cuda.max_memory_allocated(self.device) - before
-        del cache, hidden
-        torch.cuda.empty_cache()
-        return peak
-
     def _capture_graphs(self, config: EngineConfig) -> CudaGraphRunner:
         model = self.model
         if config.compile:
@@ -187,181 +190,64 @@ class ModelRunner:
             graphs.capture()
         return graphs
 
-    def _prepare(
+    def _forward(
+        self, inputs: torch.Tensor, meta: BatchMetadata, logits_rows: torch.Tensor | None
+    ) -> torch.Tensor:
+        # -> last stage: logits [S, vocab] float32 of the rows that sample; else [T, 2, hidden]
+        is_last = self.model.is_last_stage
+        with phase("engine.forward"):
+            if self.graphs is not None and self.graphs.can_run(meta):
+                out = self.graphs.replay(inputs, meta)
+                if meta.is_decode and is_last:  # the decode graphs end in the logits
+                    return out if logits_rows is None else out[logits_rows]
+            else:
+                out = self.model(inputs, meta, self.kv_cache)
+            if not is_last or (logits_rows is not None and not logits_rows.numel()):
+                return out
+            return self.model.compute_logits(out if logits_rows is None else out[logits_rows])
+
+    def _unpack(self, headers: list[np.ndarray], packed: torch.Tensor) -> list[StepInputs]:
+        sizes = [sum(part_sizes(h)) for h in headers]
+        embeds = self.mapping.is_first_stage
+        return [
+            unpack_step(body, h, self._last_sampled, embeds)
+            for body, h in zip(packed.split(sizes), headers, strict=True)
+        ]
+
+    def _pack(
         self, scheduled: list[ScheduledSequence], num_steps: int, block_tables: np.ndarray
-    ) -> PreparedLaunch:
-        """Pack the step: (input_ids [T], metadata, rows to turn into logits [S]: None when
-        every token's row samples, the S sequences that sample, the metadata of the
-        num_steps - 1 decode steps of those S that follow it). Built with numpy on the host into
-        a pinned buffer, sent in one copy; input tokens still pending on the device come from the
-        last step's sampled tokens. A sampling sequence's block table covers the steps ahead too,
-        so theirs are rows of this step's. block_tables: the block manager's array."""
-        bs = self.block_size
-        num_seqs = len(scheduled)
-        seqs = [entry.seq for entry in scheduled]
-        # one pass over the sequences reads their state; the rest is numpy over the batch
-        state = np.fromiter(
-            (
-                (
-                    entry.num_tokens,
-                    seq.num_computed_tokens,
-                    len(seq.token_ids),
-                    seq.num_pending_tokens,
-                    seq.pending_row,
-                    seq.block_row,
-                    seq.max_kv_tokens,
-                )
-                for entry, seq in zip(scheduled, seqs, strict=True)
-            ),
-            _SEQ_STATE,
-            num_seqs,
-        )
-        lens, starts, num_known, num_pending, pending_rows, block_rows, limits = state.T
-        ends = starts + lens
-        samples = ends == num_known + num_pending  # the step reaches its newest token: logits
-        is_pending = ends > num_known  # its one input token is still on the device: a decode
-        query_start = np.zeros(num_seqs + 1, np.int64)
-        np.cumsum(lens, out=query_start[1:])
-        num_tokens = int(query_start[-1])
-        is_decode = num_tokens == num_seqs
-        ids = np.zeros(num_tokens, np.int64)
-        for row in np.flatnonzero(~is_pending).tolist():  # prompt chunks (their tokens known)
-            seq = seqs[row]
-            ids[query_start[row] : query_start[row + 1]] = seq.token_ids[
-                seq.num_computed_tokens : seq.num_computed_tokens + scheduled[row].num_tokens
-            ]
-        sampled_at = np.flatnonzero(samples)
-        num_sampled = len(sampled_at)
-        num_ahead = num_steps - 1 if num_sampled else 0
-        kv_ends = ends  # K/V in use after the launch: sampling rows also decode num_ahead more
-        if num_ahead:
-            ahead_ends = np.maximum(ends, np.minimum(ends + num_ahead, limits))
-            kv_ends = np.where(samples, ahead_ends, ends)
-        table_np = block_tables[block_rows, : -(-int(kv_ends.max()) // bs)]
-        if is_decode:  # one token a sequence, at its start
-            positions, context_lens = starts, ends
-            slot_blocks = table_np[np.arange(num_seqs), positions // bs]
-        else:
-            context_lens = ends
-            positions = np.arange(num_tokens) - np.repeat(query_start[:-1] - starts, lens)
-            slot_blocks = table_np[np.repeat(np.arange(num_seqs), lens), positions // bs]
-        slots = slot_blocks * bs + positions % bs
-        samples_all = is_decode and num_sampled == num_seqs  # every token's logits row
-        pending_at, pending_from = query_start[:-1][is_pending], pending_rows[is_pending]
-        # steady decode: the inputs are the last step's tokens, row for row (no scatter)
-        inputs_are_last = (
-            is_decode
-            and self._last_sampled is not None
-            and self._last_sampled.shape[0] == num_seqs
-            and len(pending_from) == num_seqs
-            and bool((pending_from == np.arange(num_seqs)).all())
-        )
-        ahead = ()
-        if num_ahead:
-            ahead_tables = table_np[sampled_at]
-            ahead = self._decode_ahead(
-                ends[sampled_at], limits[sampled_at], ahead_tables, num_ahead
+    ) -> tuple[list[PackedStep], list[StepInputs]]:
+        """Pack the launch's micro-batches (one unless pipeline-parallel), built with numpy on
+        the host into a pinned buffer, sent in one copy (and to the other ranks)."""
+        num_last = None if self._last_sampled is None else self._last_sampled.shape[0]
+        slices = [slice(0, len(scheduled))]
+        if self.mapping.pp_size > 1:
+            slices = split_micro_batches([e.num_tokens for e in scheduled], self.mapping.pp_size)
+        packed = [
+            pack_step(
+                scheduled[part],
+                num_steps,
+                block_tables,
+                self.block_size,
+                self.scratch_slot,
+                num_last,
             )
-            if num_sampled < num_seqs:  # else they read this step's block tables
-                ahead += (ahead_tables.ravel(),)
-        parts = (
-            ids,
-            positions,  # positions, slots and context_lens adjacent: a decode step's [3, S]
-            slots,
-            context_lens,
-            () if samples_all else query_start[1:][sampled_at] - 1,
-            query_start,
-            table_np.ravel(),
-            () if inputs_are_last else pending_at,
-            () if inputs_are_last else pending_from,
-            *ahead,
-        )
-        sizes = [len(p) for p in parts]
+            for part in slices
+        ]
+        parts = [p for step in packed for p in step.parts]
+        num = sum(len(p) for p in parts)
         # unsafe: an empty tuple is a float64 array to numpy; every value is an integer
         if self.device.type == "cuda":
-            host = self._inputs_ring.take(sum(sizes))
+            host = self._inputs_ring.take(num)
             np.concatenate(parts, out=host.numpy(), casting="unsafe")
-            packed = host.to(self.device, non_blocking=True)
+            body = host.to(self.device, non_blocking=True)
             self._inputs_ring.copied()
         else:
-            packed = torch.from_numpy(np.concatenate(parts, dtype=np.int64, casting="unsafe"))
-        split = packed.split(sizes)
-        input_ids, positions_t, slots_t, ctx_t, rows_t, qstart_t, tables_t, at_t, from_t = split[:9]
-        if inputs_are_last:
-            input_ids = self._last_sampled
-        elif len(pending_at):
-            input_ids[at_t] = self._last_sampled[from_t]
-        tables_t = tables_t.view(num_seqs, -1)
-        if is_decode:
-            decode_rows = packed[num_tokens : num_tokens * 4].view(3, num_seqs)
-            meta = BatchMetadata.for_decode(decode_rows, tables_t, qstart_t)
-        else:
-            meta = BatchMetadata(positions_t, slots_t, tables_t, ctx_t, qstart_t, is_decode=False)
-        sampling = seqs if num_sampled == num_seqs else [seqs[i] for i in sampled_at.tolist()]
-        ahead_metas = []
-        if num_ahead:
-            rows_a, qstart_a, *tables_a = split[9:]
-            tables_a = tables_a[0].view(num_sampled, -1) if tables_a else tables_t
-            ahead_metas = [
-                BatchMetadata.for_decode(rows, tables_a, qstart_a)
-                for rows in rows_a.view(num_ahead, 3, num_sampled)
-            ]
-        return input_ids, meta, None if samples_all else rows_t, sampling, ahead_metas
-
-    def _decode_ahead(
-        self, ends: np.ndarray, limits: np.ndarray, tables: np.ndarray, num_ahead: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Host metadata of num_ahead decode steps of S sequences after a step that left them
-        ends[i] tokens of context, their block tables [S, width] covering those steps:
-        (positions, slots, context_lens as [num_ahead, 3, S] row-major; query_start [S + 1]).
-        A row past what its request can use (limits[i], its max_kv_tokens) is padding: it writes
-        the scratch slot and reads its own blocks."""
-        bs = self.block_size
-        num_seqs = len(ends)
-        positions = ends[None, :] + np.arange(num_ahead)[:, None]
-        is_real = positions < limits
-        positions = np.minimum(positions, limits - 1)
-        blocks = tables[np.arange(num_seqs), positions // bs]
-        slots = np.where(is_real, blocks * bs + positions % bs, self.scratch_slot)
-        return np.stack((positions, slots, positions + 1), axis=1).ravel(), np.arange(num_seqs + 1)
-
-    def _sampling_tensors(self, seqs: list[Sequence]) -> SamplingTensors:
-        for seq in seqs:
-            if seq.params.seed is not None and seq.generator is None:
-                seq.generator = torch.Generator(device=self.device)
-                seq.generator.manual_seed(seq.params.seed)
-        params = [seq.params for seq in seqs]
-        is_greedy = [p.is_greedy for p in params]
-        tensors = SamplingTensors(
-            is_greedy=is_greedy,
-            generators=[seq.generator for seq in seqs],
-            banned_token_ids=[seq.banned_token_ids() for seq in seqs],
-        )
-        if not all(is_greedy):  # greedy batches need no knobs on the device
-            vocab = self.model.vocab_size
-            tensors.temperatures = torch.tensor(
-                [1.0 if p.is_greedy else p.temperature for p in params],
-                dtype=torch.float32,
-                device=self.device,
-            )
-            tensors.top_ks = torch.tensor([p.top_k or vocab for p in params], device=self.device)
-            tensors.top_ps = torch.tensor(
-                [p.top_p for p in params], dtype=torch.float32, device=self.device
-            )
-        return tensors
-
-    def _forward(
-        self, input_ids: torch.Tensor, meta: BatchMetadata, logits_rows: torch.Tensor | None
-    ) -> torch.Tensor:
-        # -> logits [S, vocab] float32 of the rows that sample
-        if self.graphs is not None and self.graphs.can_run(meta):
-            out = self.graphs.replay(input_ids, meta)
-            if meta.is_decode:  # the decode graphs end in the logits
-                return out if logits_rows is None else out[logits_rows]
-            hidden = out
-        else:
-            hidden = self.model(input_ids, meta, self.kv_cache)
-        return self.model.compute_logits(hidden if logits_rows is None else hidden[logits_rows])
+            host = body = torch.from_numpy(np.concatenate(parts, dtype=np.int64, casting="unsafe"))
+        headers = [step.header for step in packed]
+        if self.ranks is not None:
+            self.ranks.channel.send(LAUNCH, headers, host)
+        return packed, self._unpack(headers, body)
 
     @torch.inference_mode()
     def launch(
@@ -370,7 +256,7 @@ class ModelRunner:
         num_steps: int,
         block_tables: np.ndarray,
         num_reserve_steps: int,
-    ) -> "SampledTokens":
+    ) -> SampledTokens:
         """Queue one forward step and its sampling on the device, then num_steps - 1 decode
         steps of the sequences that sampled (each reads the tokens the one before sampled);
         returns without waiting. The sequences whose step reaches the end of their tokens
@@ -379,54 +265,111 @@ class ModelRunner:
         block manager's array, a row per sequence that holds blocks. num_reserve_steps: when
         fewer than the launch's steps (CUDA), its schedule_at event passes once only that many
         of its steps are left on the device."""
+        if self.workers is not None:
+            self.workers.raise_failure()
+        try:
+            return self._launch(scheduled, num_steps, block_tables, num_reserve_steps)
+        except Exception as exc:
+            if self.workers is not None and self.workers.wait_failure(FAILURE_WAIT_S):
+                raise RuntimeError(self.workers.failure) from exc
+            if self.ranks is not None and "timed out" in str(exc).lower():
+                raise RuntimeError(
+                    f"engine: a collective between ranks waited past collective_timeout_s="
+                    f"{self.collective_timeout_s:g} ({exc}); a rank stalled: check the other "
+                    f"ranks' log lines, or raise collective_timeout_s"
+                ) from exc
+            raise
+
+    def _launch(self, scheduled, num_steps, block_tables, num_reserve_steps) -> SampledTokens:
+        if self.stage.link is not None:
+            self.stage.link.settle()
         with phase("engine.prepare"):
-            input_ids, meta, logits_rows, seqs, ahead = self._prepare(
-                scheduled, num_steps, block_tables
-            )
-        with phase("engine.forward"):
-            logits = self._forward(input_ids, meta, logits_rows)
+            packed, batches = self._pack(scheduled, num_steps, block_tables)
+        sampling_batches = [m for m, step in enumerate(packed) if step.seqs]
+        seqs = [seq for m in sampling_batches for seq in packed[m].seqs]
+        is_cuda = self.device.type == "cuda"
+        launch_steps = 1 + len(batches[sampling_batches[0]].ahead) if seqs else 1
+        # the step after which only num_reserve_steps are left (-1: none; schedule at once)
+        mark_after = launch_steps - 1 - num_reserve_steps if is_cuda else -1
+        last_batch = sampling_batches[-1] if seqs else -1
+        schedule_at = None
+        sampling = {}
+
+        def take_tokens(m: int, step: int, logits: torch.Tensor | None) -> torch.Tensor:
+            nonlocal schedule_at
+            with phase("engine.sample"):
+                if m not in sampling:
+                    sampling[m] = sampling_tensors(
+                        packed[m].seqs, self.device, self.model.vocab_size
+                    )
+                tokens = self.tp.broadcast(self.sampler(logits, sampling[m]))
+            if m == last_batch and step == mark_after and step < launch_steps - 1:
+                schedule_at = _recorded_event()
+            return tokens
+
+        tokens = run_launch(batches, self.stage, take_tokens)
         if not seqs:
             return SampledTokens([], None, None, 1)
-        is_cuda = self.device.type == "cuda"
-        # the step after which only num_reserve_steps are left (-1: none; schedule at once)
-        mark_after = len(ahead) - num_reserve_steps if is_cuda else -1
-        schedule_at = None
-        with phase("engine.sample"):
-            sampling = self._sampling_tensors(seqs)
-            steps = [self.sampler(logits, sampling)]
-        for step_meta in ahead:
-            if len(steps) - 1 == mark_after:
-                schedule_at = _recorded_event()
-            with phase("engine.forward"):
-                logits = self._forward(steps[-1], step_meta, None)
-            with phase("engine.sample"):
-                steps.append(self.sampler(logits, sampling))
+        steps = [_cat([tokens[m][j] for m in sampling_batches]) for j in range(launch_steps)]
         self._last_sampled = steps[-1]
-        tokens = torch.cat(steps) if ahead else steps[0]  # [steps * S], step-major
+        tokens = _cat(steps)  # [steps * S], step-major
         if not is_cuda:
-            return SampledTokens(seqs, tokens, None, len(steps))
+            return SampledTokens(seqs, tokens, None, launch_steps)
         host = self._tokens_ring.take(tokens.numel())
         host.copy_(tokens, non_blocking=True)
-        return SampledTokens(seqs, host, self._tokens_ring.copied(), len(steps), schedule_at)
+        return SampledTokens(seqs, host, self._tokens_ring.copied(), launch_steps, schedule_at)
+
+    @torch.inference_mode()
+    def follow(self) -> None:
+        """A worker rank: run rank 0's launches until it says stop."""
+        channel = self.ranks.channel
+        while True:
+            command, headers, body = channel.recv()
+            if command == STOP:
+                break
+            if self.stage.link is not None:
+                self.stage.link.settle()
+            packed = body.to(self.device, non_blocking=True)
+            channel.copied()
+            batches = self._unpack(headers, packed)
+            tokens = run_launch(batches, self.stage, self._receive_tokens(batches))
+            last = [t[-1] for t, b in zip(tokens, batches, strict=True) if b.num_sampled and t]
+            if last:
+                self._last_sampled = _cat(last)
+        self.ranks.close()
+
+    def _receive_tokens(self, batches: list[StepInputs]) -> TakeTokens:
+        """A worker's take_tokens: the driver's sampled tokens, broadcast to the first stage."""
+
+        def receive(m: int, step: int, logits: torch.Tensor | None) -> torch.Tensor:
+            buf = torch.empty(batches[m].num_sampled, dtype=torch.int64, device=self.device)
+            return self.tp.broadcast(buf)
+
+        return receive
+
+    def require_single_rank(self, what: str) -> None:
+        if self.mapping.world_size > 1:
+            raise RuntimeError(
+                f"engine: {what} runs on a single-rank engine only (this one has tp_size="
+                f"{self.mapping.tp_size}, pp_size={self.mapping.pp_size})"
+            )
+
+    def close(self) -> None:
+        """Stop the worker ranks and leave the process group (rank 0)."""
+        if self.workers is None or self._is_closed:
+            return
+        self._is_closed = True
+        if self.workers.failure is None:
+            try:
+                self.ranks.channel.send(STOP, [], None)
+            except Exception:  # noqa: BLE001 - a broken group: the workers are killed below
+                logger.exception("engine: could not tell the worker ranks to stop")
+        self.workers.stop()
+        self.ranks.close()
 
 
-@dataclass(slots=True)
-class SampledTokens:
-    """One launch's sampled tokens, on their way to the host."""
-
-    seqs: list[Sequence]  # the sequences that sampled, row by row
-    tokens: torch.Tensor | None  # [num_steps * S] int64 on the host, valid once `done` has passed
-    done: torch.cuda.Event | None
-    num_steps: int  # tokens each sequence sampled: token j of row r is tokens[j * S + r]
-    # passes when the launch has only its reserve steps left: when to schedule the next one
-    schedule_at: torch.cuda.Event | None = None
-
-    def tolist(self) -> list[int]:
-        if self.tokens is None:
-            return []
-        if self.done is not None:
-            self.done.synchronize()
-        return self.tokens.tolist()
+def _cat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
 
 
 def _recorded_event() -> torch.cuda.Event:

@@ -36,6 +36,31 @@ def filtered_probs(
     return probs.masked_fill(drop, 0.0), order
 
 
+def sampling_tensors(seqs: list, device: torch.device, vocab_size: int) -> SamplingTensors:
+    """The knobs of these sequences (Sequence objects) for one sampler call; creates a seeded
+    request's generator the first time."""
+    for seq in seqs:
+        if seq.params.seed is not None and seq.generator is None:
+            seq.generator = torch.Generator(device=device)
+            seq.generator.manual_seed(seq.params.seed)
+    params = [seq.params for seq in seqs]
+    is_greedy = [p.is_greedy for p in params]
+    tensors = SamplingTensors(
+        is_greedy=is_greedy,
+        generators=[seq.generator for seq in seqs],
+        banned_token_ids=[seq.banned_token_ids() for seq in seqs],
+    )
+    if not all(is_greedy):  # greedy batches need no knobs on the device
+        tensors.temperatures = torch.tensor(
+            [1.0 if p.is_greedy else p.temperature for p in params],
+            dtype=torch.float32,
+            device=device,
+        )
+        tensors.top_ks = torch.tensor([p.top_k or vocab_size for p in params], device=device)
+        tensors.top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
+    return tensors
+
+
 class Sampler(nn.Module):
     def __init__(self, generator: torch.Generator):
         super().__init__()

@@ -1,0 +1,74 @@
+"""A worker rank (1..N-1) of a multi-rank engine: load this rank's weights, build its model runner
+in step with the other ranks, then run the launches rank 0 sends until it says stop.
+
+Its start-up spec (the EngineConfig, rank, world size, store port, torch threads, the parent's
+pid) comes pickled on stdin, once. An error is put in the store before the worker exits, so rank 0
+can say what went wrong."""
+
+import ctypes
+import logging
+import os
+import pickle
+import signal
+import sys
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from pipeline.engine.parallel.mapping import rank_device
+from pipeline.engine.parallel.workers import error_key
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:  # not Linux: the store's timeouts end it instead
+        return
+    if os.getppid() != parent_pid:  # it died before prctl took effect
+        os._exit(1)
+
+
+def main() -> None:
+    spec = pickle.load(sys.stdin.buffer)
+    rank = spec["rank"]
+    _die_with_parent(spec["parent_pid"])
+    logging.basicConfig(
+        level=logging.INFO, format=f"[engine rank {rank}] %(levelname)s %(message)s"
+    )
+    torch.set_num_threads(spec["num_threads"])
+    config = spec["config"]
+    store = dist.TCPStore(
+        "127.0.0.1",
+        spec["port"],
+        spec["world_size"],
+        is_master=False,
+        timeout=timedelta(seconds=config.collective_timeout_s),
+    )
+    try:
+        from pipeline.engine.model_runner import ModelRunner
+        from pipeline.engine.weights import load_rank_weights
+
+        device = rank_device(config.device, rank)
+        weights = load_rank_weights(config.engine_dir, rank, device, config.weights_loader)
+        runner = ModelRunner(config, weights, rank=rank, store=store)
+        del weights
+        runner.follow()
+    except BaseException:  # noqa: BLE001 - rank 0 reports it
+        text = traceback.format_exc()
+        logging.getLogger(__name__).error("%s", text)
+        try:
+            store.set(error_key(rank), text.strip().splitlines()[-1])
+        except Exception:  # noqa: BLE001 - the store went with rank 0
+            pass
+        logging.shutdown()
+        os._exit(1)
+    logging.shutdown()
+    os._exit(0)  # no interpreter teardown (CUDA's takes seconds)
+
+
+if __name__ == "__main__":
+    main()
