@@ -3,14 +3,12 @@ scheduled, adjusted to what the host keeps up with.
 
 Steps: the auto rule sizes a launch from the GPU's step time alone (ModelRunner: the fewest steps
 that cover AUTO_LAUNCH_GPU_MS). The host's part of a launch depends on the machine and on what
-else runs there: beside a server's processes on a slow host it outgrew that launch, so every
-launch waited for the host and the GPU idled between them (H100, SmolLM2 served: steps 1.29-1.37
-ms in such leases, 1.19 in others, for the same ~55 sequences). The pacer watches each launch:
+else runs there: beside a server's processes on a slow or loaded host it outgrew that launch, so
+every launch waited for the host and the GPU idled between them. The pacer watches each launch:
 when most launches of a window found the device already done with the one before (the host is
 late), it adds a step, up to max_steps; when the host waited on the device for more than 1.5
-steps' time on average, it takes one back, down to min_steps. Same model, 12 CPU hogs on the 16
-cores: 3.3-3.8 steps a launch, served / direct 0.79-0.84 against 0.74-0.79 with a fixed 3; a
-quiet host stays at 3.
+steps' time on average, it takes one back, down to min_steps. A quiet host stays at the auto
+count; a loaded one gets longer launches (docs/design.md, "Pacing").
 
 Reserve: a request that arrives while a launch runs waits for the next schedule. Scheduled as
 soon as the launch before was postprocessed, the next launch is fixed a whole launch before it
