@@ -4,8 +4,8 @@ One background thread owns the LLMEngine: it takes new requests and cancels from
 runs step() while work exists, and routes each StreamDelta to its request's handle, or, with an
 outbox, puts each step's deltas there as one list. A server with many streams wants the outbox:
 one consumer thread wakes once per step, where a thread per request wakes per token and every
-wake-up competes with the engine thread for the GIL (measured on an H100 at 64 streams: engine
-tokens/s 0.46x of a plain step loop with a thread per request, about 0.8-1.0x with the outbox).
+wake-up competes with the engine thread for the GIL: at high concurrency a thread per request
+roughly halved the engine's tokens/s (docs/design.md, "The response path").
 """
 
 import logging
