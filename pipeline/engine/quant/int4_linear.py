@@ -70,7 +70,7 @@ class Int4GroupwiseLinear(nn.Module):
             self.kernel = self._kernel_name() + (f" ({mma_reason})" if self.is_cuda else "")
         else:
             self.kernel = f"dequant ({reason})"
-        # few-row kernels only: tinygemm made prompt steps 15x slower than bf16 on the H100. On
+        # few-row kernels only: tinygemm made prompt steps many times slower than bf16. On
         # CUDA, steps past PACKED_MAX_ROWS dequantize for one dense GEMM: int4_mma's own words,
         # or else the checkpoint rows (an extra copy of the int4 weights, 0.5 byte a parameter)
         self.max_packed_rows = PACKED_MAX_ROWS if self.is_cuda else None
