@@ -8,8 +8,9 @@ loop spends a byte extract, one LEA and one FMA. The int8 -> float converter run
 of the FMA rate, so the weights skip it: q * 2^15 + bits(384.0) is the bit pattern of the float
 384 + q, and the 384 * sum(x) that this adds is taken off once per output.
 
-H100, 8B shapes, one row: 1.8-2.7 TB/s against 1.5-2.5 for the tl.dot path; at two rows the
-tl.dot path was faster on every shape, hence MAX_ROWS (scripts/bench_linear_quant.py).
+Tuned on the H100 for the 8B shapes: faster than the tl.dot path at one row, slower on every
+shape at two, hence MAX_ROWS (python -m scripts.bench_linear_quant;
+docs/perf/h100-engine-quantized/8b-linears-int8-gemv.md).
 """
 
 import torch
