@@ -1,6 +1,6 @@
 """Quantized linears written the way modelopt's TensorRT-LLM export writes them, from float
 weights, and the float32 math those tensors stand for. For tests, GPU self-checks and the
-bench's quantized checkpoints (scripts/bench_quant.py): no calibration, so activation scales
+bench's quantized checkpoints (scripts.quant_checkpoints): no calibration, so activation scales
 come from a given amax.
 """
 
