@@ -1,4 +1,4 @@
-"""Named ranges around the engine's host phases, for torch.profiler (scripts/profile_engine.py
+"""Named ranges around the engine's host phases, for torch.profiler (scripts.profile_engine
 splits a step's host time by them).
 
 A record_function costs ~7 us even when no profiler runs, and a launch enters eight of them on
