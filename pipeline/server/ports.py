@@ -4,7 +4,7 @@ import socket
 
 
 def free_ports(num: int) -> list[int]:
-    """Ports nothing listens on right now on 127.0.0.1 (bound to port 0, then released)."""
+    """Ports nothing listens on right now on 127.0.0.1 (bound to port 0, then closed)."""
     socks = [socket.socket() for _ in range(num)]
     try:
         for sock in socks:
