@@ -29,7 +29,7 @@ class Source(Protocol):
         """{device label: {metric: value}} at this instant."""
 
     def close(self) -> None:
-        """Release handles."""
+        """Close the handles."""
 
 
 class Sampler:
