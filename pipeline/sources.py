@@ -96,7 +96,7 @@ def verify_sha256(path: Path, expected: str | None) -> str:
     if expected and actual != expected.lower():
         raise ArtifactError(
             f"fetch: {path}: sha256 {actual} does not match model.sha256={expected}"
-            f"; the file is corrupted or a different release: reinstall it or fix "
+            f"; the file is corrupted or a different version: reinstall it or fix "
             f"model.sha256"
         )
     return actual
