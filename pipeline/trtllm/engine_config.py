@@ -33,7 +33,7 @@ class EngineConfig:
     @property
     def is_paged_kv_cache(self) -> bool:
         kind = self.build.get("kv_cache_type")
-        if kind is None:  # releases before kv_cache_type kept a plugin flag
+        if kind is None:  # versions before kv_cache_type kept a plugin flag
             return bool(self.plugin.get("paged_kv_cache"))
         return str(kind).lower() == "paged"
 
