@@ -79,7 +79,7 @@ class GrpcClient:
                 self._kept.append(stream)
         return stream
 
-    def _release(self, stream: _Stream, is_done: bool, is_clean: bool) -> None:
+    def _after_request(self, stream: _Stream, is_done: bool, is_clean: bool) -> None:
         """After a request: a clean finish leaves the thread's stream open for its next one; an
         error may have broken it, and an abandoned request (not done) is cancelled by closing."""
         kept = getattr(self._local, "stream", None) is stream
@@ -164,7 +164,7 @@ class GrpcClient:
                 is_done = True  # the server ended it with an error
                 raise
         finally:
-            self._release(stream, is_done, is_clean)
+            self._after_request(stream, is_done, is_clean)
 
     def _drain(self, results: queue.Queue, output: str) -> Iterator[StreamResponse]:
         while True:
