@@ -58,6 +58,10 @@ def check_model(spec, recipe: Recipe, hf_dir: Path, hf_config: dict) -> None:
     block_size = recipe.fixed_block_size or (
         spec.quant.block_size if recipe.uses_block_size else None
     )
+    if spec.backend.name == "trtllm":
+        shapes.check_trtllm_padding(
+            hf_config, recipe.quant_algo, block_size, par.tp_size, recipe.name
+        )
     if block_size is not None:
         shapes.check_block_size(
             shapes.decoder_linear_shapes(hf_dir),

@@ -3,6 +3,8 @@
 modelopt's fake quantization pads a partial block, but both of its exporters refuse one
 ("Cannot pack weight with input dimension 576 and block size 128"), and its TP split needs each
 rank's slice of in_features to hold whole blocks. Its pipeline split needs equal layer counts.
+TensorRT-LLM's weight-only layers pad their features to a multiple the checkpoint must already
+meet (check_trtllm_padding).
 """
 
 import math
@@ -102,4 +104,55 @@ def check_pipeline_split(num_layers: int, pp_size: int) -> None:
             f"quantize: modelopt's export splits layers evenly; num_hidden_layers="
             f"{num_layers} is not divisible by parallel.pp_size={pp_size}; use one "
             f"of {valid}"
+        )
+
+
+# TensorRT-LLM 1.x weight-only layers round in/out features up to a multiple of this x tp_size
+# (WeightOnlyQuantLinear: 64; WeightOnlyGroupwiseQuantLinear: max(64, group), W4A8: max(128,
+# group)) and then load the checkpoint with an exact shape check, which unpadded tensors fail
+# (docs/trtllm_reference.md, section 3.5)
+def trtllm_padding_multiple(quant_algo: str, group_size: int | None) -> int | None:
+    if quant_algo in ("W8A16", "W4A16"):
+        return 64
+    if quant_algo == "W4A16_AWQ":
+        return max(64, group_size or 0)
+    if quant_algo == "W4A8_AWQ":
+        return max(128, group_size or 0)
+    return None
+
+
+def trtllm_linear_features(hf_config: dict, tp_size: int) -> dict[str, tuple[int, int]]:
+    """{TensorRT-LLM linear: (in_features, out_features)} as its layers are built (whole model)."""
+    hidden, heads = hf_config["hidden_size"], hf_config["num_attention_heads"]
+    kv_heads = hf_config.get("num_key_value_heads") or heads
+    head = hf_config.get("head_dim") or hidden // heads
+    inter = hf_config["intermediate_size"]
+    return {  # KV heads are repeated up to tp_size when fewer
+        "attention.qkv": (hidden, (heads + 2 * max(kv_heads, tp_size)) * head),
+        "attention.dense": (heads * head, hidden),
+        "mlp.fc": (hidden, inter),
+        "mlp.gate": (hidden, inter),
+        "mlp.proj": (inter, hidden),
+    }
+
+
+def check_trtllm_padding(
+    hf_config: dict, quant_algo: str, group_size: int | None, tp_size: int, recipe: str
+) -> None:
+    multiple = trtllm_padding_multiple(quant_algo, group_size)
+    if multiple is None:
+        return
+    step = multiple * tp_size
+    bad = [
+        f"{name} {kind} {size}"
+        for name, features in trtllm_linear_features(hf_config, tp_size).items()
+        for kind, size in zip(("in_features", "out_features"), features, strict=True)
+        if size % step
+    ]
+    if bad:
+        raise ConfigError(
+            f"quantize: backend=trtllm, quant={recipe}: TensorRT-LLM's {quant_algo} layers pad "
+            f"their features to a multiple of {multiple} x tp_size = {step} and then refuse the "
+            f"checkpoint's unpadded tensors; this model has {', '.join(bad)}; use another "
+            f"recipe (fp8, int8_sq, nvfp4) or another parallel.tp_size"
         )

@@ -94,3 +94,20 @@ def test_engine_gate_refuses_the_trtllm_weight_only_format(tmp_path):
     with pytest.raises(ConfigError, match="int8_wo for backend=trtllm exports float weights"):
         quantize.run(spec)
     assert not list(tmp_path.rglob("quantize-*"))
+
+
+def test_trtllm_refuses_shapes_its_weight_only_layers_pad(smollm_hf_dir, tmp_path):
+    spec = make_spec(
+        "quantize",
+        "model=hf-local",
+        f"model.source={smollm_hf_dir}",
+        "quant=w4a8_awq",
+        "quant.block_size=64",
+        "backend=trtllm",
+        workdir=tmp_path,
+    )
+    with pytest.raises(
+        ConfigError, match="W4A8_AWQ layers pad their features to a multiple of 128"
+    ):
+        quantize.run(spec)
+    assert not list(tmp_path.rglob("quantize-*"))  # before modelopt, nothing written

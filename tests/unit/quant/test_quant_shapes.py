@@ -5,7 +5,13 @@ import torch
 from safetensors.torch import save_file
 
 from pipeline.errors import ConfigError
-from pipeline.quant.shapes import check_block_size, check_pipeline_split, decoder_linear_shapes
+from pipeline.quant.shapes import (
+    check_block_size,
+    check_pipeline_split,
+    check_trtllm_padding,
+    decoder_linear_shapes,
+    trtllm_linear_features,
+)
 
 # one SmolLM2 layer: hidden 576 (= 9 x 64), 9 + 3 + 3 heads of 64, intermediate 1536
 SMOLLM_LAYER = {
@@ -74,3 +80,51 @@ def test_pipeline_split_must_be_even():
         "parallel.pp_size=4; use one of \\[1, 2, 3, 5, 6",
     ):
         check_pipeline_split(30, 4)
+
+
+SMOLLM_CONFIG = {  # SmolLM2-135M: hidden 576 = 9 x 64, 9 + 3 + 3 heads of 64, intermediate 1536
+    "hidden_size": 576,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "intermediate_size": 1536,
+}
+
+
+@pytest.mark.parametrize(
+    "quant_algo,group,tp,bad",
+    [
+        ("W4A8_AWQ", 64, 1, "attention.qkv in_features 576"),  # pads to 128
+        ("W8A16", None, 2, "attention.qkv in_features 576"),  # 64 x 2
+        ("W4A16", None, 2, "mlp.proj out_features 576"),
+        ("W4A16_AWQ", 64, 2, "attention.dense in_features 576"),
+    ],
+)
+def test_trtllm_weight_only_padding_is_refused(quant_algo, group, tp, bad):
+    with pytest.raises(ConfigError) as err:
+        check_trtllm_padding(SMOLLM_CONFIG, quant_algo, group, tp, "recipe")
+    message = str(err.value)
+    assert bad in message and "layers pad their features to a multiple of" in message
+    assert "parallel.tp_size" in message
+
+
+@pytest.mark.parametrize(
+    "quant_algo,group,tp",
+    [
+        ("W8A16", None, 1),
+        ("W4A16", None, 3),  # 576 / 192, 960 / 192, 1536 / 192
+        ("W4A16_AWQ", 64, 1),
+        ("W4A16_AWQ", 64, 3),
+        ("FP8", None, 2),  # FP8 / SmoothQuant / NVFP4 layers do not pad
+        ("W8A8_SQ_PER_CHANNEL", None, 2),
+        ("NVFP4", None, 2),
+    ],
+)
+def test_trtllm_shapes_that_load(quant_algo, group, tp):
+    check_trtllm_padding(SMOLLM_CONFIG, quant_algo, group, tp, "recipe")
+
+
+def test_kv_heads_repeated_up_to_tp_count_in_qkv():
+    # 9 heads, 3 KV heads at tp 9: each rank gets one KV head, qkv out = (9 + 2 * 9) * 64
+    assert trtllm_linear_features(SMOLLM_CONFIG, 9)["attention.qkv"] == (576, 27 * 64)
+    assert trtllm_linear_features(SMOLLM_CONFIG, 1)["attention.qkv"] == (576, 960)
