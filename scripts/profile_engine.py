@@ -290,7 +290,7 @@ def write_results(results: dict, out_dir: Path) -> str:
 def run(args: argparse.Namespace, models: dict[str, dict]) -> dict:
     device = torch.device("cpu" if args.tiny else "cuda")
     dtype = torch.float32 if args.tiny else torch.bfloat16
-    if args.tiny:  # torch's default OMP threads spin on a busy small CPU: 100x slower steps
+    if args.tiny:  # torch's default OMP threads spin on a busy small CPU: far slower steps
         torch.set_num_threads(1)
     settings = Settings(
         batch_sizes=tuple(args.batch_sizes or ((1, 4) if args.tiny else (1, 64, 256))),
