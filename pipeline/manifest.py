@@ -99,11 +99,14 @@ class Manifest:
         return sha256_json([self.stage, self.config, self.fingerprint, self.outputs])
 
 
+def _stage_command(manifest: Manifest) -> str:
+    return manifest.stage.split("-")[0]  # build-torch, deploy-trtllm: the stage, then the backend
+
+
 def _rebuild_hint(manifest: Manifest) -> str:
-    command = manifest.stage.split("-")[0]  # build-torch, deploy-trtllm: stage, then backend
     return (
-        f"rebuild it with `pipeline {command} force=true` and the overrides that made it "
-        f"(force re-runs only the stage asked for)"
+        f"rebuild it with `pipeline {_stage_command(manifest)} force=true` and the overrides "
+        f"that made it (force re-runs only the stage asked for)"
     )
 
 
@@ -146,7 +149,7 @@ def verify_outputs(artifact_dir: Path) -> Manifest:
     if manifest.status != "ok":
         raise ArtifactError(
             f"{artifact_dir}: {manifest.stage} finished with status "
-            f"{manifest.status!r}; fix it and re-run {manifest.stage}"
+            f"{manifest.status!r}; fix it and re-run `pipeline {_stage_command(manifest)}`"
         )
     changed = _changed_files(artifact_dir, manifest)
     if changed:
