@@ -12,4 +12,3 @@ class ModelSpec:
     sha256: str | None = None
     dtype: str = "float32"
     allow_pickle: bool = False
-    trust_remote_code: bool = False
