@@ -8,11 +8,11 @@ STAMP := $(VENV)/.setup-done
 OVERRIDES := $(if $(MODEL),model=$(MODEL)) $(if $(QUANT),quant=$(QUANT)) \
 	$(if $(BACKEND),backend=$(BACKEND)) $(if $(TP),parallel.tp_size=$(TP)) \
 	$(if $(PP),parallel.pp_size=$(PP)) $(ARGS)
-# DOCKER=1 runs the stage inside build.trtllm.container_image (TensorRT-LLM NGC image, repo mounted)
+# DOCKER=1 runs the stage inside build.trtllm.container_image (TensorRT-LLM image, repo mounted)
 STAGE = $(PY) -m $(if $(filter 1,$(DOCKER)),pipeline.trtllm.container,pipeline) $(1) $(OVERRIDES)
 
 .PHONY: help setup convert fetch quantize build deploy serve bench profile sweep regress \
-	update-baseline test lint demo clean
+	update-baseline test lint demo clean trtllm-image-check
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -52,6 +52,9 @@ update-baseline: $(STAMP)  ## store the current results as the new baseline
 	$(call STAGE,regress) bench.regress.update_baseline=true
 demo: $(STAMP)  ## the main job: fetch -> convert -> build -> deploy -> serve SmolLM2, stream answers
 	$(call STAGE,demo)
+
+trtllm-image-check: $(STAMP)  ## is build.trtllm.container_image here, holding build.trtllm.trtllm_version?
+	$(PY) -m pipeline.trtllm.image $(ARGS)
 
 # two workers: half the tests wait on subprocesses (tritonserver, CLI stages), so 2 cores fit 2
 test: $(STAMP)  ## the test suite (unit + integration, real tritonserver; GPU tests skip on CPU)

@@ -41,9 +41,9 @@ class TrtllmBuildOptions:
     log_level: str = "info"
     timing_cache: bool = True  # reuse TensorRT tactic timings across builds (same GPU + TensorRT)
     timing_cache_dir: str = "artifacts/trtllm-timing-cache"
-    # the NGC image `make build BACKEND=trtllm DOCKER=1` runs in, and the TensorRT-LLM version it
-    # holds: engines must be built and served by exactly this version
-    container_image: str = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
+    # the image `make build BACKEND=trtllm DOCKER=1` runs in (pipeline.trtllm.image.LOCAL_IMAGE),
+    # and the TensorRT-LLM version it holds: engines must be built and served by exactly this one
+    container_image: str = "llm-pipeline/tritonserver:25.12-trtllm-1.2.1"
     trtllm_version: str = "1.2.1"
 
 

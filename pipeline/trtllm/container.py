@@ -1,9 +1,10 @@
-"""`make <stage> BACKEND=trtllm DOCKER=1`: run a pipeline stage inside the TensorRT-LLM NGC image.
+"""`make <stage> BACKEND=trtllm DOCKER=1`: run a pipeline stage inside the TensorRT-LLM image.
 
     python -m pipeline.trtllm.container <stage> [hydra overrides...]
 
 The image is build.trtllm.container_image of the composed config (read through the CLI's own
-`--cfg job`, so every override and config group applies). The repo, the workdir and the timing
+`--cfg job`, so every override and config group applies); one that is neither here nor pullable
+is refused before docker starts (pipeline.trtllm.image). The repo, the workdir and the timing
 cache are mounted at the same absolute paths, so manifests written inside stay valid outside. The
 stage runs as the calling user; only hydra-core and the model packages are added to the image's
 Python (its own torch / TensorRT-LLM are kept).
@@ -12,7 +13,6 @@ Python (its own torch / TensorRT-LLM are kept).
 import logging
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +21,7 @@ import yaml
 
 from pipeline.errors import PipelineError, StageError
 from pipeline.server.container import docker_gpu_run
+from pipeline.trtllm.image import check_docker, check_runnable
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +84,10 @@ def main(argv: list[str]) -> int:
         return 2
     stage, overrides = argv[0], argv[1:]
     try:
-        if shutil.which("docker") is None:
-            raise StageError(
-                f"{stage}: DOCKER=1 needs docker (+ the NVIDIA Container Toolkit for "
-                f"--gpus); install them or run on a machine with TensorRT-LLM 1.2"
-            )
+        check_docker(f"{stage}: DOCKER=1")
         config = composed_config(stage, overrides)
+        trtllm = config["build"]["trtllm"]
+        check_runnable(trtllm["container_image"], trtllm["trtllm_version"], f"{stage}: DOCKER=1")
     except PipelineError as exc:
         log.error("%s", exc)
         return 1

@@ -24,10 +24,11 @@ class Toolchain:
 
 def how_to_run(opts: TrtllmBuildOptions) -> str:
     return (
-        f"run the stage inside the NGC image instead: `make build BACKEND=trtllm DOCKER=1` "
-        f"(docker run --gpus all {opts.container_image} with the repo mounted at the same "
-        f"path; image: build.trtllm.container_image, needs docker + the NVIDIA Container "
-        f"Toolkit + a GPU); README.md, section 'TensorRT-LLM backend', documents it"
+        f"run the stage inside a TensorRT-LLM {opts.trtllm_version} image instead: `make build "
+        f"BACKEND=trtllm DOCKER=1` (docker run --gpus all {opts.container_image} with the repo "
+        f"mounted at the same path; image: build.trtllm.container_image, checked by `make "
+        f"trtllm-image-check`; needs docker + the NVIDIA Container Toolkit + a GPU); README.md, "
+        f"section 'TensorRT-LLM backend', documents it"
     )
 
 

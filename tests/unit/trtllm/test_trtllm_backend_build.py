@@ -52,7 +52,8 @@ def test_check_available_says_how_to_run_it(tmp_path):
     message = str(err.value)
     assert "TensorRT-LLM 1.2.1 (trtllm-build + tensorrt_llm), which is not installed" in message
     assert "`make build BACKEND=trtllm DOCKER=1`" in message
-    assert "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3" in message
+    assert "llm-pipeline/tritonserver:25.12-trtllm-1.2.1" in message
+    assert "`make trtllm-image-check`" in message
     assert "README.md, section 'TensorRT-LLM backend'" in message
 
 

@@ -47,7 +47,7 @@ def test_docker_command_mounts_repo_and_runs_the_stage(tmp_path, monkeypatch):
     config = composed_config("build", ["backend=trtllm", f"workdir={tmp_path / 'work'}"])
     argv = docker_command("build", ["backend=trtllm", f"workdir={tmp_path / 'work'}"], config)
     assert argv[:6] == ["docker", "run", "--rm", "--gpus", "all", "--net"]
-    assert "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3" in argv
+    assert "llm-pipeline/tritonserver:25.12-trtllm-1.2.1" in argv
     assert argv[argv.index("-w") + 1] == str(REPO)
     volumes = [argv[i + 1] for i, a in enumerate(argv) if a == "-v"]
     assert volumes == [f"{REPO}:{REPO}", f"{tmp_path / 'work'}:{tmp_path / 'work'}"]
