@@ -36,10 +36,10 @@ from pipeline.engine.step_inputs import PackedStep, StepInputs, pack_step, part_
 
 logger = logging.getLogger(__name__)
 
-# GPU time a launch should cover when num_scheduler_steps is unset: the host's part of a launch
-# is ~1.2-1.5 ms at batch 64 on an H100 host, and slower beside a server's processes. Any more
-# only holds back requests that arrive meanwhile. H100, SmolLM2 served at a ~1 ms step, one
-# lease: 3 steps a launch 0.90-0.91 of direct, 4 steps 0.87-0.89 (2 steps: 0.70-0.85, stop 22)
+# GPU time a launch should cover when num_scheduler_steps is unset: enough to hide the host's
+# part of a launch (longer beside a server's processes), no more, since a longer launch holds
+# back requests that arrive meanwhile. Tuned on the H100 with SmolLM2 served (3 steps a launch
+# beat 2 and 4; docs/design.md, "Launches: several steps each")
 AUTO_LAUNCH_GPU_MS = 2.8
 MAX_AUTO_SCHEDULER_STEPS = 8
 FAILURE_WAIT_S = 5.0  # after a collective's error, how long to wait for a worker's exit code
@@ -158,9 +158,8 @@ class ModelRunner:
     def _auto_scheduler_steps(self) -> int:
         """Steps a launch runs unless num_scheduler_steps is set: the fewest decode steps that
         cover AUTO_LAUNCH_GPU_MS at the largest batch (1 without CUDA graphs). A small model's step
-        (SmolLM2: ~1.2 ms) is shorter than the host's work for it, which then paced every step;
-        a large one's (8B: 7+ ms) covers it alone, and more steps would only hold back new
-        requests' first tokens."""
+        is shorter than the host's work for it, which then paced every step; a large one's covers
+        it alone, and more steps would only hold back new requests' first tokens."""
         if self.graphs is None:
             return 1
         step_ms = self.graphs.decode_ms()
