@@ -1,7 +1,7 @@
 """Steps replayed from CUDA graphs: decode graphs per padded batch size (1, 2, 4, ..., max) and,
 where the varlen attention kernel runs, mixed graphs (prompt chunks + decodes) per padded token
-count (64, 128, ..., max_num_tokens). An eager step of a small model is launch-bound: a mixed
-SmolLM2 step spent ~14 ms on the host for <1 ms of GPU work.
+count (64, 128, ..., max_num_tokens). An eager step of a small model is launch-bound: its host
+time was many times its GPU time (docs/design.md, "CUDA graphs").
 
 Graph inputs live in static buffers that replay refills. Rows past the real batch are padding:
 they read one slot of a scratch block that no sequence owns, and write their K/V there. A mixed
