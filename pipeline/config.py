@@ -23,6 +23,7 @@ from pipeline.specs.deploy import DeploySpec
 from pipeline.specs.model import ModelSpec
 from pipeline.specs.parallel import ParallelSpec
 from pipeline.specs.quant import QuantSpec
+from pipeline.specs.serve import ServeSpec
 
 STAGE_NAMES = (
     "fetch",
@@ -49,6 +50,7 @@ class PipelineSpec:
     bench: BenchSpec
     backend: BackendSpec
     parallel: ParallelSpec
+    serve: ServeSpec = ServeSpec()  # frontends beside tritonserver (serve, demo)
     workdir: str = "artifacts"
     hardware: str = "auto"
     force: bool = False

@@ -1,0 +1,24 @@
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAISpec:
+    """The OpenAI-compatible HTTP frontend that `serve` runs beside tritonserver."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"  # loopback only unless set; an API key is advised off it
+    port: int = 9000
+    model_name: str = ""  # the id clients send as `model`; "" = model.name
+    # the environment variable holding the bearer API key (kept out of configs and logs);
+    # unset or empty: no key is asked for
+    api_key_env: str = "PIPELINE_OPENAI_API_KEY"
+    max_request_bytes: int = 1_048_576  # a larger body is refused (413)
+    max_tokens_limit: int = 0  # most tokens one choice may ask for; 0 = the engine's max_seq_len
+    max_concurrent_requests: int = 256  # engine requests in flight (n counts each); more: 429
+    max_n: int = 8  # choices one request may ask for
+    request_timeout_s: float = 600.0  # a request still generating after this fails (504)
+
+
+@dataclass(frozen=True, slots=True)
+class ServeSpec:
+    openai: OpenAISpec = field(default_factory=OpenAISpec)
