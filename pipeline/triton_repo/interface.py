@@ -73,6 +73,8 @@ LLM_INPUTS = (
     t("seed", "UINT64", scalar=True, optional=True),
     t("streaming", "BOOL", scalar=True, optional=True),
     t("exclude_input_in_output", "BOOL", scalar=True, optional=True),
+    # true: cancel the requests in flight that carry this request's id (how the BLS cancels)
+    t("stop", "BOOL", scalar=True, optional=True),
 )
 LLM_OUTPUTS = (
     t("output_ids", "INT32", (-1, -1)),

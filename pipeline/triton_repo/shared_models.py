@@ -1,5 +1,6 @@
 """Config protobufs of the four models both backends share: pre/postprocessing, ensemble, BLS."""
 
+from dataclasses import replace
 from pathlib import Path
 
 from pipeline.specs.deploy import DeploySpec
@@ -45,7 +46,11 @@ def ensemble(max_batch_size: int, is_llm_tokenizing: bool, is_llm_detokenizing: 
     is_llm_detokenizing: `tensorrt_llm` itself takes text_input / makes text_output, in place of
     the preprocessing / postprocessing step."""
     cfg = mcfg.new_config("ensemble", max_batch_size, platform="ensemble")
-    mcfg.add_inputs(cfg, io.ENSEMBLE_INPUTS)
+    # Triton 2.51 checks a request's required inputs by their number only: text_input left out
+    # but stream sent passes, and the ensemble never runs a step that waits for a missing input
+    # (an empty final response, no error). Declared optional, a missing input reaches the first
+    # step, whose model refuses the request naming it.
+    mcfg.add_inputs(cfg, (replace(spec, optional=True) for spec in io.ENSEMBLE_INPUTS))
     mcfg.add_outputs(cfg, io.ENSEMBLE_OUTPUTS)
     for model_name, input_map, output_map in io.ensemble_steps(
         is_llm_tokenizing, is_llm_detokenizing

@@ -6,6 +6,10 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from transformers import AutoTokenizer
 
+# Triton 2.51 checks required inputs by their number only, so one left out can still arrive here
+# (its input -> the ensemble's and the BLS's name for it)
+REQUIRED = {"QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens"}
+
 
 def _flag(params: dict, key: str, default: bool) -> bool:
     value = params.get(key, {}).get("string_value", "").strip().lower()
@@ -56,6 +60,13 @@ class TritonPythonModel:
         return tensor.as_numpy().astype(np.int32).reshape(batch, 1)
 
     def _preprocess(self, request):
+        missing = [
+            f"{name} (the ensemble's {outer})"
+            for name, outer in REQUIRED.items()
+            if pb_utils.get_input_tensor_by_name(request, name) is None
+        ]
+        if missing:
+            raise ValueError(f"missing required input {' and '.join(missing)}; send it")
         queries = pb_utils.get_input_tensor_by_name(request, "QUERY").as_numpy()
         batch = queries.shape[0]
         prompts = [q.decode() if isinstance(q, bytes) else str(q) for q in queries.reshape(-1)]

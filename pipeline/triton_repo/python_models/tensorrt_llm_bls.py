@@ -5,10 +5,16 @@ flight and the LLM model batches them. accumulate_tokens: when streaming, detoke
 so far and send the new text (multi-byte characters split over tokens come out whole).
 llm_text_output: the LLM model returns text_output itself (backend=torch), whole characters
 included; its responses are passed on and postprocessing is not called.
+
+Cancellation: Triton 2.51's python backend can neither pass a request's cancellation on to the BLS
+requests it made nor cancel one (its response iterator has no cancel() before 25.04), so a
+cancelled stream sends the LLM model a `stop` request with its LLM request's id, the tensorrtllm
+backend's way to cancel, and the LLM request ends at its next response.
 """
 
 import json
 import threading
+import uuid
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -31,6 +37,8 @@ PREPROCESSED = {
     "STOP_WORDS_IDS": "stop_words_list",
     "BAD_WORDS_IDS": "bad_words_list",
 }
+# Triton 2.51 checks required inputs by their number only: one left out can still arrive
+REQUIRED_INPUTS = ("text_input", "max_tokens")
 SAMPLING_INPUTS = {
     "top_k": "runtime_top_k",
     "top_p": "runtime_top_p",
@@ -44,6 +52,16 @@ SAMPLING_INPUTS = {
 def _param(params: dict, key: str, default: str) -> str:
     value = params.get(key, {}).get("string_value", "")
     return default if not value or value.startswith("${") else value
+
+
+def _stop_inputs() -> list:
+    """A `stop` request: the LLM model's required inputs (unused) and stop=true."""
+    return [
+        pb_utils.Tensor("input_ids", np.zeros((1, 1), np.int32)),
+        pb_utils.Tensor("input_lengths", np.ones((1, 1), np.int32)),
+        pb_utils.Tensor("request_output_len", np.ones((1, 1), np.int32)),
+        pb_utils.Tensor("stop", np.ones((1, 1), np.bool_)),
+    ]
 
 
 def _check(response):
@@ -93,6 +111,11 @@ class TritonPythonModel:
             for name in (*PREPROCESSING_INPUTS, *SAMPLING_INPUTS)
             if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None
         }
+        missing = [name for name in REQUIRED_INPUTS if name not in inputs]
+        if missing:
+            raise pb_utils.TritonModelException(
+                f"tensorrt_llm_bls: missing required input {' and '.join(missing)}; send it"
+            )
         stream = "stream" in inputs and bool(inputs["stream"].as_numpy().reshape(-1)[0])
         if stream and not streaming_allowed:
             raise pb_utils.TritonModelException(
@@ -108,16 +131,32 @@ class TritonPythonModel:
             model_name=self.llm_name,
             inputs=llm_inputs,
             requested_output_names=self.llm_outputs,
+            request_id=f"bls-{uuid.uuid4().hex}",  # what a `stop` request names
         )
         if not self.decoupled:
             return [self._llm_response(_check(llm_request.exec()))]
         responses = llm_request.exec(decoupled=True)
-        return self._deltas(responses, stream, sender)
+        return self._deltas(responses, stream, sender, llm_request.request_id())
 
-    def _deltas(self, responses, stream: bool, sender):
+    def _stop(self, request_id: str, responses) -> None:
+        """Cancel the LLM request `request_id`, then take its responses up to the final one (the
+        response iterator would wait for them anyway when it is dropped)."""
+        stop = pb_utils.InferenceRequest(
+            model_name=self.llm_name,
+            inputs=_stop_inputs(),
+            requested_output_names=self.llm_outputs,
+            request_id=request_id,
+        )
+        for _ in stop.exec(decoupled=True):
+            pass
+        for _ in responses:
+            pass
+
+    def _deltas(self, responses, stream: bool, sender, request_id: str):
         tokens, sent_text, num_unsent = [], "", 0
         for response in responses:
             if sender.is_cancelled():
+                self._stop(request_id, responses)
                 return
             if self.llm_text:
                 if pb_utils.get_output_tensor_by_name(_check(response), "text_output") is not None:

@@ -43,6 +43,7 @@ INPUT_NAMES = frozenset(
         "seed",
         "streaming",
         "exclude_input_in_output",
+        "stop",
         # the text inputs (ours): the model tokenizes, the ensemble skips preprocessing
         "text_input",
         "stop_words",
@@ -101,14 +102,18 @@ def _stop_server(cause: BaseException) -> None:
 
 
 class _Caller:
-    """One request's sender, the outputs it asked for, and when it was last asked is_cancelled."""
+    """One request's sender, the outputs it asked for, and when it was last asked is_cancelled;
+    is_stopped: a `stop` request with its request id came."""
 
-    __slots__ = ("sender", "outputs", "checked_at")
+    __slots__ = ("sender", "outputs", "checked_at", "request_id", "is_stopped")
 
-    def __init__(self, sender, outputs: frozenset):
+    def __init__(self, sender, outputs: frozenset, request_id: str):
         self.sender, self.outputs, self.checked_at = sender, outputs, -CANCEL_CHECK_S
+        self.request_id, self.is_stopped = request_id, False
 
     def is_cancelled(self) -> bool:
+        if self.is_stopped:
+            return True
         now = time.monotonic()
         if now - self.checked_at < CANCEL_CHECK_S:
             return False
@@ -174,6 +179,10 @@ class TritonPythonModel:
         self.gauges = {
             key: self.families[key].Metric(key_labels) for key, _, key_labels in exported
         }
+        # request id -> its requests in flight, for `stop` (the tensorrtllm backend's cancel,
+        # which the BLS sends: Triton 2.51's python backend cannot cancel a BLS request)
+        self.stoppable: dict[str, list[_Caller]] = {}
+        self.stoppable_lock = threading.Lock()
         self.stopped = threading.Event()
         self.metrics_thread = threading.Thread(target=self._export_metrics, daemon=True)
         self.metrics_thread.start()
@@ -190,20 +199,50 @@ class TritonPythonModel:
                 if tensor.name() in INPUT_NAMES
             }
             outputs = frozenset(request.requested_output_names())
+            caller = _Caller(sender, outputs, request.request_id())
+            if bool(arrays.pop("stop", np.zeros(1)).reshape(-1)[0]):
+                self._stop(caller.request_id)
+                sender.send(flags=FINAL)
+                continue
             try:
-                self.service.generate(
-                    arrays, _Caller(sender, outputs), "text_output" in outputs, received_at
-                )
+                if caller.request_id:  # known before the engine can answer it
+                    with self.stoppable_lock:
+                        self.stoppable.setdefault(caller.request_id, []).append(caller)
+                self.service.generate(arrays, caller, "text_output" in outputs, received_at)
             except (ValueError, RuntimeError) as exc:  # bad input, or the engine is gone
+                self._forget(caller)
                 sender.send(
                     pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm: {exc}")),
                     flags=FINAL,
                 )
         return None
 
-    @staticmethod
-    def _respond(caller: _Caller, out) -> bool:
+    def _stop(self, request_id: str) -> None:
+        """Each request in flight with this id stops at its next response, as if cancelled."""
+        with self.stoppable_lock:
+            for caller in self.stoppable.get(request_id, ()):
+                caller.is_stopped = True
+
+    def _forget(self, caller: _Caller) -> None:
+        with self.stoppable_lock:
+            callers = self.stoppable.get(caller.request_id, [])
+            if caller in callers:
+                callers.remove(caller)
+            if not callers:
+                self.stoppable.pop(caller.request_id, None)
+
+    def _respond(self, caller: _Caller, out) -> bool:
         """One chunk (or the engine's failure) to one request; False once its client is gone."""
+        is_wanted = False
+        try:
+            is_wanted = self._send(caller, out)
+            return is_wanted
+        finally:
+            if caller.request_id and (not is_wanted or out.is_final):
+                self._forget(caller)
+
+    @staticmethod
+    def _send(caller: _Caller, out) -> bool:
         sender, outputs = caller.sender, caller.outputs
         if isinstance(out, BaseException):  # every open request must hear it, and close
             sender.send(
