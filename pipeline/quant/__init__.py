@@ -12,7 +12,9 @@ attention.dense, mlp.fc, mlp.gate, mlp.proj}`; everything else is `dtype`):
 - W8A8_SQ_PER_CHANNEL: weight I8 [out, in]; weights_scaling_factor F32 [out];
   activation_scaling_factor F32 [1]; prequant_scaling_factor dtype [in]: y = (x * pqs) @ w.T
   with w = weight * weights_scaling_factor[:, None] (w * pqs[None, :] is the original weight).
-- W8A16: weight I8 [out, in]; weights_scaling_factor F32 [out].
+- W8A16: weight I8 [out, in]; weights_scaling_factor F32 [out]. (backend=trtllm's int8_wo and
+  int4_wo instead keep float weights labelled W8A16 / W4A16, which trtllm-build quantizes: see
+  recipes.py and docs/trtllm_reference.md, section 3.6.)
 - W4A16_AWQ: weight I8 [out/2, in], two signed int4 per byte from rows 2i (low nibble) and 2i+1
   (high nibble); weights_scaling_factor F32 [out, in/group_size]: w = int4 * scale of its group;
   prequant_scaling_factor dtype [in] when `pre_quant_scale` is true (int4_awq; int4_wo has none),

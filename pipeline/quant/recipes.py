@@ -4,7 +4,7 @@ quant_algo values are what modelopt 0.47's export_tensorrt_llm_checkpoint writes
 (checked on SmolLM2); TensorRT-LLM reads them as QuantAlgo names. SM rules follow TensorRT-LLM's
 support matrix: FP8 activations need SM >= 89, FP4 needs SM >= 100, and builder.py refuses
 int8/int4 weight-only modes (which per-group AWQ is, W4A8 included), SmoothQuant and INT8 KV on
-SM 100-119 (docs/trtllm_reference.md, sections 4 and 6).
+SM 100-119 (docs/trtllm_reference.md, sections 2.3, 3.2 and 3.3).
 
 The weight-only recipes export one format per backend (for_backend):
 
@@ -16,7 +16,7 @@ The weight-only recipes export one format per backend (for_backend):
 |         | without pre-quant scale (INT4_BLOCKWISE_...) | quantizes them per channel to int4      |
 
 TensorRT-LLM's W8A16 / W4A16 layers want `per_channel_scale` and a weight in its mixed-GEMM
-layout, which its loader makes only from weights that are not int8 yet (reference 4.3); the torch
+layout, which its loader makes only from weights that are not int8 yet (reference 3.4); the torch
 engine reads the already-quantized format. The trtllm variant calibrates the same per-channel
 int8 / int4 fake quant, so the accuracy gate measures what the build will compute.
 """

@@ -1,4 +1,6 @@
-"""BuildSpec -> the exact `trtllm-build` command line of TensorRT-LLM 1.2.x (reference section 2).
+"""BuildSpec -> the exact `trtllm-build` command line of TensorRT-LLM 1.2.x.
+
+Flags, value spellings and defaults: docs/trtllm_reference.md, section 2.
 
 Every knob is passed explicitly, so the engine does not depend on trtllm-build's defaults drifting
 between versions. Paths are made absolute: `--output_timing_cache` defaults to `model.cache` in the

@@ -1,4 +1,7 @@
-"""Preflight rules that need the checkpoint's config.json or the target GPU (reference 2.3, 3.2, 8).
+"""Preflight rules that need the checkpoint's config.json or the target GPU.
+
+Facts: docs/trtllm_reference.md, sections 1.2 (mapping, MODEL_MAP), 2.1 (max_seq_len), 2.3 and
+3.2 (precision vs GPU); the list of rules is section 8.
 
 Both are skipped while unknown: the checkpoint before convert/quantize ran, the GPU for
 hardware=cpu (or auto without CUDA).

@@ -1,4 +1,6 @@
-"""An engine dir's config.json as trtllm-build writes it (reference 5.1): read and validate.
+"""An engine dir's config.json as trtllm-build writes it: read and validate.
+
+Layout: docs/trtllm_reference.md, section 4.1.
 
 {"version": tensorrt_llm.__version__, "pretrained_config": {...}, "build_config": {...,
 "plugin_config": {...}}} + rank<N>.engine per rank. The C++ runtime reads only this file.

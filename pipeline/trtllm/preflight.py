@@ -1,4 +1,6 @@
-"""Every build invariant of reference section 8, checked before any work; all violations at once.
+"""Every build invariant (docs/trtllm_reference.md, section 8), checked before any work.
+
+All violations are reported at once.
 
 Each rule returns messages "<config key>=<value>: <what is wrong>; <how to fix>". Rules that need
 the checkpoint or the GPU (checkpoint_rules) run once those are known and are skipped before.

@@ -1,9 +1,9 @@
 """Inputs and outputs of the tensorrtllm backend's `tensorrt_llm` model (1.2-era template).
 
 Vendored from NVIDIA/TensorRT-LLM triton_backend/all_models/inflight_batcher_llm/tensorrt_llm/
-config.pbtxt (triton_reference 1.4 and 1.9). Flags: r = reshape to a scalar (`reshape: { shape: [ ]
-}`), g = allow_ragged_batch, o = optional. Data types named LOGITS / FEATURES / PROMPT_TABLE are the
-template's placeholders, filled from the engine.
+config.pbtxt (docs/trtllm_reference.md, section 5.1). Flags: r = reshape to a scalar
+(`reshape: { shape: [ ] }`), g = allow_ragged_batch, o = optional. Data types named LOGITS /
+FEATURES / PROMPT_TABLE are the template's placeholders, filled from the engine.
 """
 
 # name, data type, dims, flags

@@ -3,7 +3,7 @@
 TensorRT-LLM's weight-only layers (WeightOnlyQuantLinear) take an int8 weight in its mixed-GEMM
 layout plus `per_channel_scale`, and its checkpoint loader makes both itself: for quant_algo
 W8A16 / W4A16 it quantizes each `{qkv,dense,fc,proj,gate}.weight` that is not int8 yet and adds
-`<name>.per_channel_scale` (docs/trtllm_reference.md, section 4.3). So the checkpoint must hold
+`<name>.per_channel_scale` (docs/trtllm_reference.md, section 3.4). So the checkpoint must hold
 floating-point linear weights under those labels, as upstream's own modelopt flow writes them.
 The gate still measures int8 / int4 per-channel weights: what the build will compute.
 Runs real modelopt on real SmolLM2 weights cut to 2 layers (tests/integration/conftest.py).

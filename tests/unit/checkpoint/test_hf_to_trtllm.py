@@ -1,8 +1,8 @@
 """Convert tiny HF models, reassemble the TP/PP shards by the reference's rules, compare exactly.
 
-The reassembly here is written from trtllm_reference.md section 1 (rank = pp_rank*tp + tp_rank,
-local layer indices per pp rank, first pp ranks take the extra layers, fused qkv = per-rank
-[q; k; v], lm_head split by vocab rows), independently of pipeline.checkpoint.sharding.
+The reassembly here is written from docs/trtllm_reference.md section 1.4 (rank = pp_rank*tp +
+tp_rank, local layer indices per pp rank, first pp ranks take the extra layers, fused qkv =
+per-rank [q; k; v], lm_head split by vocab rows), independently of pipeline.checkpoint.sharding.
 """
 
 import json

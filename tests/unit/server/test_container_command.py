@@ -1,4 +1,4 @@
-"""The NGC container command for backend=trtllm: one tritonserver per MPI rank (reference 2.2)."""
+"""backend=trtllm's container command: one tritonserver per MPI rank (trtllm_reference 5.3)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Each checklist rule (triton_reference.md section 7) with a failing example and its message."""
+"""Each checklist rule (docs/trtllm_reference.md, section 7), a failing example and its message."""
 
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc

@@ -1,5 +1,7 @@
 """Contract: every invariant of reference section 8 has a violating config and its message.
 
+The reference is docs/trtllm_reference.md.
+
 Each case: config overrides, checkpoint config.json overrides, target GPU SM, and a piece of the
 expected message (the offending key=value and what is wrong). All violations come back together.
 """

@@ -59,9 +59,10 @@ def write_checkpoint(ckpt_dir: Path, ranks: int | None = None, **overrides) -> P
 
 FAKE_TRTLLM_BUILD = '''
 """Test stand-in for TensorRT-LLM 1.2's trtllm-build: records its argv and writes what the real one
-writes (reference 5.1): <output_dir>/config.json {version, pretrained_config, build_config},
-rank<N>.engine per rank (placeholder bytes, not TensorRT plans), and the timing cache at
---output_timing_cache (the input cache's content plus one line, so reuse is visible)."""
+writes (docs/trtllm_reference.md, section 4.1): <output_dir>/config.json {version,
+pretrained_config, build_config}, rank<N>.engine per rank (placeholder bytes, not TensorRT
+plans), and the timing cache at --output_timing_cache (the input cache's content plus one line,
+so reuse is visible)."""
 import argparse, json, os, sys
 from pathlib import Path
 
