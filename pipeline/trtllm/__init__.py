@@ -4,5 +4,6 @@ build_command: BuildSpec -> trtllm-build argv.  preflight (+ facts, rules): ever
 before any work.  toolchain: what is installed (versions, GPU).  timing_cache: the TensorRT timing
 cache kept across builds.  build_runner: the subprocess and its log.  engine_config: an engine dir's
 config.json.  triton_config: the `tensorrt_llm` model's config.pbtxt.  container: run a stage in the
-NGC image (`make <stage> DOCKER=1`).
+TensorRT-LLM image (`make <stage> DOCKER=1`).  image: is that image here, holding the configured
+version.
 """
