@@ -1,0 +1,73 @@
+"""The Starlette app: routes, the OpenAI error body for every failure, the gRPC channel's life.
+
+Bodies are parsed by the routes themselves (protocol.parse), not by a framework, so a malformed
+body or a wrong type is OpenAI's 400, never a 422, and a body's size is checked as it is read.
+"""
+
+import contextlib
+import logging
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from pipeline.openai_api.errors import APIError
+from pipeline.openai_api.routes import Frontend
+from pipeline.openai_api.triton_llm import EngineError
+
+log = logging.getLogger(__name__)
+
+
+def build_app(frontend: Frontend) -> Starlette:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        await frontend.llm.open()
+        try:
+            yield
+        finally:
+            await frontend.llm.close()
+
+    def counted(endpoint: str, handler):
+        async def answer(request: Request) -> Response:
+            try:
+                response = await handler(request)
+            except APIError as exc:
+                response = exc.response()
+            except EngineError as exc:
+                response = APIError(exc.status, str(exc)).response()
+            frontend.metrics.requests.labels(endpoint, str(response.status_code)).inc()
+            return response
+
+        return answer
+
+    routes = [
+        Route("/v1/completions", counted("completions", frontend.completions), methods=["POST"]),
+        Route(
+            "/v1/chat/completions",
+            counted("chat_completions", frontend.chat_completions),
+            methods=["POST"],
+        ),
+        Route("/v1/models", counted("models", frontend.models), methods=["GET"]),
+        Route("/v1/models/{model:path}", counted("models", frontend.model), methods=["GET"]),
+        Route("/health", frontend.health, methods=["GET"]),
+        Route("/metrics", frontend.prometheus, methods=["GET"]),
+    ]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error, Exception: _server_error},
+    )
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    """Starlette's own refusals (unknown path 404, wrong method 405) in OpenAI's body."""
+    message = f"{request.method} {request.url.path}: {exc.detail}"
+    code = "not_found" if exc.status_code == 404 else None
+    return APIError(exc.status_code, message, code=code).response()
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    log.exception("openai: %s %s failed", request.method, request.url.path, exc_info=exc)
+    return APIError(500, f"the server failed this request ({type(exc).__name__}: {exc})").response()

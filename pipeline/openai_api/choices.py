@@ -1,0 +1,99 @@
+"""A validated request -> the engine requests it makes: one per prompt and choice (n).
+
+Ranges are the engine's (SamplingParams: temperature, top_p, top_k, seed, max_tokens; the
+engine's RequestLimits: prompt length, context, token ids), so a value is refused here in the
+words the engine would use, with the OpenAI parameter named.
+
+n > 1 sends n sampled requests (seed, when given, + the choice's index: reproducible, not all
+the same). n > 1 with greedy decoding is refused: it could only repeat one answer n times.
+"""
+
+import re
+from dataclasses import dataclass
+
+from pipeline.engine.sampling_params import SamplingParams
+from pipeline.openai_api.errors import bad_request
+from pipeline.openai_api.served_model import Prompt, ServedModel
+from pipeline.specs.serve import OpenAISpec
+
+# OpenAI's default for /v1/completions; chat defaults to what the context has room for
+COMPLETION_MAX_TOKENS = 16
+_PROBLEM_NAME = re.compile(r"SamplingParams: (\w+)=")
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    index: int
+    prompt: Prompt
+    params: SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    choices: list[Choice]
+    stops: tuple[str, ...]
+    num_prompt_tokens: int  # each prompt once, whatever n is (OpenAI's usage)
+
+
+def plan(
+    request,
+    prompts: list[Prompt],
+    max_tokens: int | None,
+    model: ServedModel,
+    settings: OpenAISpec,
+    prompt_param: str,
+) -> Plan:
+    """max_tokens: as asked (None: /v1/completions' 16, chat's room left in the context)."""
+    if not 1 <= request.n <= settings.max_n:
+        raise bad_request(
+            f"n={request.n} must be in [1, {settings.max_n}] (serve.openai.max_n sets the most)",
+            "n",
+        )
+    stops = request.stop_strings()
+    stop_sequences = model.stop_sequences(stops)
+    choices = []
+    for prompt in prompts:
+        wanted = max_tokens
+        if wanted is None:
+            room = max(1, model.room(prompt))
+            wanted = COMPLETION_MAX_TOKENS if prompt_param == "prompt" else room
+            if settings.max_tokens_limit:
+                wanted = min(wanted, settings.max_tokens_limit)
+        elif settings.max_tokens_limit and wanted > settings.max_tokens_limit:
+            raise bad_request(
+                f"max_tokens={wanted} is above this server's limit of "
+                f"{settings.max_tokens_limit} (serve.openai.max_tokens_limit)",
+                "max_tokens",
+            )
+        for i in range(request.n):
+            seed = None if request.seed is None else request.seed + i
+            params = _sampling_params(request, wanted, seed, model.end_id, stop_sequences)
+            if request.n > 1 and params.is_greedy:
+                raise bad_request(
+                    f"n={request.n} with temperature={request.temperature} (greedy) would "
+                    f"repeat one answer {request.n} times; send n=1, or a temperature above 0 "
+                    f"for {request.n} different samples",
+                    "n",
+                )
+            model.check(prompt, params, prompt_param)
+            choices.append(Choice(len(choices), prompt, params))
+    num_prompt_tokens = sum(len(p.token_ids) for p in prompts)
+    return Plan(choices, stops, num_prompt_tokens)
+
+
+def _sampling_params(
+    request, max_tokens: int, seed: int | None, end_id: int | None, stop_sequences
+) -> SamplingParams:
+    try:
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=request.temperature,
+            top_k=request.top_k,
+            top_p=request.top_p,
+            seed=seed,
+            end_id=end_id,
+            stop_sequences=stop_sequences,
+        )
+    except ValueError as exc:
+        match = _PROBLEM_NAME.search(str(exc))
+        raise bad_request(str(exc), match[1] if match else None) from None

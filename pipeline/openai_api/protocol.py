@@ -1,0 +1,199 @@
+"""The request bodies of /v1/completions and /v1/chat/completions, as pydantic models.
+
+Strict, as OpenAI is: "5" is not an integer, an unknown key is refused (its name in the error),
+and a parameter the engine cannot honour is a clear 400 (`refusals`), never silently ignored.
+Value ranges are the engine's own (SamplingParams, RequestLimits), checked in `choices`.
+"""
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from pipeline.openai_api.errors import APIError, bad_request, unsupported
+
+# OpenAI's own limit on stop sequences
+MAX_STOP_SEQUENCES = 4
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict"})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+
+
+class TextPart(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Strict):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(part.text for part in self.content)
+        return self.content or ""
+
+
+class _GenerationRequest(_Strict):
+    model: str
+    max_tokens: int | None = None
+    temperature: float = 1.0  # OpenAI's default: sampled; 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # an extension (vLLM's, TensorRT-LLM's): 0 = no top-k filter
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None  # accepted and ignored, as are the bookkeeping keys below
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+
+    def stop_strings(self) -> tuple[str, ...]:
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+
+    def refusals(self) -> list[APIError]:
+        """The parameters set to something the engine cannot do (none are ignored)."""
+        refused = []
+        stops = self.stop_strings()
+        if len(stops) > MAX_STOP_SEQUENCES:
+            refused.append(
+                bad_request(
+                    f"stop: {len(stops)} sequences given, at most {MAX_STOP_SEQUENCES} are "
+                    f"allowed",
+                    "stop",
+                )
+            )
+        if any(not s for s in stops):
+            refused.append(bad_request("stop: an empty string never matches; remove it", "stop"))
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name) != 0.0:
+                refused.append(unsupported(name, "the engine applies no penalties; send 0"))
+        if self.logit_bias:
+            refused.append(unsupported("logit_bias", "the engine applies no logit bias"))
+        if self.stream_options is not None and not self.stream:
+            refused.append(bad_request("stream_options: only allowed with stream=true"))
+        return refused
+
+
+class CompletionRequest(_GenerationRequest):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool = False
+    logprobs: int | None = None
+    best_of: int | None = None
+    suffix: str | None = None
+
+    def refusals(self) -> list[APIError]:
+        refused = super().refusals()
+        if self.logprobs is not None:
+            refused.append(unsupported("logprobs", "the engine returns no log probabilities"))
+        if self.best_of not in (None, self.n):
+            refused.append(unsupported("best_of", "the engine does not rank choices; use n"))
+        if self.suffix:
+            refused.append(unsupported("suffix", "the engine does not insert text"))
+        return refused
+
+
+class ChatCompletionRequest(_GenerationRequest):
+    messages: list[ChatMessage]
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    # OpenAI features this server does not have: refused when set (clients often send null)
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    audio: Any = None
+    prediction: Any = None
+    reasoning_effort: str | None = None
+    web_search_options: Any = None
+
+    def refusals(self) -> list[APIError]:
+        refused = super().refusals()
+        if self.logprobs or self.top_logprobs is not None:
+            param = "logprobs" if self.logprobs else "top_logprobs"
+            refused.append(unsupported(param, "the engine returns no log probabilities"))
+        for name in ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls"):
+            if getattr(self, name) is not None:
+                refused.append(unsupported(name, "no tool or function calling"))
+        if self.response_format is not None and self.response_format.get("type") != "text":
+            refused.append(unsupported("response_format", "only {'type': 'text'}"))
+        for name in ("audio", "prediction", "reasoning_effort", "web_search_options"):
+            if getattr(self, name) is not None:
+                refused.append(unsupported(name, "a text-only model without these features"))
+        if self.modalities not in (None, ["text"]):
+            refused.append(unsupported("modalities", "text output only"))
+        if not self.messages:
+            refused.append(bad_request("messages: at least one message is required", "messages"))
+        if self.max_tokens is not None and self.max_completion_tokens not in (
+            None,
+            self.max_tokens,
+        ):
+            refused.append(
+                bad_request(
+                    f"max_tokens={self.max_tokens} and max_completion_tokens="
+                    f"{self.max_completion_tokens} disagree; send one of them",
+                    "max_completion_tokens",
+                )
+            )
+        return refused
+
+    def requested_max_tokens(self) -> int | None:
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return self.max_tokens
+
+
+def parse(model: type[_GenerationRequest], body: bytes) -> _GenerationRequest:
+    """The body as `model`, or a 400 naming the first bad field, its value and what it takes."""
+    try:
+        request = model.model_validate_json(body)
+    except ValidationError as exc:
+        raise _as_api_error(exc) from None
+    refused = request.refusals()
+    if refused:
+        raise refused[0]
+    return request
+
+
+def _as_api_error(exc: ValidationError) -> APIError:
+    error = exc.errors(include_url=False)[0]
+    if error["type"] == "json_invalid":
+        return bad_request(
+            f"the request body is not valid JSON ({error['msg']}); send a JSON object",
+            code="invalid_json",
+        )
+    param = _param(error["loc"])
+    if error["type"] == "extra_forbidden":
+        return bad_request(f"Unrecognized request argument supplied: {param}", param)
+    if error["type"] == "missing":
+        return bad_request(f"{param}: a required parameter is missing", param)
+    where = f"{param}: " if param else "the request body: "
+    return bad_request(f"{where}{error['msg']} (got {error.get('input')!r})", param)
+
+
+def _param(loc: tuple) -> str | None:
+    """The field path of a pydantic error location, without its union-member tags."""
+    parts = []
+    for part in loc:
+        if isinstance(part, int):
+            parts.append(str(part))
+        elif isinstance(part, str) and part.isidentifier() and part not in _TYPE_TAGS:
+            parts.append(part)
+        else:
+            break
+    return ".".join(parts) or None

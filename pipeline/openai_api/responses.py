@@ -1,0 +1,104 @@
+"""The response bodies of both endpoints, whole and as server-sent-event chunks."""
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from pipeline.openai_api.generation import Piece
+
+DONE = b"data: [DONE]\n\n"
+
+
+def sse(body: dict) -> bytes:
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+def usage(num_prompt_tokens: int, num_completion_tokens: int) -> dict:
+    return {
+        "prompt_tokens": num_prompt_tokens,
+        "completion_tokens": num_completion_tokens,
+        "total_tokens": num_prompt_tokens + num_completion_tokens,
+    }
+
+
+@dataclass(slots=True)
+class Answer:
+    """One request's choices as they fill up (text, tokens, finish_reason each)."""
+
+    num_choices: int
+    texts: list[str] = field(default_factory=list)
+    num_tokens: list[int] = field(default_factory=list)
+    finish_reasons: list[str | None] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.texts = [""] * self.num_choices
+        self.num_tokens = [0] * self.num_choices
+        self.finish_reasons = [None] * self.num_choices
+
+    def add(self, index: int, piece: Piece) -> None:
+        self.texts[index] += piece.text
+        self.num_tokens[index] = piece.num_tokens
+        self.finish_reasons[index] = piece.finish_reason or self.finish_reasons[index]
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return sum(self.num_tokens)
+
+
+class Shape:
+    """The ids, object names and choice layout of one endpoint's responses."""
+
+    def __init__(self, is_chat: bool, model: str):
+        self.is_chat, self.model = is_chat, model
+        self.id = f"{'chatcmpl' if is_chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+
+    def _head(self, is_chunk: bool) -> dict:
+        if self.is_chat:
+            name = "chat.completion.chunk" if is_chunk else "chat.completion"
+        else:
+            name = "text_completion"
+        return {"id": self.id, "object": name, "created": self.created, "model": self.model}
+
+    def whole(self, answer: Answer, num_prompt_tokens: int) -> dict:
+        choices = []
+        for i, (text, reason) in enumerate(zip(answer.texts, answer.finish_reasons, strict=True)):
+            if self.is_chat:
+                content = {"message": {"role": "assistant", "content": text}}
+            else:
+                content = {"text": text}
+            choices.append({"index": i, **content, "logprobs": None, "finish_reason": reason})
+        return {
+            **self._head(is_chunk=False),
+            "choices": choices,
+            "usage": usage(num_prompt_tokens, answer.num_completion_tokens),
+        }
+
+    def chunk(
+        self, index: int, text: str, finish_reason: str | None, with_usage: bool, role: bool = False
+    ) -> bytes:
+        """One choice's piece; role: the chat stream's first chunk of a choice says who speaks."""
+        if self.is_chat:
+            delta = {"role": "assistant", "content": text} if role else {"content": text}
+            if finish_reason is not None and not text:
+                delta = {}
+            choice = {"index": index, "delta": delta}
+        else:
+            choice = {"index": index, "text": text}
+        body = {
+            **self._head(is_chunk=True),
+            "choices": [{**choice, "logprobs": None, "finish_reason": finish_reason}],
+        }
+        if with_usage:
+            body["usage"] = None  # OpenAI's shape: null on every chunk but the last
+        return sse(body)
+
+    def usage_chunk(self, num_prompt_tokens: int, num_completion_tokens: int) -> bytes:
+        return sse(
+            {
+                **self._head(is_chunk=True),
+                "choices": [],
+                "usage": usage(num_prompt_tokens, num_completion_tokens),
+            }
+        )

@@ -1,0 +1,218 @@
+"""The endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics.
+
+A generation request passes admission (key, size), is parsed and planned (every refusal a 400
+before anything runs), takes its engine slots, then streams: as server-sent events, or gathered
+into one body. The first piece is awaited before the response starts, so a request the model
+refuses still gets its status. A client that goes away cancels its engine requests: a stream's
+response is cancelled by Starlette when the connection drops; a whole answer is watched for it.
+"""
+
+import asyncio
+import time
+from contextlib import aclosing
+
+import anyio
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from pipeline.client.metrics import engines_ready
+from pipeline.openai_api import choices
+from pipeline.openai_api.admission import Admission, check_api_key, read_body
+from pipeline.openai_api.errors import APIError, bad_request
+from pipeline.openai_api.generation import choice_pieces, merged
+from pipeline.openai_api.metrics import FrontendMetrics
+from pipeline.openai_api.protocol import ChatCompletionRequest, CompletionRequest, parse
+from pipeline.openai_api.responses import DONE, Answer, Shape, sse
+from pipeline.openai_api.served_model import Prompt, ServedModel
+from pipeline.openai_api.triton_llm import EngineError, TritonLLM
+from pipeline.specs.serve import OpenAISpec
+
+CLIENT_GONE = 499  # the status recorded for a request whose client left (nginx's)
+
+
+class Frontend:
+    def __init__(
+        self,
+        model: ServedModel,
+        llm: TritonLLM,
+        settings: OpenAISpec,
+        api_key: str,
+        engine_metrics_url: str,
+    ):
+        self.model, self.llm, self.settings, self.api_key = model, llm, settings, api_key
+        self.engine_metrics_url = engine_metrics_url
+        self.admission = Admission(settings.max_concurrent_requests)
+        self.metrics = FrontendMetrics()
+        self.created = int(time.time())
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, is_chat=False)
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._generate(request, is_chat=True)
+
+    async def models(self, request: Request) -> Response:
+        check_api_key(request, self.api_key)
+        return JSONResponse({"object": "list", "data": [self._model_card()]})
+
+    async def model(self, request: Request) -> Response:
+        check_api_key(request, self.api_key)
+        self._check_model(request.path_params["model"], "model")
+        return JSONResponse(self._model_card())
+
+    async def health(self, request: Request) -> Response:
+        is_ready = await self.llm.is_ready() and await anyio.to_thread.run_sync(
+            engines_ready, self.engine_metrics_url
+        )
+        return JSONResponse(
+            {"status": "ok" if is_ready else "unavailable"}, status_code=200 if is_ready else 503
+        )
+
+    async def prometheus(self, request: Request) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    def _model_card(self) -> dict:
+        return {
+            "id": self.model.name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "llm-pipeline",
+            "max_model_len": self.model.limits.max_seq_len,
+        }
+
+    def _check_model(self, name: str, param: str) -> None:
+        if name != self.model.name:
+            raise APIError(
+                404,
+                f"The model `{name}` does not exist; this server serves `{self.model.name}` "
+                f"(GET /v1/models)",
+                param,
+                "model_not_found",
+            )
+
+    async def _generate(self, request: Request, is_chat: bool) -> Response:
+        start = time.perf_counter()
+        check_api_key(request, self.api_key)
+        body = await read_body(request, self.settings.max_request_bytes)
+        parsed = parse(ChatCompletionRequest if is_chat else CompletionRequest, body)
+        self._check_model(parsed.model, "model")
+        if is_chat:
+            prompts, param = [self._chat_prompt(parsed)], "messages"
+            max_tokens = parsed.requested_max_tokens()
+        else:
+            prompts, param, max_tokens = self._prompts(parsed.prompt), "prompt", parsed.max_tokens
+        plan = choices.plan(parsed, prompts, max_tokens, self.model, self.settings, param)
+        ticket = self.admission.take(len(plan.choices))
+        self.metrics.in_flight.inc(ticket.num)
+        shape = Shape(is_chat, self.model.name)
+        echoes = [c.prompt.text if getattr(parsed, "echo", False) else "" for c in plan.choices]
+        pieces = merged(
+            [choice_pieces(self.llm, self.model.detokenizer, c, plan.stops) for c in plan.choices]
+        )
+
+        async def finish() -> None:  # every way out: the engine requests end, the slots free
+            try:
+                await pieces.aclose()
+            finally:
+                if ticket.release():
+                    self.metrics.in_flight.dec(ticket.num)
+
+        is_streamed = False
+        try:
+            first = await anext(pieces)  # a refusal by the model still gets its status
+            self.metrics.ttft.observe(time.perf_counter() - start)
+            if parsed.stream:
+                include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
+                events = self._events(shape, plan, first, pieces, echoes, include_usage, start)
+                is_streamed = True  # Starlette runs finish() after the stream, client gone or not
+                return StreamingResponse(
+                    events,
+                    media_type="text/event-stream",
+                    headers={"Cache-Control": "no-cache"},
+                    background=BackgroundTask(finish),
+                )
+            answer = Answer(len(plan.choices))
+            answer.texts[:] = echoes
+            answer.add(*first)
+            await _unless_client_leaves(request, _gather(pieces, answer))
+            self._count(plan.num_prompt_tokens, answer, start)
+            return JSONResponse(shape.whole(answer, plan.num_prompt_tokens))
+        finally:
+            if not is_streamed:
+                await finish()
+
+    def _chat_prompt(self, parsed: ChatCompletionRequest) -> Prompt:
+        messages = []
+        for m in parsed.messages:
+            message = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+            if m.name is not None:
+                message["name"] = m.name
+            messages.append(message)
+        return self.model.chat_prompt(messages)
+
+    def _prompts(self, prompt) -> list[Prompt]:
+        if isinstance(prompt, str):
+            return [self.model.encode_prompt(prompt)]
+        if not prompt:
+            raise bad_request("prompt: an empty list; send a string or token ids", "prompt")
+        if isinstance(prompt[0], int):
+            return [self.model.token_prompt(prompt)]
+        if isinstance(prompt[0], str):
+            return [self.model.encode_prompt(p, f"prompt.{i}") for i, p in enumerate(prompt)]
+        return [self.model.token_prompt(p, f"prompt.{i}") for i, p in enumerate(prompt)]
+
+    async def _events(self, shape, plan, first, pieces, echoes, include_usage, start):
+        answer, has_started = Answer(len(plan.choices)), [False] * len(plan.choices)
+        try:
+            item = first
+            while item is not None:
+                index, piece = item
+                if not has_started[index]:
+                    has_started[index] = True
+                    if shape.is_chat or echoes[index]:
+                        yield shape.chunk(index, echoes[index], None, include_usage, role=True)
+                if piece.text:
+                    yield shape.chunk(index, piece.text, None, include_usage)
+                if piece.finish_reason:
+                    yield shape.chunk(index, "", piece.finish_reason, include_usage)
+                answer.add(index, piece)
+                item = await anext(pieces, None)
+            if include_usage:
+                yield shape.usage_chunk(plan.num_prompt_tokens, answer.num_completion_tokens)
+            self._count(plan.num_prompt_tokens, answer, start)
+        except EngineError as exc:  # the stream has begun: the error is its last event
+            yield sse(APIError(exc.status, str(exc)).body())
+        yield DONE
+
+    def _count(self, num_prompt_tokens: int, answer: Answer, start: float) -> None:
+        self.metrics.prompt_tokens.inc(num_prompt_tokens)
+        self.metrics.completion_tokens.inc(answer.num_completion_tokens)
+        self.metrics.latency.observe(time.perf_counter() - start)
+
+
+async def _gather(pieces, answer: Answer) -> None:
+    async with aclosing(pieces):
+        async for index, piece in pieces:
+            answer.add(index, piece)
+
+
+async def _unless_client_leaves(request: Request, work) -> None:
+    """Run work; if the client disconnects first, cancel it (and so its engine requests)."""
+
+    async def until_disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    task, watcher = asyncio.ensure_future(work), asyncio.ensure_future(until_disconnected())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()  # and wait for it to unwind: it still runs the pieces' generator
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        raise APIError(CLIENT_GONE, "the client closed the connection", code="client_closed")
+    task.result()  # its failure, if any

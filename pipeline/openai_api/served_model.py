@@ -1,0 +1,132 @@
+"""What the frontend knows of the deployed model: its tokenizer (prompts, chat template, text of
+the streamed tokens) and the engine's limits, so a request the engine would refuse is refused
+here with the engine's own words, before it travels.
+
+Tokenizing and detokenizing as the served `tensorrt_llm` model does (llm_request.TextEncoder,
+detokenizer.Detokenizer: the same files and flags), so a prompt sent here as token ids gets the
+tokens and the text that the model's own text path gives.
+"""
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.engine.request_limits import RequestLimits
+from pipeline.engine.sampling_params import SamplingParams
+from pipeline.errors import ArtifactError
+from pipeline.openai_api.errors import APIError, bad_request
+from pipeline.triton_repo.detokenizer import Detokenizer
+from pipeline.triton_repo.llm_request import TextEncoder
+
+
+def read_limits(engine_dir: Path, enable_chunked_prefill: bool) -> RequestLimits:
+    """The engine's request limits from its config.json (both backends write this layout).
+    KV blocks: as many as max_batch_size sequences of max_seq_len need (the CPU engine's
+    default); a request within max_seq_len never needs more, so the real cache decides."""
+    path = Path(engine_dir) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+        build = config["build_config"]
+        block_size = int(build["plugin_config"]["tokens_per_block"])
+        max_seq_len = int(build["max_seq_len"])
+        return RequestLimits(
+            max_input_len=int(build["max_input_len"]),
+            max_seq_len=max_seq_len,
+            max_num_tokens=int(build["max_num_tokens"]),
+            vocab_size=int(config["pretrained_config"]["vocab_size"]),
+            block_size=block_size,
+            num_kv_blocks=int(build["max_batch_size"]) * math.ceil(max_seq_len / block_size),
+            enable_chunked_prefill=enable_chunked_prefill,
+        )
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ArtifactError(
+            f"serve: cannot read the engine's limits from {path} ({exc!r}); re-run `make build`"
+        ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    token_ids: list[int]
+    text: str  # what `echo` sends back
+
+
+class ServedModel:
+    def __init__(
+        self,
+        name: str,
+        tokenizer_dir: Path,
+        limits: RequestLimits,
+        add_special_tokens: bool,
+        skip_special_tokens: bool,
+        sends_end_id: bool,
+    ):
+        """sends_end_id: every request names the tokenizer's eos as its end token (the
+        tensorrtllm backend has no default); otherwise the engine ends on its own end tokens
+        (generation_config's, all of them)."""
+        self.name, self.limits = name, limits
+        self.detokenizer = Detokenizer(tokenizer_dir, skip_special_tokens)
+        self.tokenizer = self.detokenizer.tokenizer
+        self._prompt_encoder = TextEncoder(self.tokenizer, add_special_tokens)
+        self.end_id = self._prompt_encoder.end_id if sends_end_id else None
+        # a chat template writes the special tokens itself
+        self._chat_encoder = TextEncoder(self.tokenizer, add_special_tokens=False)
+        self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
+
+    def encode_prompt(self, text: str, param: str = "prompt") -> Prompt:
+        return Prompt(self._encode(self._prompt_encoder, text, param), text)
+
+    def token_prompt(self, token_ids: list[int], param: str = "prompt") -> Prompt:
+        if not token_ids:
+            raise bad_request(f"{param}: an empty token list; send at least one token", param)
+        return Prompt(list(token_ids), self.detokenizer.decode(token_ids))
+
+    def chat_prompt(self, messages: list[dict]) -> Prompt:
+        if not self.has_chat_template:
+            raise bad_request(
+                f"model {self.name!r} has no chat template in its tokenizer; use "
+                f"/v1/completions with a prompt",
+                "messages",
+            )
+        try:
+            text = self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+        except Exception as exc:  # the template's own checks (raise_exception in jinja)
+            raise bad_request(
+                f"messages: the chat template refused them: {exc}", "messages"
+            ) from None
+        return Prompt(self._encode(self._chat_encoder, text, "messages"), text)
+
+    @staticmethod
+    def _encode(encoder: TextEncoder, text: str, param: str) -> list[int]:
+        try:
+            return encoder.prompt(text)
+        except ValueError:
+            raise bad_request(
+                f"{param}: tokenizes to no tokens; send a non-empty prompt", param
+            ) from None
+
+    def stop_sequences(self, stops: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+        """The stop strings as the engine's stop word token sequences (as preprocessing makes
+        stop_words: without special tokens)."""
+        return self._chat_encoder.words(list(stops))
+
+    def check(self, prompt: Prompt, params: SamplingParams, param: str) -> None:
+        """The engine's RequestLimits on this request: 400 with its message."""
+        try:
+            self.limits.check(prompt.token_ids, params)
+        except ValueError as exc:
+            num_prompt = len(prompt.token_ids)
+            too_long = num_prompt > self.limits.max_input_len
+            over_seq = num_prompt + params.max_tokens > self.limits.max_seq_len
+            raise APIError(
+                400,
+                str(exc),
+                param if too_long else "max_tokens" if over_seq else param,
+                "context_length_exceeded" if too_long or over_seq else None,
+            ) from None
+
+    def room(self, prompt: Prompt) -> int:
+        """Tokens the engine can still generate after this prompt."""
+        return self.limits.max_seq_len - len(prompt.token_ids)

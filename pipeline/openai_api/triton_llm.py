@@ -1,0 +1,153 @@
+"""The served `tensorrt_llm` model over Triton's gRPC ModelStreamInfer, on asyncio.
+
+Token ids in, token ids out, through the tensorrtllm backend's own inputs (interface.LLM_INPUTS),
+so the same frontend serves backend=torch and backend=trtllm: tokenizing and detokenizing stay in
+this process, off the python stubs' GIL. Every request is streamed (streaming=true), so a request
+whose client has gone can be cancelled while it runs; each opens its own gRPC stream on one
+shared channel.
+
+Ending a stream: after the final response the request side is closed and the call left to end
+by itself (cancelling a finished stream leaks server state in Triton 2.51); before it, the call
+is cancelled, which Triton passes on to the model as the request's cancellation.
+"""
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import grpc
+import numpy as np
+from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
+
+from pipeline.engine.sampling_params import SamplingParams
+
+LLM_MODEL = "tensorrt_llm"
+_DATATYPES = {np.int32: "INT32", np.float32: "FP32", np.uint64: "UINT64", np.bool_: "BOOL"}
+
+
+class EngineError(Exception):
+    """The model failed the request (its message), or Triton could not be reached."""
+
+    def __init__(self, message: str, is_request_error: bool = False, status: int = 502):
+        super().__init__(message)
+        self.is_request_error = is_request_error  # the request's fault (400), not the server's
+        self.status = status
+
+
+def stop_words_list(sequences: tuple[tuple[int, ...], ...]) -> np.ndarray:
+    """[1, 2, N]: row 0 every word's ids in a row, row 1 each word's end offset, -1 padded."""
+    ids = [t for seq in sequences for t in seq]
+    ends = np.cumsum([len(seq) for seq in sequences]).tolist()
+    return np.array([[ids, ends + [-1] * (len(ids) - len(ends))]], np.int32)
+
+
+def request_arrays(prompt_ids: list[int], params: SamplingParams) -> dict[str, np.ndarray]:
+    """The tensorrt_llm inputs of one streamed request ([1, ...]: batch 1)."""
+    arrays = {
+        "input_ids": np.array([prompt_ids], np.int32),
+        "input_lengths": np.array([[len(prompt_ids)]], np.int32),
+        "request_output_len": np.array([[params.max_tokens]], np.int32),
+        "streaming": np.array([[True]], np.bool_),
+        "temperature": np.array([[params.temperature]], np.float32),
+        "runtime_top_k": np.array([[params.top_k]], np.int32),
+        "runtime_top_p": np.array([[params.top_p]], np.float32),
+    }
+    if params.seed is not None:
+        arrays["seed"] = np.array([[params.seed]], np.uint64)
+    if params.end_id is not None:
+        arrays["end_id"] = np.array([[params.end_id]], np.int32)
+    if params.stop_sequences:
+        arrays["stop_words_list"] = stop_words_list(params.stop_sequences)
+    return arrays
+
+
+def _infer_request(model: str, arrays: dict[str, np.ndarray]) -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name=model, id=uuid.uuid4().hex)
+    request.parameters["triton_enable_empty_final_response"].bool_param = True
+    for name, array in arrays.items():
+        request.inputs.add(name=name, datatype=_DATATYPES[array.dtype.type], shape=array.shape)
+        request.raw_input_contents.append(array.tobytes())
+    request.outputs.add(name="output_ids")
+    return request
+
+
+class TritonLLM:
+    def __init__(self, url: str, timeout_s: float, model: str = LLM_MODEL):
+        self.url, self.timeout_s, self.model = url, timeout_s, model
+        self._channel: grpc.aio.Channel | None = None
+        self._stub = None
+        self._ending: set = set()  # finished calls not closed yet: a dropped call is cancelled
+
+    async def open(self) -> None:
+        """In the event loop that will use it (a grpc.aio channel belongs to one)."""
+        self._channel = grpc.aio.insecure_channel(
+            self.url,
+            options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
+        )
+        self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+
+    async def is_ready(self) -> bool:
+        try:
+            server = await self._stub.ServerReady(service_pb2.ServerReadyRequest(), timeout=5)
+            model = await self._stub.ModelReady(
+                service_pb2.ModelReadyRequest(name=self.model), timeout=5
+            )
+        except grpc.aio.AioRpcError:
+            return False
+        return server.ready and model.ready
+
+    async def stream(
+        self, prompt_ids: list[int], params: SamplingParams
+    ) -> AsyncIterator[tuple[list[int], bool]]:
+        """(new token ids, is_final) for each response, up to the final one. Closing this
+        generator before the final response cancels the request in the engine."""
+        request = _infer_request(self.model, request_arrays(prompt_ids, params))
+        done = asyncio.Event()
+
+        async def requests():
+            yield request
+            await done.wait()  # the request side stays open until the answer is complete
+
+        call = self._stub.ModelStreamInfer(requests(), timeout=self.timeout_s)
+        is_final = False
+        try:
+            async for response in call:
+                if response.error_message:
+                    raise _model_error(response.error_message)
+                result = response.infer_response
+                is_final = result.parameters["triton_final_response"].bool_param
+                ids = InferResult(result).as_numpy("output_ids")
+                yield ([] if ids is None else ids.reshape(-1).tolist()), is_final
+                if is_final:
+                    return
+            raise EngineError(f"{self.model} ended the stream without a final response")
+        except grpc.aio.AioRpcError as exc:
+            raise _rpc_error(exc, self.url, self.timeout_s) from None
+        finally:
+            done.set()
+            if is_final:
+                self._ending.add(call)
+                call.add_done_callback(self._ending.discard)
+            else:
+                call.cancel()
+
+
+def _model_error(message: str) -> EngineError:
+    # the model's ValueError texts: input checks name an input ("tensorrt_llm: max_tokens=...")
+    # and the engine's RequestLimits start "request:"; anything else is the server's failure
+    is_request_error = "tensorrt_llm: request:" in message or "is outside [" in message
+    return EngineError(message, is_request_error, 400 if is_request_error else 502)
+
+
+def _rpc_error(exc: grpc.aio.AioRpcError, url: str, timeout_s: float) -> EngineError:
+    if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return EngineError(
+            f"the request ran past serve.openai.request_timeout_s={timeout_s:.0f} s", status=504
+        )
+    if exc.code() == grpc.StatusCode.UNAVAILABLE:
+        return EngineError(f"Triton at {url} is not reachable ({exc.details()})", status=503)
+    return EngineError(f"Triton at {url} failed the request: {exc.details()}")

@@ -1,0 +1,90 @@
+"""Request bodies: OpenAI's strictness (types, unknown keys) and every refusal as a 400 that
+names the parameter; what the engine cannot do is refused, never ignored."""
+
+import json
+
+import pytest
+
+from pipeline.openai_api.errors import APIError
+from pipeline.openai_api.protocol import ChatCompletionRequest, CompletionRequest, parse
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}
+COMPLETION = {"model": "m", "prompt": "Hi"}
+
+
+def refusal(model, body) -> APIError:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    with pytest.raises(APIError) as err:
+        parse(model, raw)
+    assert err.value.status == 400
+    assert set(err.value.body()["error"]) == {"message", "type", "param", "code"}
+    return err.value
+
+
+def test_accepts_what_openai_clients_send():
+    chat = parse(
+        ChatCompletionRequest,
+        json.dumps(
+            {
+                **CHAT,
+                "temperature": 0,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "stop": "\n",
+                "tools": None,
+                "user": "u",
+                "max_completion_tokens": 8,
+            }
+        ).encode(),
+    )
+    assert chat.temperature == 0.0 and chat.stop_strings() == ("\n",)
+    assert chat.requested_max_tokens() == 8
+    parts = {**CHAT, "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]}]}
+    assert parse(ChatCompletionRequest, json.dumps(parts).encode()).messages[0].text() == "a"
+    for prompt in ("x", ["x", "y"], [1, 2], [[1], [2, 3]]):
+        assert parse(CompletionRequest, json.dumps({**COMPLETION, "prompt": prompt}).encode())
+
+
+@pytest.mark.parametrize(
+    "body,param,code",
+    [
+        (b'{"model": "m", "prompt":', None, "invalid_json"),
+        (b"[1, 2]", None, None),
+        ({"prompt": "x"}, "model", None),
+        ({**COMPLETION, "max_tokens": "5"}, "max_tokens", None),
+        ({**COMPLETION, "max_tokens": 5.5}, "max_tokens", None),
+        ({**COMPLETION, "stream": 1}, "stream", None),
+        ({**COMPLETION, "prompt": True}, "prompt", None),
+        ({**COMPLETION, "colour": "red"}, "colour", None),
+        ({**COMPLETION, "presence_penalty": 0.5}, "presence_penalty", "unsupported"),
+        ({**COMPLETION, "frequency_penalty": -1}, "frequency_penalty", "unsupported"),
+        ({**COMPLETION, "logprobs": 1}, "logprobs", "unsupported"),
+        ({**COMPLETION, "suffix": "!"}, "suffix", "unsupported"),
+        ({**COMPLETION, "logit_bias": {"50256": -100}}, "logit_bias", "unsupported"),
+        ({**COMPLETION, "stop": ["a", "b", "c", "d", "e"]}, "stop", None),
+    ],
+)
+def test_completion_refusals_name_the_parameter(body, param, code):
+    error = refusal(CompletionRequest, body)
+    assert (error.param, error.code) == (param, code)
+
+
+@pytest.mark.parametrize(
+    "body,param",
+    [
+        ({**CHAT, "messages": []}, "messages"),
+        ({**CHAT, "messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
+        ({**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, None),
+        ({**CHAT, "logprobs": True}, "logprobs"),
+        ({**CHAT, "top_logprobs": 2}, "top_logprobs"),
+        ({**CHAT, "tools": [{"type": "function"}]}, "tools"),
+        ({**CHAT, "response_format": {"type": "json_object"}}, "response_format"),
+        ({**CHAT, "max_tokens": 4, "max_completion_tokens": 8}, "max_completion_tokens"),
+        ({**CHAT, "stream_options": {"include_usage": True}}, None),
+    ],
+)
+def test_chat_refusals(body, param):
+    error = refusal(ChatCompletionRequest, body)
+    if param is not None:
+        assert error.param == param
+    assert error.message
