@@ -69,8 +69,7 @@ class _GenerationRequest(_Strict):
         if len(stops) > MAX_STOP_SEQUENCES:
             refused.append(
                 bad_request(
-                    f"stop: {len(stops)} sequences given, at most {MAX_STOP_SEQUENCES} are "
-                    f"allowed",
+                    f"stop: {len(stops)} sequences given, at most {MAX_STOP_SEQUENCES} are allowed",
                     "stop",
                 )
             )
