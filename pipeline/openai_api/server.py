@@ -1,12 +1,14 @@
 """The OpenAI frontend as a server beside tritonserver: uvicorn in a thread of the caller's
 process (the serve stage's), stopped when the caller's `with` ends."""
 
+import contextlib
 import ipaddress
 import logging
 import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import uvicorn
@@ -120,3 +122,21 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host == "localhost"
+
+
+@contextlib.contextmanager
+def serve_beside(spec, facts: dict, endpoints) -> Iterator[OpenAIServer | None]:
+    """The frontend of a pipeline spec (serve.openai) in front of the tritonserver at
+    endpoints, while the `with` lasts; None when serve.openai.enabled is false."""
+    if not spec.serve.openai.enabled:
+        yield None
+        return
+    with frontend_server(
+        spec.serve.openai,
+        spec.model.name,
+        facts,
+        spec.deploy,
+        endpoints.grpc_url,
+        endpoints.metrics_url,
+    ) as server:
+        yield server

@@ -1,8 +1,9 @@
 """demo: fetch -> convert -> build -> deploy -> serve SmolLM2, stream a few answers, measure.
 
 Starts the real tritonserver on the deployed repository, streams three chat answers over gRPC
-as they arrive, then sends a burst of concurrent requests for a latency/throughput line, and
-stops the server (no processes or shared memory left behind).
+as they arrive, then sends a burst of concurrent requests for a latency/throughput line, asks
+one question through the OpenAI-compatible API, and stops the server (no processes or shared
+memory left behind).
 """
 
 import logging
@@ -16,6 +17,8 @@ from pipeline.artifacts import Manifest
 from pipeline.client import GenerateRequest, GrpcClient
 from pipeline.client.timing import stream_concurrently, timed_stream
 from pipeline.errors import ConfigError
+from pipeline.openai_api import quick_chat
+from pipeline.openai_api.server import serve_beside
 from pipeline.server import launch
 from pipeline.stages import deploy
 
@@ -92,6 +95,10 @@ def run(spec) -> Path:
                 flush=True,
             )
         burst = _burst_line(client, prompts, concurrency=facts["triton_max_batch_size"])
+        with serve_beside(spec, facts, server.endpoints) as api:
+            if api is not None:
+                print(f"\n>>> the OpenAI API ({api.url}/v1)\n", flush=True)
+                print(quick_chat.ask(api, QUESTIONS[0], ANSWER_TOKENS, 300), flush=True)
     print(
         f"\ndemo: startup {startup_s:.1f} s | one stream: TTFT p50 "
         f"{statistics.median(t.ttft_s for t in single) * 1e3:.0f} ms, "

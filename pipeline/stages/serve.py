@@ -3,6 +3,7 @@
 backend=torch: the tritonserver from the nvidia-pytriton wheel, on this machine.
 backend=trtllm: the NGC container (build.trtllm.container_image) with one MPI rank per engine
 rank; run through docker when it is on PATH, otherwise the command is printed to run elsewhere.
+Beside it, the OpenAI-compatible API (serve.openai; pipeline.openai_api), stopped first.
 """
 
 import logging
@@ -10,6 +11,7 @@ import shlex
 import time
 from pathlib import Path
 
+from pipeline.openai_api.server import serve_beside
 from pipeline.server import launch
 from pipeline.stages import deploy
 
@@ -41,5 +43,8 @@ def run(spec) -> Path:
             f"{ends.metrics_url}; log {server.log_path}; Ctrl-C stops it",
             flush=True,
         )
-        launch.serve_until_stopped(server)
+        with serve_beside(spec, facts, ends) as api:
+            if api is not None:
+                print(f"serve: OpenAI API on {api.url}/v1 (model {api.frontend.model.name})")
+            launch.serve_until_stopped(server)
     return artifact
