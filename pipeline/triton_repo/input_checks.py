@@ -53,17 +53,29 @@ ALLOWED = {
 }
 
 
-def check_inputs(arrays: dict[str, np.ndarray], model: str) -> None:
+# the tensorrt_llm model's names of inputs the ensemble and the BLS call otherwise
+CLIENT_NAMES = {
+    "request_output_len": "max_tokens",
+    "REQUEST_OUTPUT_LEN": "max_tokens",
+    "runtime_top_k": "top_k",
+    "runtime_top_p": "top_p",
+    "END_ID": "end_id",
+    "PAD_ID": "pad_id",
+}
+
+
+def check_inputs(arrays: dict[str, np.ndarray]) -> None:
     """Raise ValueError naming every input whose value is not a finite number in its range."""
     problems = []
     for name, allowed in ALLOWED.items():
         if name not in arrays:
             continue
+        client = f" (the ensemble's {CLIENT_NAMES[name]})" if name in CLIENT_NAMES else ""
         for value in np.asarray(arrays[name]).reshape(-1).tolist():
             is_number = isinstance(value, int | float) and not isinstance(value, bool)
             if not is_number or not math.isfinite(value):
-                problems.append(f"{name}={value!r} is not a finite number")
+                problems.append(f"{name}={value!r}{client} is not a finite number")
             elif not allowed.low <= value <= allowed.high:
-                problems.append(f"{name}={value!r} is outside {allowed.describe()}")
+                problems.append(f"{name}={value!r}{client} is outside {allowed.describe()}")
     if problems:
-        raise ValueError(f"{model}: " + "; ".join(problems))
+        raise ValueError("; ".join(problems))

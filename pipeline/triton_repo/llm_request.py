@@ -170,7 +170,7 @@ def from_arrays(
 ) -> LLMRequest:
     """Raises ValueError (sent back as the request's error) for inputs the engine can't take.
     encoder: tokenizes text inputs; a text prompt's end_id/pad_id default to its tokenizer's."""
-    check_inputs(arrays, "tensorrt_llm")
+    check_inputs(arrays)
     prompt = _prompt(arrays, encoder)  # refuses text without an encoder
     # a text prompt gets preprocessing's defaults: it always sends its tokenizer's ids
     is_text = "text_input" in arrays

@@ -16,6 +16,9 @@ from pipeline.triton_repo.validate import check_repository
 log = logging.getLogger(__name__)
 
 SOURCES = Path(__file__).parent / "python_models"
+# beside every python model that checks request values: the stub imports it from the model's
+# version dir, so the models need no other part of this package (the tensorrtllm backend's image)
+INPUT_CHECKS = Path(__file__).parent / "input_checks.py"
 MARKER = ".pipeline_repository.json"  # marks a dir this module may replace
 KEPT_FILES = ("README.md",)
 
@@ -27,6 +30,7 @@ def _write_model(repo: Path, cfg, source: str | None) -> None:
         (version_dir / ".gitkeep").write_text("")  # Triton needs the version dir to exist
     else:
         shutil.copyfile(SOURCES / source, version_dir / "model.py")
+        shutil.copyfile(INPUT_CHECKS, version_dir / INPUT_CHECKS.name)
     (repo / cfg.name / "config.pbtxt").write_text(mcfg.render(cfg))
 
 

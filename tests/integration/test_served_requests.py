@@ -6,16 +6,19 @@ Engine work is counted with the engine's own counters (pipeline_engine_generated
 running requests are back to 0), not timed.
 """
 
+import json
+import re
 import signal
 import subprocess
 import sys
 import time
 
 import numpy as np
+import psutil
 import pytest
 import requests
 
-from pipeline.client import ClientError, GenerateRequest, GrpcClient
+from pipeline.client import ClientError, GenerateRequest, GrpcClient, HttpClient, cli
 from pipeline.client.metrics import fetch_metrics, metric_value
 from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.server import launch
@@ -149,6 +152,25 @@ def test_a_missing_required_input_is_named(server, model, body, missing):
         list(client.responses(arrays))
 
 
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"temperature": float("nan"), "top_k": 5}, r"temperature=nan is not a finite number"),
+        ({"max_tokens": -5}, r"(max_tokens|request_output_len)=-5 .*is outside \[1,"),
+        ({"top_p": 1.5, "top_k": 0}, r"top_p=1.5 .*is outside \[0.0, 1.0\]"),
+    ],
+)
+def test_a_value_out_of_range_is_named_by_the_model_that_took_it(server, model, values, named):
+    """The BLS checks what it was sent before calling preprocessing (in front of either
+    backend's tensorrt_llm); through the ensemble the torch tensorrt_llm checks it."""
+    body = json.dumps(GREEDY.values(stream=False) | values)  # NaN as a JSON literal, as curl
+    url = f"{server.endpoints.http_url}/v2/models/{model}/generate"
+    response = requests.post(url, data=body, timeout=120)
+    assert response.status_code == 400 and re.search(named, response.json()["error"])
+    assert response.json()["error"].startswith("tensorrt_llm")  # _bls: or the LLM model itself
+
+
 def test_http_json_that_triton_converts_before_any_model(server):
     """Triton 2.51's HTTP frontend turns the JSON into tensors itself (server r24.10,
     src/http_server.cc, ReadDataFromJsonHelper): an integer is cast to the input's type without
@@ -170,3 +192,26 @@ def test_http_json_that_triton_converts_before_any_model(server):
         assert response.json()["error"].startswith("Unable to parse"), values
     assert requests.get(f"{server.endpoints.http_url}/v2/health/ready").status_code == 200
     assert generate_http(server, "ensemble", GREEDY.values(stream=False)).json() == want
+
+
+def test_a_dead_engine_fails_its_streams_at_once_and_is_started_again(server):
+    """The engine process killed mid-stream (as the OOM killer would): the stream ends with the
+    cause instead of hanging, the model gets a new engine, and readiness (Triton's and the
+    engine's gauge, as `pipeline.client ready` reads both) and the greedy text are as before."""
+    http = HttpClient(server.endpoints.http_url, timeout_s=120)
+    before = http.generate(GREEDY)
+    processes = psutil.Process(server.process.pid).children(recursive=True)
+    (engine,) = [p for p in processes if "pipeline.engine.engine_process" in " ".join(p.cmdline())]
+    stream = GrpcClient(server.endpoints.grpc_url, timeout_s=120).stream(
+        GenerateRequest(COUNTING, max_tokens=LONG_TOKENS)
+    )
+    next(stream)  # in flight
+    engine.kill()
+    with pytest.raises(ClientError, match="engine process exited"):
+        list(stream)
+    ready = ["--url", server.endpoints.http_url, "--protocol", "http", "ready", "--wait", "120"]
+    assert cli.main([*ready, "--metrics-url", server.endpoints.metrics_url]) == 0
+    samples = fetch_metrics(server.endpoints.metrics_url)
+    assert metric_value(samples, "pipeline_engine_restarts") == 1
+    assert metric_value(samples, "pipeline_engine_ready") == 1
+    assert http.generate(GREEDY) == before

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from input_checks import ALLOWED, check_inputs  # copied beside this file by the deploy stage
 from transformers import AutoTokenizer
 
 # Triton 2.51 checks required inputs by their number only, so one left out can still arrive here
@@ -67,6 +68,8 @@ class TritonPythonModel:
         ]
         if missing:
             raise ValueError(f"missing required input {' and '.join(missing)}; send it")
+        sent = {t.name(): t.as_numpy() for t in request.inputs() if t.name() in ALLOWED}
+        check_inputs(sent)
         queries = pb_utils.get_input_tensor_by_name(request, "QUERY").as_numpy()
         batch = queries.shape[0]
         prompts = [q.decode() if isinstance(q, bytes) else str(q) for q in queries.reshape(-1)]

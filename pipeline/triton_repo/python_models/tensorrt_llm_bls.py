@@ -18,6 +18,7 @@ import uuid
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from input_checks import check_inputs  # copied beside this file by the deploy stage
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 PREPROCESSING_INPUTS = {
@@ -116,6 +117,10 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"tensorrt_llm_bls: missing required input {' and '.join(missing)}; send it"
             )
+        try:
+            check_inputs({name: t.as_numpy() for name, t in inputs.items()})
+        except ValueError as exc:
+            raise pb_utils.TritonModelException(f"tensorrt_llm_bls: {exc}") from None
         stream = "stream" in inputs and bool(inputs["stream"].as_numpy().reshape(-1)[0])
         if stream and not streaming_allowed:
             raise pb_utils.TritonModelException(
