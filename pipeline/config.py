@@ -24,6 +24,7 @@ from pipeline.specs.model import ModelSpec
 from pipeline.specs.parallel import ParallelSpec
 from pipeline.specs.quant import QuantSpec
 from pipeline.specs.serve import ServeSpec
+from pipeline.specs.tune import TuneSpec
 
 STAGE_NAMES = (
     "fetch",
@@ -37,6 +38,7 @@ STAGE_NAMES = (
     "sweep",
     "regress",
     "demo",
+    "tune",
 )
 
 
@@ -51,6 +53,7 @@ class PipelineSpec:
     backend: BackendSpec
     parallel: ParallelSpec
     serve: ServeSpec = ServeSpec()  # frontends beside tritonserver (serve, demo)
+    tune: TuneSpec = TuneSpec()  # measured-feedback search (tune)
     workdir: str = "artifacts"
     hardware: str = "auto"
     force: bool = False

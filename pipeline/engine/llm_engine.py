@@ -13,6 +13,7 @@ from transformers import AutoTokenizer
 
 from pipeline.engine.block_manager import BlockManager
 from pipeline.engine.engine_config import EngineConfig, load_engine_config
+from pipeline.engine.kernels.tuned_configs import install_engine_configs
 from pipeline.engine.launch_pacer import LaunchPacer
 from pipeline.engine.launch_timer import LaunchTimer, mean_ms
 from pipeline.engine.model_runner import ModelRunner, SampledTokens
@@ -65,6 +66,8 @@ class LLMEngine:
         weights = load_rank_weights(
             config.engine_dir, 0, config.device, config.weights_loader
         )  # rank 0's; with several ranks the model runner starts the others
+        if config.device.type == "cuda":  # before the runner warms up and captures its kernels
+            install_engine_configs(config.engine_dir, config.device.index or 0)
         self.model_runner = ModelRunner(config, weights)
         del weights  # the model holds what it needs (possibly repacked or on the GPU)
         runner = self.model_runner

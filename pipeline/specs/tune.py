@@ -14,7 +14,7 @@ class AnnealOptions:
     initial_temperature: float = 0.05
     cooling: float = 0.9
     min_temperature: float = 0.001
-    restart_after: int = 12  # trials without a new best: start again from the best, reheated
+    restart_after: int = 12  # trials without a new best: restart, reheated (random, then best)
     # a candidate counts as better (or worse) only when the difference of means clears this
     # one-sided confidence bound (Welch), and by min_gain relative: moves inside noise are refused
     confidence: float = 0.95

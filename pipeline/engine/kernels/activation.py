@@ -7,6 +7,7 @@ import triton
 import triton.language as tl
 
 from pipeline.engine.kernels.fp8_quant import saturate_fp8
+from pipeline.engine.kernels.tuned_configs import bucket, dtype_name, lookup
 
 
 @triton.jit
@@ -40,6 +41,9 @@ def silu_and_mul(x: torch.Tensor, out_scale: torch.Tensor | None = None) -> torc
     out_dtype = x.dtype if out_scale is None else torch.float8_e4m3fn
     out = torch.empty(num_rows, inter, dtype=out_dtype, device=x.device)
     block = min(1024, triton.next_power_of_2(inter))
+    launch = dict(lookup("silu_and_mul", (dtype_name(x), inter, bucket(num_rows))) or {})
+    if launch:  # `make tune` picked it
+        block = launch.pop("BLOCK")
     if num_rows:
         _silu_and_mul_kernel[(num_rows, triton.cdiv(inter, block))](
             x,
@@ -50,5 +54,6 @@ def silu_and_mul(x: torch.Tensor, out_scale: torch.Tensor | None = None) -> torc
             out.stride(0),
             QUANTIZE=out_scale is not None,
             BLOCK=block,
+            **launch,
         )
     return out

@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from pipeline.engine.kernels.tuned_configs import dtype_name, lookup
+
 MAX_ROWS = 1  # more rows: int8_matmul's tl.dot kernel
 _MAGIC = tl.constexpr(0x43C00000)  # bits of 384.0; + q * 2^15 gives 384 + q for q in [-128, 127]
 _OFFSET = tl.constexpr(384.0)
@@ -118,6 +120,8 @@ def w8a16_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> to
     out = torch.empty(num_rows, n, dtype=x.dtype, device=x.device)
     is_interpreted = x.device.type == "cpu"
     kernel, tuned = (_w8a16_gemv_kernel, INTERPRETER_CONFIG) if is_interpreted else (_tuned, {})
+    if config := lookup("int8_gemv", (dtype_name(x), n, k)):  # `make tune` picked it
+        kernel, tuned = _w8a16_gemv_kernel, config
     grid = lambda meta: (num_rows, triton.cdiv(n, meta["BLOCK_N"]))  # noqa: E731
     kernel[grid](
         x,

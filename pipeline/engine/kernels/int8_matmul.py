@@ -16,6 +16,7 @@ import triton.language as tl
 
 from pipeline.engine.kernels import int8_gemv
 from pipeline.engine.kernels.dot_operands import dot_dtype
+from pipeline.engine.kernels.tuned_configs import dtype_name, lookup
 
 DECODE_MAX_ROWS = 64
 
@@ -85,6 +86,12 @@ _decode = triton.autotune(DECODE_CONFIGS, key=["N", "K", "BLOCK_M"], reset_to_ze
 _prompt = triton.autotune(PROMPT_CONFIGS, key=["N", "K"])(_w8a16_kernel)
 
 
+def _shape_class(x: torch.Tensor, n: int, k: int, block_m: int, is_decode: bool) -> tuple:
+    if is_decode:
+        return "int8_matmul_decode", (dtype_name(x), n, k, block_m)
+    return "int8_matmul_prompt", (dtype_name(x), n, k)
+
+
 def w8a16_matmul(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     # x [M, K] fp16/bf16; weight [N, K] int8; scale [N] -> [M, N] in x.dtype
     if x.shape[0] <= int8_gemv.MAX_ROWS:
@@ -99,13 +106,19 @@ def w8a16_dot(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> tor
     assert x.stride(1) == 1 and weight.stride(1) == 1
     is_decode = num_rows <= DECODE_MAX_ROWS
     block_m = max(16, triton.next_power_of_2(num_rows)) if is_decode else 128
+    config = lookup(*_shape_class(x, n, k, block_m, is_decode))  # `make tune` picked it
+    if config and not is_decode:
+        config = dict(config)
+        block_m = config.pop("BLOCK_M", block_m)
     # split-K adds fp32 partial sums into zeros (cast after); prompt tiles store x.dtype
     if is_decode:
         out = torch.zeros(num_rows, n, dtype=torch.float32, device=x.device)
     else:
         out = torch.empty(num_rows, n, dtype=x.dtype, device=x.device)
     is_interpreted = x.device.type == "cpu"
-    if is_interpreted:
+    if config:
+        kernel, tuned = _w8a16_kernel, {"SPLIT_K": 1, **config}
+    elif is_interpreted:
         # decode splits K there too, so the CPU tests cover the atomic sums
         kernel, tuned = _w8a16_kernel, {**INTERPRETER_CONFIG, "SPLIT_K": 1 + is_decode}
     else:

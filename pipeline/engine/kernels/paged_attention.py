@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from pipeline.engine.kernels.dot_operands import MIN_DOT, dot_dtype, dot_precision
+from pipeline.engine.kernels.tuned_configs import bucket, dtype_name, lookup
 from pipeline.engine.quant.kv_cache import fold_kv_scale
 
 TARGET_PROGRAMS = 264  # ~2 waves of 132 SMs (H100): split a sequence when the batch is small
@@ -179,6 +180,10 @@ def paged_decode_attention(
     group = num_heads // num_kv_heads
     max_blocks = block_tables.shape[1]
     num_splits = num_splits_for(batch, num_kv_heads, max_blocks)
+    shape = (dtype_name(q), dtype_name(k_cache), num_heads, num_kv_heads, head_dim, block_size)
+    launch = dict(lookup("paged_decode_attention", (*shape, bucket(batch))) or {})
+    if launch:  # `make tune` picked it
+        num_splits = min(launch.pop("num_splits"), max_blocks)
     blocks_per_split = triton.cdiv(max_blocks, num_splits)
     dot_type = dot_dtype(q)
     out = torch.empty_like(q)
@@ -229,6 +234,7 @@ def paged_decode_attention(
         DOT_PRECISION=dot_precision(dot_type),
         DOT_DTYPE=dot_type,
         IS_SPLIT=is_split,
+        **launch,
     )
     if not is_split:
         return out

@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from pipeline.engine.kernels.fp8_quant import saturate_fp8
+from pipeline.engine.kernels.tuned_configs import bucket, dtype_name, lookup
 
 
 @triton.jit
@@ -61,6 +62,7 @@ def _launch(
     out_dtype = x.dtype if out_scale is None else torch.float8_e4m3fn
     out = torch.empty(x.shape, dtype=out_dtype, device=x.device)
     residual_out = torch.empty_like(x) if residual is not None else None
+    launch = lookup("rmsnorm", (dtype_name(x), hidden, bucket(num_rows))) or {}  # `make tune`
     if num_rows:
         _rmsnorm_kernel[(num_rows,)](
             x,
@@ -78,6 +80,7 @@ def _launch(
             HAS_RESIDUAL=residual is not None,
             QUANTIZE=out_scale is not None,
             BLOCK=triton.next_power_of_2(hidden),
+            **launch,
         )
     return out, residual_out
 

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from pipeline.engine.kernels.fp8_quant import saturate_fp8
+from pipeline.engine.kernels.tuned_configs import bucket, dtype_name, lookup
 
 
 @triton.jit
@@ -153,6 +154,8 @@ def rotary_store_kv(
     assert k.dtype == v.dtype
     assert k_cache.dtype == (k.dtype if kv_scale is None else torch.float8_e4m3fn)
     q_out = torch.empty_like(q)
+    shape = (dtype_name(q), num_q_heads, num_kv_heads, head_dim, bucket(num_tokens))
+    launch = lookup("rotary_store_kv", shape) or {}  # `make tune` picked it
     if num_tokens:
         _rotary_store_kv_kernel[(num_tokens,)](
             positions,
@@ -186,5 +189,6 @@ def rotary_store_kv(
             Q_HEADS=triton.next_power_of_2(num_q_heads),
             KV_HEADS=triton.next_power_of_2(num_kv_heads),
             QUANT_KV=kv_scale is not None,
+            **launch,
         )
     return q_out

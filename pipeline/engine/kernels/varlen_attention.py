@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from pipeline.engine.kernels.dot_operands import MIN_DOT, dot_dtype, dot_precision
+from pipeline.engine.kernels.tuned_configs import bucket, dtype_name, lookup
 from pipeline.engine.quant.kv_cache import fold_kv_scale
 
 LOG2_E = 1.4426950408889634
@@ -170,6 +171,12 @@ def varlen_attention(
     num_seqs = context_lens.shape[0]
     group = num_heads // num_kv_heads
     block_m, block_q = tile_shape(group)
+    block_n = 64 if head_dim <= 128 else 32
+    shape = (dtype_name(q), dtype_name(k_cache), num_heads, num_kv_heads, head_dim, block_size)
+    launch = dict(lookup("varlen_attention", (*shape, bucket(num_tokens))) or {})
+    if launch:  # `make tune` picked it
+        block_m, block_n = launch.pop("BLOCK_M"), launch.pop("BLOCK_N")
+        block_q = block_m // group
     dot_type = dot_dtype(q)
     softmax_scale, out_scale = fold_kv_scale(scale, kv_scale)
     out = torch.empty_like(q)
@@ -203,9 +210,10 @@ def varlen_attention(
         BLOCK_SIZE=block_size,
         BLOCK_Q=block_q,
         BLOCK_M=block_m,
-        BLOCK_N=64 if head_dim <= 128 else 32,
+        BLOCK_N=block_n,
         HEAD_DIM=max(MIN_DOT, triton.next_power_of_2(head_dim)),
         DOT_PRECISION=dot_precision(dot_type),
         DOT_DTYPE=dot_type,
+        **launch,
     )
     return out

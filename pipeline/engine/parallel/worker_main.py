@@ -53,6 +53,10 @@ def main() -> None:
         from pipeline.engine.weights import load_rank_weights
 
         device = rank_device(config.device, rank)
+        if device.type == "cuda":  # the tuned kernel configs rank 0 installed, in this process
+            from pipeline.engine.kernels.tuned_configs import install_engine_configs
+
+            install_engine_configs(config.engine_dir, device.index or 0)
         weights = load_rank_weights(config.engine_dir, rank, device, config.weights_loader)
         runner = ModelRunner(config, weights, rank=rank, store=store)
         del weights
