@@ -16,11 +16,10 @@ import logging
 import multiprocessing
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 
 from pipeline.bench.arrivals import arrival_offsets
-from pipeline.bench.grpc_streams import GrpcStreams
 from pipeline.bench.load_generator import LoadGenerator, check_load_shape
 from pipeline.bench.records import RequestRecord
 from pipeline.bench.workload import BenchRequest
@@ -43,9 +42,8 @@ def shares(total: int, parts: int) -> list[int]:
 
 
 def _client_main(conn: Connection) -> None:
-    url, model, timeout_s, count_tokens, settings = conn.recv()
-    target = GrpcStreams(url, timeout_s, model)
-    target.count_tokens = count_tokens
+    make_streams, settings = conn.recv()
+    target = make_streams()  # GrpcStreams, OpenAIStreams: a picklable factory of either
     generator = LoadGenerator(target, **settings)
     conn.send("ready")
     try:
@@ -59,26 +57,25 @@ def _client_main(conn: Connection) -> None:
 class ClientProcesses:
     """A LoadGenerator (run, now) whose requests go out from num_processes client processes."""
 
-    name = "server"
-
     def __init__(
         self,
         num_processes: int,
-        url: str,
-        model: str,
-        timeout_s: float,
-        count_tokens: bool,
+        make_streams: Callable,
         settings: dict,
+        name: str = "server",
     ) -> None:
-        """settings: LoadGenerator's keyword arguments (mode, concurrency, request_rate,
-        temperature, seed, origin_s); each process gets its share of the concurrency."""
+        """make_streams: builds each process's streams (picklable: a partial of a module-level
+        callable); settings: LoadGenerator's keyword arguments (mode, concurrency,
+        request_rate, temperature, seed, origin_s); each process gets its share of the
+        concurrency."""
         check_load_shape(settings["mode"], settings["concurrency"])
+        self.name = name
         self.num_processes = max(1, min(num_processes, settings["concurrency"]))
         self.mode, self.request_rate = settings["mode"], settings["request_rate"]
         self.seed, self.origin_s = settings["seed"], settings["origin_s"]
         self.engine_stats: dict = {}  # a server's engine is not visible from here
         self._init = [
-            (url, model, timeout_s, count_tokens, settings | {"concurrency": share})
+            (make_streams, settings | {"concurrency": share})
             for share in shares(settings["concurrency"], self.num_processes)
         ]
         self._clients: list[tuple[multiprocessing.Process, Connection]] = []

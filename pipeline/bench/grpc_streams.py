@@ -55,3 +55,10 @@ class GrpcStreams:
                 yield Chunk(response.num_tokens)
             elif response.text is not None:
                 yield Chunk(1 if response.text else 0)
+
+
+def counting_streams(url: str, timeout_s: float, model: str, count_tokens: bool) -> GrpcStreams:
+    """GrpcStreams that already know whether the model counts tokens (a client process's)."""
+    streams = GrpcStreams(url, timeout_s, model)
+    streams.count_tokens = count_tokens
+    return streams

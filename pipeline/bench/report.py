@@ -77,13 +77,13 @@ def markdown(report: dict) -> str:
                 + " | ".join(_cell(targets[n]["summary"].get(key)) for n in names)
                 + " |"
             )
-    overhead = report.get("triton_vs_direct")
-    if overhead:
-        lines += [
-            "",
-            "Triton vs direct (same engine, same requests): "
-            + ", ".join(f"{k}={_cell(v)}" for k, v in overhead.items()),
-        ]
+    for key, title in (
+        ("triton_vs_direct", "Triton vs direct (same engine, same requests)"),
+        ("openai_vs_server", "OpenAI API vs Triton gRPC (same server, same requests)"),
+    ):
+        if report.get(key):
+            values = ", ".join(f"{k}={_cell(v)}" for k, v in report[key].items())
+            lines += ["", f"{title}: {values}"]
     for name in names:
         warmup = targets[name]["warmup"]
         lines.append(

@@ -5,6 +5,7 @@ at bench.server_url.
 """
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from pipeline.bench import served_path
 from pipeline.bench.client_processes import ClientProcesses, auto_client_processes
-from pipeline.bench.grpc_streams import GrpcStreams
+from pipeline.bench.grpc_streams import GrpcStreams, counting_streams
 from pipeline.bench.load_generator import LoadGenerator
 from pipeline.errors import StageError
 from pipeline.profiler.sampler import Sampler
@@ -50,21 +51,20 @@ class ServerTarget(GrpcStreams):
         }
         if num_processes == 1:
             return LoadGenerator(self, **settings)
-        generator = ClientProcesses(
-            num_processes,
-            self.url,
-            self.client.model,
-            self.client.timeout_s,
-            self.count_tokens,
-            settings,
+        make_streams = functools.partial(
+            counting_streams, self.url, self.client.timeout_s, self.client.model, self.count_tokens
         )
+        generator = ClientProcesses(num_processes, make_streams, settings)
         self._generators.append(generator)
         return generator
 
 
 def launches_server(bench, target: str) -> bool:
-    """Whether measuring `target` (server, direct or both) starts a server on the deployed
-    repository: the stage then deploys first and passes the artifact to server_target."""
+    """Whether measuring `target` (session.TARGETS) needs the deploy artifact: to start a server
+    on its repository (the stage then deploys first and passes it to server_target), or for the
+    OpenAI frontend's tokenizer and engine limits, even in front of bench.server_url."""
+    if target in ("openai", "all"):
+        return True
     return target in ("server", "both") and not bench.server_url
 
 

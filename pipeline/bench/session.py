@@ -12,6 +12,7 @@ from pipeline.bench import served_path
 from pipeline.bench.direct_target import DirectTarget, served_runtime
 from pipeline.bench.load_generator import MODES
 from pipeline.bench.metrics import achieved_bandwidth_gb_s, summarize
+from pipeline.bench.openai_target import openai_overhead
 from pipeline.bench.records import RequestRecord
 from pipeline.bench.report import triton_overhead
 from pipeline.bench.target import Target
@@ -20,7 +21,9 @@ from pipeline.errors import ConfigError
 from pipeline.profiler.sampler import Sampler, summarize_samples
 
 log = logging.getLogger(__name__)
-TARGETS = ("server", "direct", "both")
+# openai: the OpenAI-compatible frontend in front of the bench's server; all: direct, the gRPC
+# server path and the OpenAI path, the last two on one server
+TARGETS = ("server", "direct", "both", "openai", "all")
 
 
 def check_bench_spec(bench) -> None:
@@ -182,24 +185,31 @@ def run_targets(
 ) -> tuple[dict, dict]:
     """Direct first (then freed), then the server (launched on the deploy artifact `deployed`
     unless bench.server_url is set): ({target: result}, {target: records})."""
+    from pipeline.bench.openai_target import openai_target
     from pipeline.bench.server_target import server_target
 
     bench = spec.bench
     origin_s = time.perf_counter() if origin_s is None else origin_s
     workload = Workload.from_spec(bench, maker)
     results, records = {}, {}
-    if bench.target in ("direct", "both"):
+    if bench.target in ("direct", "both", "all"):
         with direct_target(spec, engine_dir, sampler) as target:
             results["direct"], records["direct"] = measure(
                 target, bench, workload, sampler, origin_s
             )
             results["direct"]["torch_num_threads"] = target.num_threads
-    if bench.target in ("server", "both"):
+    if bench.target in ("server", "both", "openai", "all"):
         with server_target(spec, sampler, deployed) as target:
-            results["server"], records["server"] = measure(
-                target, bench, workload, sampler, origin_s
-            )
-        if target.trace_file is not None:  # complete once the server has stopped
+            if bench.target != "openai":
+                results["server"], records["server"] = measure(
+                    target, bench, workload, sampler, origin_s
+                )
+            if bench.target in ("openai", "all"):
+                with openai_target(spec, target.url, deployed) as api:
+                    results["openai"], records["openai"] = measure(
+                        api, bench, workload, sampler, origin_s
+                    )
+        if target.trace_file is not None and "server" in records:  # complete once stopped
             traces = served_path.read_trace(target.trace_file)
             results["server"]["served_path"] = served_path.split(
                 records["server"], traces, origin_s
@@ -219,4 +229,5 @@ def report_dict(spec, engine_dir: Path, results: dict, hardware: str, weights_by
         "weights_bytes": weights_bytes,
         "targets": results,
         "triton_vs_direct": triton_overhead(results),
+        "openai_vs_server": openai_overhead(results),
     }

@@ -19,6 +19,7 @@ from pipeline.specs.serve import OpenAISpec
 # OpenAI's default for /v1/completions; chat defaults to what the context has room for
 COMPLETION_MAX_TOKENS = 16
 _PROBLEM_NAME = re.compile(r"SamplingParams: (\w+)=")
+NO_END_ID = -1  # TensorRT-LLM's end_id that no token matches
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,8 @@ def plan(
             )
         for i in range(request.n):
             seed = None if request.seed is None else request.seed + i
-            params = _sampling_params(request, wanted, seed, model.end_id, stop_sequences)
+            end_id = NO_END_ID if request.ignore_eos else model.end_id
+            params = _sampling_params(request, wanted, seed, end_id, stop_sequences)
             if request.n > 1 and params.is_greedy:
                 raise bad_request(
                     f"n={request.n} with temperature={request.temperature} (greedy) would "

@@ -22,6 +22,8 @@ class _Strict(BaseModel):
 
 class StreamOptions(_Strict):
     include_usage: bool = False
+    # vLLM's extension: every chunk carries the usage so far (how a benchmark counts tokens)
+    continuous_usage_stats: bool = False
 
 
 class TextPart(_Strict):
@@ -46,6 +48,7 @@ class _GenerationRequest(_Strict):
     temperature: float = 1.0  # OpenAI's default: sampled; 0 = greedy
     top_p: float = 1.0
     top_k: int = 0  # an extension (vLLM's, TensorRT-LLM's): 0 = no top-k filter
+    ignore_eos: bool = False  # vLLM's extension: run to max_tokens (benchmarks' fixed lengths)
     n: int = 1
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -76,9 +76,16 @@ class Shape:
         }
 
     def chunk(
-        self, index: int, text: str, finish_reason: str | None, with_usage: bool, role: bool = False
+        self,
+        index: int,
+        text: str,
+        finish_reason: str | None,
+        with_usage: bool,
+        role: bool = False,
+        usage_so_far: dict | None = None,
     ) -> bytes:
-        """One choice's piece; role: the chat stream's first chunk of a choice says who speaks."""
+        """One choice's piece; role: the chat stream's first chunk of a choice says who speaks;
+        usage_so_far: sent instead of null (continuous_usage_stats)."""
         if self.is_chat:
             delta = {"role": "assistant", "content": text} if role else {"content": text}
             if finish_reason is not None and not text:
@@ -90,8 +97,8 @@ class Shape:
             **self._head(is_chunk=True),
             "choices": [{**choice, "logprobs": None, "finish_reason": finish_reason}],
         }
-        if with_usage:
-            body["usage"] = None  # OpenAI's shape: null on every chunk but the last
+        if with_usage or usage_so_far is not None:
+            body["usage"] = usage_so_far  # OpenAI's shape: null on every chunk but the last
         return sse(body)
 
     def usage_chunk(self, num_prompt_tokens: int, num_completion_tokens: int) -> bytes:

@@ -24,7 +24,7 @@ from pipeline.openai_api.errors import APIError, bad_request
 from pipeline.openai_api.generation import choice_pieces, merged
 from pipeline.openai_api.metrics import FrontendMetrics
 from pipeline.openai_api.protocol import ChatCompletionRequest, CompletionRequest, parse
-from pipeline.openai_api.responses import DONE, Answer, Shape, sse
+from pipeline.openai_api.responses import DONE, Answer, Shape, sse, usage
 from pipeline.openai_api.served_model import Prompt, ServedModel
 from pipeline.openai_api.triton_llm import EngineError, TritonLLM
 from pipeline.specs.serve import OpenAISpec
@@ -124,8 +124,8 @@ class Frontend:
             first = await anext(pieces)  # a refusal by the model still gets its status
             self.metrics.ttft.observe(time.perf_counter() - start)
             if parsed.stream:
-                include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
-                events = self._events(shape, plan, first, pieces, echoes, include_usage, start)
+                options = parsed.stream_options
+                events = self._events(shape, plan, first, pieces, echoes, options, start)
                 is_streamed = True  # Starlette runs finish() after the stream, client gone or not
                 return StreamingResponse(
                     events,
@@ -163,21 +163,30 @@ class Frontend:
             return [self.model.encode_prompt(p, f"prompt.{i}") for i, p in enumerate(prompt)]
         return [self.model.token_prompt(p, f"prompt.{i}") for i, p in enumerate(prompt)]
 
-    async def _events(self, shape, plan, first, pieces, echoes, include_usage, start):
+    async def _events(self, shape, plan, first, pieces, echoes, options, start):
+        include_usage = bool(options and options.include_usage)
+        continuous = bool(options and options.continuous_usage_stats)
         answer, has_started = Answer(len(plan.choices)), [False] * len(plan.choices)
         try:
             item = first
             while item is not None:
                 index, piece = item
+                answer.add(index, piece)
+                so_far = (
+                    usage(plan.num_prompt_tokens, answer.num_completion_tokens)
+                    if continuous
+                    else None
+                )
                 if not has_started[index]:
                     has_started[index] = True
                     if shape.is_chat or echoes[index]:
-                        yield shape.chunk(index, echoes[index], None, include_usage, role=True)
+                        yield shape.chunk(index, echoes[index], None, include_usage, True, so_far)
                 if piece.text:
-                    yield shape.chunk(index, piece.text, None, include_usage)
+                    yield shape.chunk(index, piece.text, None, include_usage, usage_so_far=so_far)
                 if piece.finish_reason:
-                    yield shape.chunk(index, "", piece.finish_reason, include_usage)
-                answer.add(index, piece)
+                    yield shape.chunk(
+                        index, "", piece.finish_reason, include_usage, usage_so_far=so_far
+                    )
                 item = await anext(pieces, None)
             if include_usage:
                 yield shape.usage_chunk(plan.num_prompt_tokens, answer.num_completion_tokens)
