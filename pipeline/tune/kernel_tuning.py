@@ -27,7 +27,13 @@ class ItemResult:
     error: str | None = None  # the default failed its own gate, or the space refused
 
     def to_dict(self) -> dict:
-        out = {"kernel": self.item.kernel, "shape": self.item.key, "label": self.item.label}
+        item = self.item
+        out = {
+            "item": f"{item.kernel} [{item.label}]",
+            "kernel": item.kernel,
+            "shape": item.key,
+            "label": item.label,
+        }
         if self.error:
             return {**out, "error": self.error, "num_trials": 0}
         if self.cached is not None:
