@@ -107,7 +107,8 @@ class Frontend:
         ticket = self.admission.take(len(plan.choices))
         self.metrics.in_flight.inc(ticket.num)
         shape = Shape(is_chat, self.model.name)
-        echoes = [c.prompt.text if getattr(parsed, "echo", False) else "" for c in plan.choices]
+        is_echoed = getattr(parsed, "echo", False)
+        echoes = [self.model.echo(c.prompt) if is_echoed else "" for c in plan.choices]
         pieces = merged(
             [choice_pieces(self.llm, self.model.detokenizer, c, plan.stops) for c in plan.choices]
         )

@@ -48,7 +48,7 @@ def read_limits(engine_dir: Path, enable_chunked_prefill: bool) -> RequestLimits
 @dataclass(frozen=True, slots=True)
 class Prompt:
     token_ids: list[int]
-    text: str  # what `echo` sends back
+    text: str | None  # what `echo` sends back; None: sent as token ids (decoded if echoed)
 
 
 class ServedModel:
@@ -79,7 +79,10 @@ class ServedModel:
     def token_prompt(self, token_ids: list[int], param: str = "prompt") -> Prompt:
         if not token_ids:
             raise bad_request(f"{param}: an empty token list; send at least one token", param)
-        return Prompt(list(token_ids), self.detokenizer.decode(token_ids))
+        return Prompt(list(token_ids), None)
+
+    def echo(self, prompt: Prompt) -> str:
+        return self.detokenizer.decode(prompt.token_ids) if prompt.text is None else prompt.text
 
     def chat_prompt(self, messages: list[dict]) -> Prompt:
         if not self.has_chat_template:

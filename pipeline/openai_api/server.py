@@ -42,8 +42,8 @@ class OpenAIServer:
             build_app(self.frontend),
             host=self.host,
             port=self.port,
-            loop="asyncio",
-            http="h11",
+            loop="auto",  # uvloop and httptools when installed (the serve extra has them)
+            http="auto",
             lifespan="on",
             log_level="warning",
             access_log=False,
