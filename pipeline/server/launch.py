@@ -12,7 +12,7 @@ from pipeline.errors import StageError
 from pipeline.server import stub_python
 from pipeline.server.container import container_argv
 from pipeline.server.server_home import prepare_home
-from pipeline.server.triton_server import Endpoints, TritonServer
+from pipeline.server.triton_server import Endpoints, TritonServer, exit_description
 from pipeline.specs.deploy import DeploySpec
 from pipeline.triton_repo.engine_info import EngineInfo
 
@@ -25,6 +25,11 @@ def endpoints(deploy: DeploySpec) -> Endpoints:
 
 def server_dir(workdir: str) -> Path:
     return Path(workdir).resolve() / "server"
+
+
+def run_dir(workdir: str) -> Path:
+    """Where the local servers' records are (server_records)."""
+    return server_dir(workdir) / "run"
 
 
 def _log_path(workdir: str) -> Path:
@@ -44,6 +49,7 @@ def local_server(
         _log_path(workdir),
         deploy.startup_timeout_s,
         (*deploy.server_args, *extra_args),
+        run_dir(workdir),
     )
 
 
@@ -87,6 +93,11 @@ def serve_until_stopped(server: TritonServer) -> None:
     exits by itself (StageError with its log tail)."""
     try:
         code = server.process.wait()
-        raise StageError(server.failure(f"exited with code {code} while serving"))
+        raise StageError(
+            server.failure(
+                f"{exit_description(code)} while serving; its python models and engine are "
+                f"stopped with it; start it again (`make serve`)"
+            )
+        )
     except KeyboardInterrupt:
         log.info("serve: stopping")

@@ -3,8 +3,16 @@
 Works for the local wheel server and for the container command alike (both are an argv); the
 local one also gets a private python-backend shm prefix and TMPDIR, so stop() removes exactly the
 shared-memory segments and python_env_* dirs this server created, even after a crash.
+
+Lifetime: the server gets SIGTERM when the thread that started it ends (Linux's parent-death
+signal; start it from a thread that lives as long as it should, as serve does from its main
+thread), so a wrapper killed with SIGKILL does not leave it running; its python stubs follow it
+(each polls its parent) and the engine process follows its stubs (it exits when its last client
+connection closes). The local server also leaves a record in run_dir (server_records), from
+which the next start stops what is left of a server whose wrapper died.
 """
 
+import ctypes
 import logging
 import os
 import secrets
@@ -12,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +28,13 @@ from pathlib import Path
 import requests
 
 from pipeline.errors import StageError
+from pipeline.server import server_records
 from pipeline.server.server_home import ServerHome
 
 log = logging.getLogger(__name__)
-SHM_DIR = Path("/dev/shm")
+SHM_DIR = server_records.SHM_DIR
 EXIT_TIMEOUT_S = 10
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +67,15 @@ class Endpoints:
                 try:
                     sock.bind((self.host, port))
                 except OSError as exc:
+                    holder = server_records.listener(self.host, port)
+                    what = (
+                        f"pid {holder[0]} (`{holder[1]}`) listens there: stop it (kill {holder[0]})"
+                        if holder
+                        else "stop what listens there"
+                    )
                     raise StageError(
-                        f"serve: {self.host}:{port} is in use ({exc.strerror}); stop "
-                        f"what listens there or set deploy.{key}=<free port>"
+                        f"serve: {self.host}:{port} is in use ({exc.strerror}); {what} or set "
+                        f"deploy.{key}=<free port>"
                     ) from exc
 
 
@@ -101,11 +118,13 @@ class TritonServer:
         env: dict | None = None,
         shm_prefix: str | None = None,
         tmp_dir: Path | None = None,
+        run_dir: Path | None = None,
     ):
         self.argv, self.endpoints, self.log_path = argv, endpoints, Path(log_path)
         self.startup_timeout_s, self.env = startup_timeout_s, env
-        self.shm_prefix, self.tmp_dir = shm_prefix, tmp_dir
+        self.shm_prefix, self.tmp_dir, self.run_dir = shm_prefix, tmp_dir, run_dir
         self.process: subprocess.Popen | None = None
+        self.record_path: Path | None = None
 
     @classmethod
     def local(
@@ -116,6 +135,7 @@ class TritonServer:
         log_path: Path,
         startup_timeout_s: float,
         extra_args: tuple[str, ...] = (),
+        run_dir: Path | None = None,
     ) -> "TritonServer":
         shm_prefix = f"pipeline{os.getpid()}-{secrets.token_hex(3)}_"
         tmp_dir = Path(log_path).parent / f"tmp-{shm_prefix.rstrip('_')}"
@@ -127,6 +147,7 @@ class TritonServer:
             home.env(tmp_dir),
             shm_prefix,
             tmp_dir,
+            run_dir,
         )
 
     def __enter__(self) -> "TritonServer":
@@ -142,6 +163,8 @@ class TritonServer:
         self.stop()
 
     def start(self) -> None:
+        if self.run_dir is not None:
+            server_records.stop_orphans(self.run_dir, grace_s=EXIT_TIMEOUT_S + 5)
         self.endpoints.check_free()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.tmp_dir is not None:
@@ -155,7 +178,13 @@ class TritonServer:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_exit_with_parent(os.getpid()),
             )
+        if self.run_dir is not None and self.shm_prefix is not None:
+            record = server_records.ServerRecord.of(
+                self.process.pid, self.argv, self.shm_prefix, self.tmp_dir
+            )
+            self.record_path = record.write(self.run_dir)
 
     def is_ready(self) -> bool:
         try:
@@ -169,7 +198,7 @@ class TritonServer:
         while time.perf_counter() - start < self.startup_timeout_s:
             if self.process.poll() is not None:
                 raise StageError(
-                    self.failure(f"exited with code {self.process.returncode} before it was ready")
+                    self.failure(f"{exit_description(self.process.returncode)} before it was ready")
                 )
             if self.is_ready():
                 elapsed = time.perf_counter() - start
@@ -209,6 +238,8 @@ class TritonServer:
             self.process.wait()
             _wait_group_gone(self.process.pid, EXIT_TIMEOUT_S)
         self._remove_leftovers()
+        if self.record_path is not None:
+            self.record_path.unlink(missing_ok=True)
 
     def _remove_leftovers(self) -> None:
         if self.shm_prefix:
@@ -216,6 +247,29 @@ class TritonServer:
                 path.unlink(missing_ok=True)
         if self.tmp_dir is not None:
             shutil.rmtree(self.tmp_dir, ignore_errors=True)
+
+
+def _exit_with_parent(parent_pid: int):
+    """A preexec_fn: SIGTERM this child when the thread that forked it ends (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def preexec() -> None:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent_pid:  # the parent died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+def exit_description(code: int) -> str:
+    """'exited with code N', or for a signal its name and who usually sends it."""
+    if code >= 0:
+        return f"exited with code {code}"
+    name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+    if -code == signal.SIGKILL:
+        return f"was killed by {name} (kill -9, or the kernel's OOM killer: see dmesg)"
+    return f"was stopped by {name}"
 
 
 def _wait_group_gone(pgid: int, timeout_s: float) -> None:
