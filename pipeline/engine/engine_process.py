@@ -179,7 +179,7 @@ class _Hub:
                 # plain tuples: a slotted dataclass pickles through Python-level __getstate__,
                 # about ten times the engine's GIL time of a tuple
                 by_client.setdefault(client, []).append(
-                    (d.request_id, d.token_ids, d.finished, d.finish_reason, d.error)
+                    (d.request_id, d.token_ids, d.finished, d.finish_reason, d.error, d.logprobs)
                 )
                 if d.finished:
                     del self._owners[d.request_id]

@@ -291,8 +291,12 @@ class LLMEngine:
                 self._queue_s += seq.admitted_time_s - seq.arrival_time_s
                 self._first_token_s += seq.first_token_time_s - seq.arrival_time_s
                 self._final_s += seq.finish_time_s - seq.arrival_time_s
+            new = seq.token_ids[num_before:]
+            logprobs = seq.logprobs
+            if logprobs is not None:  # one per token kept
+                logprobs = logprobs[len(logprobs) - len(new) :]
             deltas.append(
-                StreamDelta(seq.request_id, seq.token_ids[num_before:], reason is not None, reason)
+                StreamDelta(seq.request_id, new, reason is not None, reason, logprobs=logprobs)
             )
 
     def generate(

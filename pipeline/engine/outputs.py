@@ -12,6 +12,7 @@ class StreamDelta:
     finished: bool
     finish_reason: str | None = None  # "stop" | "length" | "cancelled" | "error" once finished
     error: str | None = None  # why the request failed (finish_reason "error")
+    logprobs: list[float] | None = None  # of token_ids, when the request asked (params.logprobs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,7 @@ class RequestOutput:
     arrival_time_s: float  # time.perf_counter() clock
     first_token_time_s: float | None
     finish_time_s: float | None
+    logprobs: list[float] | None = None  # of token_ids, when the request asked (params.logprobs)
 
     @classmethod
     def from_sequence(cls, seq: Sequence, text: str) -> "RequestOutput":
@@ -36,4 +38,5 @@ class RequestOutput:
             arrival_time_s=seq.arrival_time_s,
             first_token_time_s=seq.first_token_time_s,
             finish_time_s=seq.finish_time_s,
+            logprobs=None if seq.logprobs is None else list(seq.logprobs),
         )

@@ -1,4 +1,5 @@
-"""Per-request generation knobs (names follow the tensorrtllm backend's inputs).
+"""Per-request generation knobs (names follow the tensorrtllm backend's inputs, and OpenAI's
+where the two agree: presence_penalty, frequency_penalty, min_tokens, logprobs).
 
 Every value is checked here, whoever builds the request (the Triton models, a frontend, a
 script): a NaN temperature or a seed past 64 bits must fail the request that carries it, never
@@ -40,6 +41,21 @@ def _problems(p: "SamplingParams") -> list[str]:
         value = getattr(p, name)
         if value is not None and not -1 <= value <= MAX_INT32:
             problems.append(f"{name}={value} must be a token id in [0, {MAX_INT32}] or -1 (none)")
+    if not (math.isfinite(p.repetition_penalty) and p.repetition_penalty > 0.0):
+        problems.append(
+            f"repetition_penalty={p.repetition_penalty} must be a finite number > 0 (1 = none)"
+        )
+    for name in ("presence_penalty", "frequency_penalty"):
+        if not math.isfinite(getattr(p, name)):
+            problems.append(f"{name}={getattr(p, name)} must be a finite number (0 = none)")
+    for name in ("min_tokens", "prompt_ignore_length"):
+        if not 0 <= getattr(p, name) <= MAX_INT32:
+            problems.append(f"{name}={getattr(p, name)} must be in [0, {MAX_INT32}]")
+    if p.logprobs not in (None, 0):
+        problems.append(
+            f"logprobs={p.logprobs}: only the sampled token's log probability is returned "
+            f"(logprobs=0); top alternatives are not"
+        )
     return problems
 
 
@@ -56,6 +72,15 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     stop_sequences: tuple[tuple[int, ...], ...] = ()  # token-id sequences that end generation
     bad_sequences: tuple[tuple[int, ...], ...] = ()  # token-id sequences never generated
+    # penalties, as TensorRT-LLM applies them (docs/trtllm_reference.md, section 9.2): on the
+    # logits of tokens the sequence holds, prompt included; presence and frequency skip the
+    # first prompt_ignore_length prompt tokens (the prompt's length or more: OpenAI's rule)
+    repetition_penalty: float = 1.0  # > 1 discourages repeats (logit / p, or * p if negative)
+    presence_penalty: float = 0.0  # subtracted once from each present token's logit
+    frequency_penalty: float = 0.0  # subtracted per occurrence
+    prompt_ignore_length: int = 0
+    min_tokens: int = 0  # end (and stop token) ids are banned until this many are generated
+    logprobs: int | None = None  # 0: each generated token's log probability (section 9.3)
 
     def __post_init__(self):
         problems = _problems(self)
@@ -72,3 +97,11 @@ class SamplingParams:
     @property
     def is_greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW_TEMPERATURE
+
+    @property
+    def has_penalties(self) -> bool:
+        return (
+            self.repetition_penalty != 1.0
+            or self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0
+        )

@@ -5,6 +5,7 @@ engine launches step N+1 before it reads step N's tokens, so a sequence's next i
 exist only in the previous step's output tensor (row pending_row)."""
 
 import time
+from collections import deque
 from enum import Enum
 
 import torch
@@ -49,6 +50,12 @@ class Sequence:
         self.num_preemptions = 0
         self.finish_reason: str | None = None
         self.generator: torch.Generator | None = None
+        # [2, V] on the device, made and updated by the sampler (layers/penalties.py)
+        self.penalty_counts: torch.Tensor | None = None
+        # each generated token's log probability (params.logprobs set); the launches sampled
+        # but not read yet: (their LaunchLogprobs, this sequence's row), oldest first
+        self.logprobs: list[float] | None = None if params.logprobs is None else []
+        self._pending_logprobs: deque = deque()
         if params.ignore_eos:
             self.end_ids = frozenset()
         else:
@@ -120,9 +127,17 @@ class Sequence:
                 banned.append(bad[-1])
         return banned
 
+    def expect_logprobs(self, launch, row: int) -> None:
+        """A launch samples this sequence in `row`; its log probabilities come with its tokens.
+        With no tokens pending, any launch still listed failed before it was read."""
+        if not self.num_pending_tokens:
+            self._pending_logprobs.clear()
+        self._pending_logprobs.append((launch, row))
+
     def append_tokens(self, token_ids: list[int]) -> tuple[int, str | None]:
         """Record a launch's sampled tokens in order until a stop rule fires: (how many it
         took, the finish reason or None)."""
+        num_before = len(self.token_ids)
         if (
             len(token_ids) < self.params.max_tokens - self.num_completion_tokens
             and not self.params.stop_sequences
@@ -131,12 +146,19 @@ class Sequence:
             if self.first_token_time_s is None:
                 self.first_token_time_s = time.perf_counter()
             self.token_ids += token_ids
-            return len(token_ids), None
-        for num_taken, token_id in enumerate(token_ids, 1):
-            reason = self.append_token(token_id)
-            if reason is not None:
-                return num_taken, reason
-        return len(token_ids), None
+            num_taken, reason = len(token_ids), None
+        else:
+            num_taken, reason = len(token_ids), None
+            for i, token_id in enumerate(token_ids, 1):
+                reason = self.append_token(token_id)
+                if reason is not None:
+                    num_taken = i
+                    break
+        if self.logprobs is not None and self._pending_logprobs:
+            launch, row = self._pending_logprobs.popleft()
+            # the tokens kept (an end token is not), each with its log probability
+            self.logprobs += launch.row(row)[: len(self.token_ids) - num_before]
+        return num_taken, reason
 
     def append_token(self, token_id: int) -> str | None:
         """Record a sampled token; return the finish reason when a stop rule fires.

@@ -1,13 +1,18 @@
-"""Next-token choice per row: banned tokens, then greedy or temperature / top-k / top-p sampling.
+"""Next-token choice per row: banned tokens, penalties, then greedy or temperature / top-k / top-p
+sampling; the sampled tokens' log probabilities for the rows that ask.
 
 A row with a seed draws from its own torch.Generator, so its tokens do not depend on what else
-is in the batch; rows without one share the sampler's generator.
+is in the batch; rows without one share the sampler's generator. Penalties and log probabilities
+cost nothing while no row in the batch uses them (None in SamplingTensors).
 """
 
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from pipeline.engine.layers.penalties import Penalties, penalties
+from pipeline.engine.layers.token_logprobs import LaunchLogprobs
 
 
 @dataclass(slots=True)
@@ -19,6 +24,10 @@ class SamplingTensors:
     temperatures: torch.Tensor | None = None  # [S] float32; 1.0 on greedy rows (draw unused)
     top_ks: torch.Tensor | None = None  # [S] int64; vocab size where top-k is off
     top_ps: torch.Tensor | None = None  # [S] float32
+    penalties: Penalties | None = None  # rows with penalties or min_tokens
+    # log probabilities of the sampled tokens (all rows, when any asks): the log-softmax of the
+    # logits each was drawn from, after bans, penalties and temperature, before top-k / top-p
+    logprobs: LaunchLogprobs | None = None
 
 
 def filtered_probs(
@@ -49,10 +58,17 @@ def sampling_tensors(seqs: list, device: torch.device, vocab_size: int) -> Sampl
         is_greedy=is_greedy,
         generators=[seq.generator for seq in seqs],
         banned_token_ids=[seq.banned_token_ids() for seq in seqs],
+        penalties=penalties(seqs, device, vocab_size),
     )
+    if any(p.logprobs is not None for p in params):
+        tensors.logprobs = LaunchLogprobs()
+        for row, seq in enumerate(seqs):
+            if seq.logprobs is not None:
+                seq.expect_logprobs(tensors.logprobs, row)
     if not all(is_greedy):  # greedy batches need no knobs on the device
         tensors.temperatures = torch.tensor(
-            [1.0 if p.is_greedy else p.temperature for p in params],
+            # penalized rows are scaled by their penalties (temperature comes first)
+            [1.0 if p.is_greedy or p.has_penalties else p.temperature for p in params],
             dtype=torch.float32,
             device=device,
         )
@@ -78,6 +94,19 @@ class Sampler(nn.Module):
                 ),
                 torch.tensor(float("-inf"), device=logits.device),
             )
+        if params.penalties is not None:
+            logits = params.penalties.apply(logits)
+        tokens = self._choose(logits, params)
+        if params.penalties is not None:
+            params.penalties.record(tokens)
+        if params.logprobs is not None:
+            if params.temperatures is not None:
+                logits = logits / params.temperatures[:, None]
+            params.logprobs.add(logits.log_softmax(dim=-1).gather(1, tokens[:, None])[:, 0])
+        return tokens
+
+    def _choose(self, logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
+        # logits [S, V] float32 -> token ids [S] int64
         greedy = logits.argmax(dim=-1)
         if all(params.is_greedy):
             return greedy
