@@ -18,6 +18,7 @@ class EngineInfo:
     max_num_tokens: int
     tp_size: int
     pp_size: int
+    logits_dtype: str = "float32"  # pretrained_config.logits_dtype (TensorRT-LLM's default)
 
     @property
     def world_size(self) -> int:
@@ -39,6 +40,7 @@ class EngineInfo:
                 max_num_tokens=int(build["max_num_tokens"]),
                 tp_size=int(mapping.get("tp_size", 1)),
                 pp_size=int(mapping.get("pp_size", 1)),
+                logits_dtype=str(config["pretrained_config"].get("logits_dtype", "float32")),
             )
         except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(

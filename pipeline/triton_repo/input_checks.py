@@ -24,16 +24,24 @@ class Allowed:
     low: float
     high: float
     meaning: str = ""  # what the edge values mean, for the error message
+    is_low_open: bool = False  # low itself is not allowed
 
     def describe(self) -> str:
         high = "2**64 - 1" if self.high == MAX_UINT64 else self.high
-        return f"[{self.low}, {high}]" + (f" ({self.meaning})" if self.meaning else "")
+        low = f"({self.low}" if self.is_low_open else f"[{self.low}"
+        return f"{low}, {high}]" + (f" ({self.meaning})" if self.meaning else "")
+
+    def allows(self, value: float) -> bool:
+        above = self.low < value if self.is_low_open else self.low <= value
+        return above and value <= self.high
 
 
 _OUTPUT_LEN = Allowed(1, MAX_INT32, "tokens to generate")
 _TOP_K = Allowed(0, MAX_INT32, "0 = no top-k filter")
 _TOP_P = Allowed(0.0, 1.0, "0 with top_k 0 = greedy")
 _TOKEN_ID = Allowed(-1, MAX_INT32, "a token id; -1 = none, which no token matches")
+_ADDITIVE_PENALTY = Allowed(-math.inf, math.inf, "0 = none")
+_LENGTH_PENALTY = Allowed(-math.inf, math.inf, "beam search only")
 # the ensemble's / BLS's names and the tensorrt_llm model's names for the same knobs
 ALLOWED = {
     "max_tokens": _OUTPUT_LEN,
@@ -50,6 +58,19 @@ ALLOWED = {
     "END_ID": _TOKEN_ID,
     "PAD_ID": _TOKEN_ID,
     "input_lengths": Allowed(1, MAX_INT32, "tokens of input_ids to use"),
+    # TensorRT-LLM's SamplingConfig ranges (docs/trtllm_reference.md, section 9.2)
+    "repetition_penalty": Allowed(0.0, math.inf, "1 = none", is_low_open=True),
+    "presence_penalty": _ADDITIVE_PENALTY,
+    "frequency_penalty": _ADDITIVE_PENALTY,
+    "min_tokens": Allowed(0, MAX_INT32, "0 = none"),
+    "length_penalty": _LENGTH_PENALTY,
+    "len_penalty": _LENGTH_PENALTY,
+    "beam_width": Allowed(1, MAX_INT32, "1 = no beam search"),
+    "num_return_sequences": Allowed(1, MAX_INT32, "sequences returned"),
+    "prompt_vocab_size": Allowed(0, MAX_INT32),
+    "lora_task_id": Allowed(0, MAX_UINT64),
+    "prompt_table_extra_id": Allowed(0, MAX_UINT64),
+    "prompt_ignore_length": Allowed(0, MAX_INT32, "prompt tokens presence/frequency skip"),
 }
 
 
@@ -59,6 +80,7 @@ CLIENT_NAMES = {
     "REQUEST_OUTPUT_LEN": "max_tokens",
     "runtime_top_k": "top_k",
     "runtime_top_p": "top_p",
+    "len_penalty": "length_penalty",
     "END_ID": "end_id",
     "PAD_ID": "pad_id",
 }
@@ -75,7 +97,7 @@ def check_inputs(arrays: dict[str, np.ndarray]) -> None:
             is_number = isinstance(value, int | float) and not isinstance(value, bool)
             if not is_number or not math.isfinite(value):
                 problems.append(f"{name}={value!r}{client} is not a finite number")
-            elif not allowed.low <= value <= allowed.high:
+            elif not allowed.allows(value):
                 problems.append(f"{name}={value!r}{client} is outside {allowed.describe()}")
     if problems:
         raise ValueError("; ".join(problems))

@@ -1,7 +1,10 @@
 """The models' tensors, as the tensorrtllm backend's templates declare them (TensorRT-LLM 1.2.x).
 
-Only the subset the pipeline drives is declared; a client written for the upstream ensemble works
-unchanged, and the ensemble maps onto either backend's `tensorrt_llm` model.
+`ensemble` and `tensorrt_llm_bls` declare upstream's whole client interface (names, data types,
+dims: docs/trtllm_reference.md, section 9.1), so a client written for upstream's models sends
+what it sends; with backend=trtllm every input reaches the tensorrtllm backend, and the torch
+backend's `tensorrt_llm` serves what its engine can and refuses the rest by name. The other
+models declare the subset the pipeline drives.
 """
 
 from dataclasses import dataclass, replace
@@ -17,8 +20,18 @@ class TensorSpec:
     ragged: bool = False  # allow_ragged_batch
 
 
+LOGITS = "LOGITS"  # upstream's ${logits_datatype}: the engine's logits type (with_logits_type)
+LOGITS_TYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16"}
+
+
 def t(name: str, data_type: str, dims: tuple[int, ...] = (1,), **flags: bool) -> TensorSpec:
-    return TensorSpec(name, f"TYPE_{data_type}", dims, **flags)
+    data_type = data_type if data_type == LOGITS else f"TYPE_{data_type}"
+    return TensorSpec(name, data_type, dims, **flags)
+
+
+def with_logits_type(specs, data_type: str) -> tuple[TensorSpec, ...]:
+    """specs with the LOGITS placeholder set to data_type (a ModelConfig DataType name)."""
+    return tuple(replace(s, data_type=data_type) if s.data_type == LOGITS else s for s in specs)
 
 
 # The client-facing interface of `ensemble` and `tensorrt_llm_bls`.
@@ -35,10 +48,88 @@ ENSEMBLE_INPUTS = (
     t("seed", "UINT64", optional=True),
     t("stream", "BOOL", optional=True),
     t("exclude_input_in_output", "BOOL", optional=True),
+    # the rest of upstream's ensemble inputs, in its order
+    t("decoder_text_input", "STRING", optional=True),
+    t("num_return_sequences", "INT32", optional=True),
+    t("length_penalty", "FP32", optional=True),
+    t("repetition_penalty", "FP32", optional=True),
+    t("min_tokens", "INT32", optional=True),
+    t("presence_penalty", "FP32", optional=True),
+    t("frequency_penalty", "FP32", optional=True),
+    t("return_log_probs", "BOOL", optional=True),
+    t("return_context_logits", "BOOL", optional=True),
+    t("return_generation_logits", "BOOL", optional=True),
+    t("return_perf_metrics", "BOOL", optional=True),
+    t("return_num_input_tokens", "BOOL", optional=True),
+    t("return_num_output_tokens", "BOOL", optional=True),
+    t("beam_width", "INT32", optional=True),
+    t("prompt_embedding_table", "FP16", (-1, -1), optional=True),
+    t("prompt_table_extra_id", "UINT64", optional=True),
+    t("prompt_vocab_size", "INT32", optional=True),
+    t("embedding_bias_words", "STRING", (-1,), optional=True),
+    t("embedding_bias_weights", "FP32", (-1,), optional=True),
+    t("lora_task_id", "UINT64", optional=True),
+    t("lora_weights", "FP16", (-1, -1), optional=True, ragged=True),
+    t("lora_config", "INT32", (-1, 3), optional=True, ragged=True),
+    t("guided_decoding_guide_type", "STRING", optional=True, ragged=True),
+    t("guided_decoding_guide", "STRING", optional=True, ragged=True),
+)
+# The BLS's: the ensemble's, reshaped to scalars and unragged where upstream's BLS template does,
+# and its own multimodal and draft-model inputs
+_BLS_SCALARS = frozenset(
+    (
+        "return_log_probs",
+        "return_context_logits",
+        "return_generation_logits",
+        "num_return_sequences",
+        "lora_task_id",
+        "return_perf_metrics",
+        "return_num_input_tokens",
+        "return_num_output_tokens",
+    )
+)
+BLS_INPUTS = (
+    *(
+        replace(s, scalar=s.name in _BLS_SCALARS, ragged=s.ragged and s.name.startswith("lora"))
+        for s in ENSEMBLE_INPUTS
+    ),
+    t("image_input", "FP16", (-1, 3, -1, -1), optional=True),
+    t("image_bytes_input", "UINT8", (-1, -1, -1, -1), optional=True),
+    t("image_url_input", "STRING", optional=True),
+    t("video_bytes_input", "UINT8", (-1, -1, -1, -1), optional=True),
+    t("num_draft_tokens", "INT32", optional=True),
+    t("use_draft_logits", "BOOL", optional=True, scalar=True),
+)
+# What upstream's models give back beside the text or tokens (the tensorrt_llm model's, passed on
+# by the ensemble and the BLS); upstream's ensemble lists kv_cache_alloc_total_blocks twice,
+# which a repository cannot (validate.py refuses duplicate names)
+RESULT_OUTPUTS = (
+    t("cum_log_probs", "FP32", (-1,)),
+    t("output_log_probs", "FP32", (-1, -1)),
+    t("context_logits", LOGITS, (-1, -1)),
+    t("generation_logits", LOGITS, (-1, -1, -1)),
+    t("batch_index", "INT32"),
+    t("sequence_index", "INT32"),
+    t("kv_cache_alloc_new_blocks", "INT32"),
+    t("kv_cache_reused_blocks", "INT32"),
+    t("kv_cache_alloc_total_blocks", "INT32"),
+    t("arrival_time_ns", "INT64"),
+    t("first_scheduled_time_ns", "INT64"),
+    t("first_token_time_ns", "INT64"),
+    t("last_token_time_ns", "INT64"),
+    t("acceptance_rate", "FP32"),
+    t("total_accepted_draft_tokens", "INT32"),
+    t("total_draft_tokens", "INT32"),
+    t("num_input_tokens", "INT32"),
+    t("num_output_tokens", "INT32"),
 )
 # sequence_length (ours, not upstream's): tokens behind each response's text_output, for clients
 # that count tokens (a streamed response can carry several when the server falls behind)
-ENSEMBLE_OUTPUTS = (t("text_output", "STRING", (-1,)), t("sequence_length", "INT32", (-1,)))
+ENSEMBLE_OUTPUTS = (
+    t("text_output", "STRING", (-1,)),
+    t("sequence_length", "INT32", (-1,)),
+    *RESULT_OUTPUTS,
+)
 
 PREPROCESSING_INPUTS = (
     t("QUERY", "STRING"),
@@ -47,6 +138,10 @@ PREPROCESSING_INPUTS = (
     t("STOP_WORDS_DICT", "STRING", (-1,), optional=True),
     t("END_ID", "INT32", optional=True),
     t("PAD_ID", "INT32", optional=True),
+    t("DECODER_QUERY", "STRING", optional=True),  # refused: the engines are decoder-only
+    t("EMBEDDING_BIAS_WORDS", "STRING", (-1,), optional=True),
+    t("EMBEDDING_BIAS_WEIGHTS", "FP32", (-1,), optional=True),
+    t("PROMPT_TABLE_EXTRA_ID", "UINT64", optional=True),
 )
 PREPROCESSING_OUTPUTS = (
     t("INPUT_ID", "INT32", (-1,)),
@@ -56,6 +151,8 @@ PREPROCESSING_OUTPUTS = (
     t("REQUEST_OUTPUT_LEN", "INT32"),
     t("OUT_END_ID", "INT32"),
     t("OUT_PAD_ID", "INT32"),
+    t("EMBEDDING_BIAS", "FP32", (-1,)),
+    t("OUT_PROMPT_TABLE_EXTRA_IDS", "UINT64", (-1,)),
 )
 
 # `tensorrt_llm`: the inputs/outputs of the tensorrtllm backend's model that the pipeline uses.
@@ -75,10 +172,34 @@ LLM_INPUTS = (
     t("exclude_input_in_output", "BOOL", scalar=True, optional=True),
     # true: cancel the requests in flight that carry this request's id (how the BLS cancels)
     t("stop", "BOOL", scalar=True, optional=True),
+    # the rest of what the ensemble and the BLS pass on (upstream's tensorrt_llm template)
+    t("num_return_sequences", "INT32", scalar=True, optional=True),
+    t("beam_width", "INT32", scalar=True, optional=True),
+    t("len_penalty", "FP32", scalar=True, optional=True),
+    t("repetition_penalty", "FP32", scalar=True, optional=True),
+    t("min_tokens", "INT32", scalar=True, optional=True),
+    t("presence_penalty", "FP32", scalar=True, optional=True),
+    t("frequency_penalty", "FP32", scalar=True, optional=True),
+    t("return_log_probs", "BOOL", scalar=True, optional=True),
+    t("return_context_logits", "BOOL", scalar=True, optional=True),
+    t("return_generation_logits", "BOOL", scalar=True, optional=True),
+    t("return_perf_metrics", "BOOL", scalar=True, optional=True),
+    t("return_num_input_tokens", "BOOL", scalar=True, optional=True),
+    t("return_num_output_tokens", "BOOL", scalar=True, optional=True),
+    t("embedding_bias", "FP32", (-1,), optional=True, ragged=True),
+    t("prompt_embedding_table", "FP16", (-1, -1), optional=True, ragged=True),
+    t("prompt_table_extra_ids", "UINT64", (-1,), optional=True, ragged=True),
+    t("prompt_vocab_size", "INT32", scalar=True, optional=True),
+    t("lora_task_id", "UINT64", scalar=True, optional=True),
+    t("lora_weights", "FP16", (-1, -1), optional=True, ragged=True),
+    t("lora_config", "INT32", (-1, 3), optional=True, ragged=True),
+    t("guided_decoding_guide_type", "STRING", optional=True, ragged=True),
+    t("guided_decoding_guide", "STRING", optional=True, ragged=True),
 )
 LLM_OUTPUTS = (
     t("output_ids", "INT32", (-1, -1)),
     t("sequence_length", "INT32", (-1,)),
+    *RESULT_OUTPUTS,
 )
 
 POSTPROCESSING_INPUTS = (
@@ -97,10 +218,18 @@ LLM_TEXT_INPUTS = (
     t("text_input", "STRING", optional=True),
     t("bad_words", "STRING", (-1,), optional=True),
     t("stop_words", "STRING", (-1,), optional=True),
+    # the ensemble's inputs preprocessing would take: refused by name, as the engine has no use
+    t("decoder_text_input", "STRING", optional=True),
+    t("embedding_bias_words", "STRING", (-1,), optional=True),
+    t("embedding_bias_weights", "FP32", (-1,), optional=True),
+    t("prompt_table_extra_id", "UINT64", optional=True),
 )
 TORCH_LLM_INPUTS = (
     *(replace(s, optional=True) if s.name == "input_lengths" else s for s in LLM_INPUTS),
     *LLM_TEXT_INPUTS,
+    # ours, as later upstream releases: presence and frequency penalties skip this many prompt
+    # tokens (docs/trtllm_reference.md, section 9.2)
+    t("prompt_ignore_length", "INT32", scalar=True, optional=True),
 )
 
 # Ensemble steps: (model, {model input: ensemble tensor}, {model output: ensemble tensor}).
@@ -113,6 +242,10 @@ PREPROCESSING_STEP = (
         "STOP_WORDS_DICT": "stop_words",
         "END_ID": "end_id",
         "PAD_ID": "pad_id",
+        "DECODER_QUERY": "decoder_text_input",
+        "EMBEDDING_BIAS_WORDS": "embedding_bias_words",
+        "EMBEDDING_BIAS_WEIGHTS": "embedding_bias_weights",
+        "PROMPT_TABLE_EXTRA_ID": "prompt_table_extra_id",
     },
     {
         "INPUT_ID": "_INPUT_ID",
@@ -122,8 +255,39 @@ PREPROCESSING_STEP = (
         "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN",
         "OUT_END_ID": "_PREPROCESSOR_END_ID",
         "OUT_PAD_ID": "_PREPROCESSOR_PAD_ID",
+        "EMBEDDING_BIAS": "_EMBEDDING_BIAS",
+        "OUT_PROMPT_TABLE_EXTRA_IDS": "_OUT_PROMPT_TABLE_EXTRA_IDS",
     },
 )
+# the ensemble's client inputs the tensorrt_llm model takes as they come (upstream's renames)
+LLM_DIRECT_INPUTS = {
+    "runtime_top_k": "top_k",
+    "runtime_top_p": "top_p",
+    "temperature": "temperature",
+    "seed": "seed",
+    "streaming": "stream",
+    "exclude_input_in_output": "exclude_input_in_output",
+    "num_return_sequences": "num_return_sequences",
+    "beam_width": "beam_width",
+    "len_penalty": "length_penalty",
+    "repetition_penalty": "repetition_penalty",
+    "min_tokens": "min_tokens",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "return_log_probs": "return_log_probs",
+    "return_context_logits": "return_context_logits",
+    "return_generation_logits": "return_generation_logits",
+    "return_perf_metrics": "return_perf_metrics",
+    "return_num_input_tokens": "return_num_input_tokens",
+    "return_num_output_tokens": "return_num_output_tokens",
+    "prompt_embedding_table": "prompt_embedding_table",
+    "prompt_vocab_size": "prompt_vocab_size",
+    "lora_task_id": "lora_task_id",
+    "lora_weights": "lora_weights",
+    "lora_config": "lora_config",
+    "guided_decoding_guide_type": "guided_decoding_guide_type",
+    "guided_decoding_guide": "guided_decoding_guide",
+}
 LLM_STEP_INPUTS = {
     "input_ids": "_INPUT_ID",
     "input_lengths": "_REQUEST_INPUT_LEN",
@@ -132,12 +296,9 @@ LLM_STEP_INPUTS = {
     "pad_id": "_PREPROCESSOR_PAD_ID",
     "stop_words_list": "_STOP_WORDS_IDS",
     "bad_words_list": "_BAD_WORDS_IDS",
-    "runtime_top_k": "top_k",
-    "runtime_top_p": "top_p",
-    "temperature": "temperature",
-    "seed": "seed",
-    "streaming": "stream",
-    "exclude_input_in_output": "exclude_input_in_output",
+    "embedding_bias": "_EMBEDDING_BIAS",
+    "prompt_table_extra_ids": "_OUT_PROMPT_TABLE_EXTRA_IDS",
+    **LLM_DIRECT_INPUTS,
 }
 # tensorrt_llm tokenizes (backend=torch): the ensemble's inputs go to it as they come
 TOKENIZING_LLM_STEP_INPUTS = {
@@ -147,7 +308,8 @@ TOKENIZING_LLM_STEP_INPUTS = {
     "pad_id": "pad_id",
     "stop_words": "stop_words",
     "bad_words": "bad_words",
-    **{k: v for k, v in LLM_STEP_INPUTS.items() if not v.startswith("_")},
+    **{name: name for name in PREPROCESSING_STEP[1].values() if name not in ("max_tokens",)},
+    **LLM_DIRECT_INPUTS,
 }
 POSTPROCESSING_STEP = (
     "postprocessing",
@@ -163,9 +325,14 @@ def ensemble_steps(is_llm_tokenizing: bool, is_llm_detokenizing: bool) -> tuple:
     llm_step = (
         "tensorrt_llm",
         TOKENIZING_LLM_STEP_INPUTS if is_llm_tokenizing else LLM_STEP_INPUTS,
-        {"text_output": "text_output", "sequence_length": "sequence_length"}
-        if is_llm_detokenizing
-        else {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"},
+        {
+            **(
+                {"text_output": "text_output", "sequence_length": "sequence_length"}
+                if is_llm_detokenizing
+                else {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}
+            ),
+            **{spec.name: spec.name for spec in RESULT_OUTPUTS},
+        },
     )
     return (
         *(() if is_llm_tokenizing else (PREPROCESSING_STEP,)),

@@ -8,13 +8,14 @@ ensemble needs no preprocessing step: one python-stub hop less on each request's
 """
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from pipeline.engine import SamplingParams
 from pipeline.triton_repo.input_checks import check_inputs
+from pipeline.triton_repo.torch_unsupported import refuse_unsupported
 
 
 class TextEncoder:
@@ -72,6 +73,18 @@ class LLMRequest:
     params: SamplingParams
     is_streaming: bool
     is_input_excluded: bool
+    num_sequences: int = 1  # num_return_sequences: independent samples, each its own responses
+    wants_num_input_tokens: bool = False
+    wants_num_output_tokens: bool = False
+
+    def sequence_params(self) -> list[SamplingParams]:
+        """Each returned sequence's params: seeds seed, seed + 1, ... when seeded (so each is
+        reproducible and they differ), else the engine's generator draws each its own."""
+        seed = self.params.seed
+        return [
+            self.params if seed is None else replace(self.params, seed=(seed + i) % 2**64)
+            for i in range(self.num_sequences)
+        ]
 
 
 def word_sequences(words: np.ndarray, name: str = "word list") -> tuple[tuple[int, ...], ...]:
@@ -171,6 +184,7 @@ def from_arrays(
     """Raises ValueError (sent back as the request's error) for inputs the engine can't take.
     encoder: tokenizes text inputs; a text prompt's end_id/pad_id default to its tokenizer's."""
     check_inputs(arrays)
+    refuse_unsupported(arrays)
     prompt = _prompt(arrays, encoder)  # refuses text without an encoder
     # a text prompt gets preprocessing's defaults: it always sends its tokenizer's ids
     is_text = "text_input" in arrays
@@ -184,6 +198,12 @@ def from_arrays(
         pad_id=None if pad_id is None else int(pad_id),
         stop_sequences=_sequences(arrays, "stop", encoder),
         bad_sequences=_sequences(arrays, "bad", encoder),
+        repetition_penalty=float(_scalar(arrays, "repetition_penalty", 1.0)),
+        presence_penalty=float(_scalar(arrays, "presence_penalty", 0.0)),
+        frequency_penalty=float(_scalar(arrays, "frequency_penalty", 0.0)),
+        prompt_ignore_length=int(_scalar(arrays, "prompt_ignore_length", 0)),
+        min_tokens=int(_scalar(arrays, "min_tokens", 0)),
+        logprobs=0 if _scalar(arrays, "return_log_probs", False) else None,
         **_sampling(arrays),
     )
     return LLMRequest(
@@ -191,4 +211,7 @@ def from_arrays(
         params=params,
         is_streaming=bool(_scalar(arrays, "streaming", False)),
         is_input_excluded=bool(_scalar(arrays, "exclude_input_in_output", default_exclude_input)),
+        num_sequences=int(_scalar(arrays, "num_return_sequences", 1)),
+        wants_num_input_tokens=bool(_scalar(arrays, "return_num_input_tokens", False)),
+        wants_num_output_tokens=bool(_scalar(arrays, "return_num_output_tokens", False)),
     )

@@ -46,18 +46,19 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.engine import AsyncLLMEngine, LLMEngine, StreamDelta
+from pipeline.engine import AsyncLLMEngine, LLMEngine
 from pipeline.engine.engine_process import EngineProcess
-from pipeline.triton_repo.detokenizer import Detokenizer, TextStream
+from pipeline.triton_repo.detokenizer import Detokenizer
 from pipeline.triton_repo.engine_supervisor import EngineSupervisor
 from pipeline.triton_repo.hop_log import HopLog
-from pipeline.triton_repo.llm_request import LLMRequest, TextEncoder, from_arrays
+from pipeline.triton_repo.live_request import LiveRequest, OutputChunk
+from pipeline.triton_repo.llm_request import TextEncoder, from_arrays
 
 log = logging.getLogger(__name__)
 _STOP = object()
@@ -66,59 +67,8 @@ _WAKE = object()  # a lane sent a stream's response while more of its tokens wai
 _FINAL, _FIRST, _IN_TURN, _LAST = range(4)
 
 
-@dataclass(frozen=True, slots=True)
-class OutputChunk:
-    token_ids: np.ndarray  # [n] int32: new tokens when streaming, else the whole output
-    is_final: bool
-    text: str | None = None  # the text these tokens complete; None: the caller wants no text
-
-
 # respond(context, chunk or the engine's failure) -> False when the caller is gone (cancelled)
 Respond = Callable[[Any, OutputChunk | BaseException], bool]
-
-
-@dataclass(slots=True)
-class _Live:
-    """One request in flight: who to answer, its tokens not sent yet (streaming) or so far."""
-
-    request: LLMRequest
-    context: Any
-    lane: int
-    text: TextStream | None = None  # when the caller wants text
-    tokens: list[int] = field(default_factory=list)
-    is_finished: bool = False
-    sent_at: float = 0.0  # of its last response; 0: none yet, so the first goes out at once
-    received_at: float = 0.0  # perf_counter() when execute() took it
-    submitted_at: float = 0.0  # when the engine was given it
-    first_token_at: float = 0.0  # when its first token reached the responder
-    first_sent_at: float = 0.0  # when its first response (streaming) left its lane
-    final_at: float = 0.0  # when its final delta reached the responder
-    is_sending: bool = False  # its last response is still in its lane
-    is_gone: bool = False  # its caller hung up or failed: nothing more goes out
-    error: str | None = None  # the engine failed this request
-
-    def take(self, delta: StreamDelta, now: float) -> None:
-        if not self.first_token_at and delta.token_ids:
-            self.first_token_at = now
-        self.tokens.extend(delta.token_ids)
-        self.is_finished = delta.finished
-        self.error = delta.error
-        if delta.finished:
-            self.final_at = now
-
-    def is_due(self, now: float, gap_s: float) -> bool:
-        return self.is_finished or (
-            self.request.is_streaming and (self.sent_at == 0.0 or now - self.sent_at >= gap_s)
-        )
-
-    def chunk(self) -> OutputChunk:
-        if self.request.is_streaming:  # TensorRT-LLM streams new tokens only, prompt or not
-            ids, self.tokens = self.tokens, []
-        else:
-            prompt = [] if self.request.is_input_excluded else self.request.prompt_token_ids
-            ids = [*prompt, *self.tokens]
-        text = None if self.text is None else self.text.add(ids, self.is_finished)
-        return OutputChunk(np.asarray(ids, np.int32), self.is_finished, text)
 
 
 class LLMService:
@@ -169,7 +119,7 @@ class LLMService:
         pace = coalesce_stream and max_response_rate > 0
         self._response_gap_s = 1.0 / max_response_rate if pace else 0.0
         self._respond = respond
-        self._live: dict[str, _Live] = {}
+        self._live: dict[str, LiveRequest] = {}
         self._lock = threading.Lock()
         self._lanes = [queue.PriorityQueue() for _ in range(max(1, response_lanes))]
         self._lane_order = itertools.count()  # ties in a lane go in the order put
@@ -199,22 +149,29 @@ class LLMService:
         request = from_arrays(arrays, self.exclude_input_in_output, self.encoder)
         if wants_text and self.detokenizer is None:
             raise ValueError("text_output needs the model's tokenizer_dir parameter")
-        text = self.detokenizer.stream() if wants_text else None
-        request_id = uuid.uuid4().hex
-        with self._lock:  # known before the engine can answer it
-            lane = self._num_requests % len(self._lanes)
-            self._num_requests += 1
-            self._live[request_id] = live = _Live(request, context, lane, text)
-        live.received_at, live.submitted_at = received_at, time.perf_counter()
+        submitted = []  # num_return_sequences: one engine request each, answered apart
         try:
-            self.async_engine.submit(request.prompt_token_ids, request.params, request_id)
+            for index, params in enumerate(request.sequence_params()):
+                text = self.detokenizer.stream() if wants_text else None
+                request_id = uuid.uuid4().hex
+                with self._lock:  # known before the engine can answer it
+                    lane = self._num_requests % len(self._lanes)
+                    self._num_requests += 1
+                    live = LiveRequest(replace(request, params=params), context, lane, text, index)
+                    self._live[request_id] = live
+                submitted.append(request_id)
+                live.received_at, live.submitted_at = received_at, time.perf_counter()
+                self.async_engine.submit(request.prompt_token_ids, params, request_id)
         except BaseException:
             with self._lock:
-                del self._live[request_id]
+                for request_id in submitted:
+                    self._live.pop(request_id, None)
+            for request_id in submitted[:-1]:  # the last one failed to submit
+                self.async_engine.cancel(request_id)
             raise
 
     def _run(self) -> None:
-        unsent: dict[str, _Live] = {}  # streams whose tokens wait for their turn
+        unsent: dict[str, LiveRequest] = {}  # streams whose tokens wait for their turn
         while True:
             try:
                 items = [self._outbox.get(timeout=self._until_due(unsent))]
@@ -253,7 +210,7 @@ class LLMService:
                     self._send_due(unsent)
             self._send_due(unsent)
 
-    def _to_lane(self, live: _Live, rank: int, request_id: str, out) -> None:
+    def _to_lane(self, live: LiveRequest, rank: int, request_id: str, out) -> None:
         self._lanes[live.lane].put((rank, next(self._lane_order), request_id, live, out))
 
     def _lane(self, inbox: queue.PriorityQueue) -> None:
@@ -282,7 +239,7 @@ class LLMService:
             if is_more and (live.tokens or live.is_finished):
                 self._outbox.put(_WAKE)
 
-    def _stop_lanes(self, unsent: dict[str, _Live]) -> None:
+    def _stop_lanes(self, unsent: dict[str, LiveRequest]) -> None:
         """Let every lane finish, then send what still waited (the cancelled ends at shutdown)."""
         for lane, thread in zip(self._lanes, self._lane_threads, strict=True):
             lane.put((_LAST, next(self._lane_order), None, None, _STOP))
@@ -295,7 +252,7 @@ class LLMService:
         """Time between two responses of one stream that keeps all within max_response_rate."""
         return len(self._live) * self._response_gap_s
 
-    def _until_due(self, unsent: dict[str, _Live]) -> float | None:
+    def _until_due(self, unsent: dict[str, LiveRequest]) -> float | None:
         """Seconds until the first stream waiting in unsent is due; None: nothing waits (a
         stream whose last response is still in its lane waits for the lane's _WAKE)."""
         sent_at = [live.sent_at for live in unsent.values() if not live.is_sending]
@@ -303,7 +260,7 @@ class LLMService:
             return None
         return max(0.0, min(sent_at) + self._gap_s() - time.perf_counter())
 
-    def _send_due(self, unsent: dict[str, _Live]) -> None:
+    def _send_due(self, unsent: dict[str, LiveRequest]) -> None:
         now, gap_s = time.perf_counter(), self._gap_s()
         for request_id, live in list(unsent.items()):
             if live.is_gone:
@@ -329,7 +286,7 @@ class LLMService:
                 rank = _FIRST if not live.first_sent_at else _IN_TURN
             self._to_lane(live, rank, request_id, out)
 
-    def _answer(self, request_id: str, live: _Live, out) -> None:
+    def _answer(self, request_id: str, live: LiveRequest, out) -> None:
         """In live's lane (or after the lanes stopped): send out; cancel a caller that is gone."""
         if live.is_gone:
             return

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pipeline.errors import ConfigError, StageError
 from pipeline.specs.deploy import DeploySpec
+from pipeline.triton_repo import interface as io
 from pipeline.triton_repo import model_config as mcfg
 from pipeline.triton_repo import shared_models
 from pipeline.triton_repo.engine_info import EngineInfo, triton_max_batch_size
@@ -53,12 +54,18 @@ def write_repository(
     # the tensorrtllm backend cannot (de)tokenize: its ensemble keeps pre- and postprocessing
     is_llm_tokenizing = backend.name == "torch" and deploy.torch.tokenize
     is_llm_detokenizing = backend.name == "torch" and deploy.torch.detokenize
+    # the logits outputs' type: the engine's (the torch engine's are float32); a type the
+    # tensorrtllm backend cannot serve is refused, by name, when its model is written
+    logits_dtype = engine.logits_dtype if backend.name == "trtllm" else "float32"
+    logits_type = io.LOGITS_TYPES.get(logits_dtype, io.LOGITS_TYPES["float32"])
     _write_model(
-        repo, shared_models.ensemble(max_batch_size, is_llm_tokenizing, is_llm_detokenizing), None
+        repo,
+        shared_models.ensemble(max_batch_size, is_llm_tokenizing, is_llm_detokenizing, logits_type),
+        None,
     )
     _write_model(
         repo,
-        shared_models.bls(deploy, max_batch_size, is_llm_detokenizing),
+        shared_models.bls(deploy, max_batch_size, is_llm_detokenizing, logits_type),
         "tensorrt_llm_bls.py",
     )
     llm_dir = repo / "tensorrt_llm"

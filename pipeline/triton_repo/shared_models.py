@@ -41,17 +41,20 @@ def postprocessing(deploy: DeploySpec, max_batch_size: int, tokenizer_dir: Path)
     return cfg
 
 
-def ensemble(max_batch_size: int, is_llm_tokenizing: bool, is_llm_detokenizing: bool):
+def ensemble(
+    max_batch_size: int, is_llm_tokenizing: bool, is_llm_detokenizing: bool, logits_type: str
+):
     """Triton marks the ensemble decoupled by itself when `tensorrt_llm` is. is_llm_tokenizing /
     is_llm_detokenizing: `tensorrt_llm` itself takes text_input / makes text_output, in place of
-    the preprocessing / postprocessing step."""
+    the preprocessing / postprocessing step. logits_type: the data type of `tensorrt_llm`'s
+    logits outputs."""
     cfg = mcfg.new_config("ensemble", max_batch_size, platform="ensemble")
     # Triton 2.51 checks a request's required inputs by their number only: text_input left out
     # but stream sent passes, and the ensemble never runs a step that waits for a missing input
     # (an empty final response, no error). Declared optional, a missing input reaches the first
     # step, whose model refuses the request naming it.
     mcfg.add_inputs(cfg, (replace(spec, optional=True) for spec in io.ENSEMBLE_INPUTS))
-    mcfg.add_outputs(cfg, io.ENSEMBLE_OUTPUTS)
+    mcfg.add_outputs(cfg, io.with_logits_type(io.ENSEMBLE_OUTPUTS, logits_type))
     for model_name, input_map, output_map in io.ensemble_steps(
         is_llm_tokenizing, is_llm_detokenizing
     ):
@@ -61,10 +64,10 @@ def ensemble(max_batch_size: int, is_llm_tokenizing: bool, is_llm_detokenizing: 
     return cfg
 
 
-def bls(deploy: DeploySpec, max_batch_size: int, is_llm_detokenizing: bool):
+def bls(deploy: DeploySpec, max_batch_size: int, is_llm_detokenizing: bool, logits_type: str):
     cfg = mcfg.new_config("tensorrt_llm_bls", max_batch_size, backend="python")
-    mcfg.add_inputs(cfg, io.ENSEMBLE_INPUTS)
-    mcfg.add_outputs(cfg, io.ENSEMBLE_OUTPUTS)
+    mcfg.add_inputs(cfg, io.BLS_INPUTS)
+    mcfg.add_outputs(cfg, io.with_logits_type(io.ENSEMBLE_OUTPUTS, logits_type))
     mcfg.set_parameters(
         cfg,
         {

@@ -52,7 +52,9 @@ def model_config(engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, devi
     max_batch_size = triton_max_batch_size(deploy, engine)
     cfg = mcfg.new_config("tensorrt_llm", max_batch_size, backend="python")
     mcfg.add_inputs(cfg, io.TORCH_LLM_INPUTS)
-    mcfg.add_outputs(cfg, (*io.LLM_OUTPUTS, io.LLM_TEXT_OUTPUT))
+    mcfg.add_outputs(
+        cfg, io.with_logits_type((*io.LLM_OUTPUTS, io.LLM_TEXT_OUTPUT), io.LOGITS_TYPES["float32"])
+    )
     mcfg.set_decoupled(cfg, deploy.decoupled_mode)
     mcfg.set_dynamic_batching(
         cfg,

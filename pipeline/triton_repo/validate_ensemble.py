@@ -1,5 +1,6 @@
 """Ensemble rules Triton enforces only at load time (core ensemble_utils.cc), checked up front."""
 
+from pipeline.triton_repo.interface import RESULT_OUTPUTS
 from pipeline.triton_repo.model_config import type_name
 
 
@@ -97,7 +98,9 @@ def check_ensemble(configs: dict) -> list[str]:
 
 
 def check_bls_interface(configs: dict) -> list[str]:
-    """Clients must not care whether they call `ensemble` or `tensorrt_llm_bls`."""
+    """Clients must not care whether they call `ensemble` or `tensorrt_llm_bls`: the BLS takes
+    every ensemble input (and, as upstream's, its own multimodal and draft-model inputs) and gives
+    the ensemble's outputs."""
     ensemble, bls = configs.get("ensemble"), configs.get("tensorrt_llm_bls")
     if ensemble is None or bls is None:
         return []
@@ -105,6 +108,8 @@ def check_bls_interface(configs: dict) -> list[str]:
     for kind in ("input", "output"):
         want = {t.name: _signature(t) for t in getattr(ensemble, kind)}
         got = {t.name: _signature(t) for t in getattr(bls, kind)}
+        if kind == "input":
+            got = {name: sig for name, sig in got.items() if name in want}
         if want != got:
             diff = sorted(set(want.items()) ^ set(got.items()))
             errors.append(f"tensorrt_llm_bls: {kind}s differ from the ensemble's ({diff})")
@@ -119,7 +124,12 @@ def check_text_source(configs: dict, backend: str) -> list[str]:
         return []
     steps = ensemble.ensemble_scheduling.step
     producers = {tensor: step.model_name for step in steps for tensor in step.output_map.values()}
-    from_steps = sorted({producers[t.name] for t in ensemble.output if t.name in producers})
+    # the tensorrt_llm model's own results (log probs, indices, counters) come from it, as
+    # upstream's ensemble maps them; with a postprocessing step they come in responses of their own
+    results = {spec.name for spec in RESULT_OUTPUTS}
+    from_steps = sorted(
+        {producers[t.name] for t in ensemble.output if t.name in producers.keys() - results}
+    )
     errors = []
     if len(from_steps) > 1:
         errors.append(

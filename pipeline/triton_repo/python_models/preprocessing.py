@@ -1,4 +1,6 @@
-"""preprocessing: text -> token ids, stop/bad words -> TensorRT-LLM's [2, N] word-list format."""
+"""preprocessing: text -> token ids, stop/bad words -> TensorRT-LLM's [2, N] word-list format,
+embedding bias words and weights -> a bias over the vocabulary, as upstream's preprocessing
+(docs/trtllm_reference.md, section 9.5)."""
 
 import json
 
@@ -54,6 +56,32 @@ class TritonPythonModel:
             out[i, 1, : len(offs)] = offs
         return out
 
+    def _embedding_bias(self, request, batch: int) -> np.ndarray:
+        """[B, vocab] float32: each word's weight added on each of its tokens; [B, 0] when no
+        words are sent (no bias)."""
+        words = pb_utils.get_input_tensor_by_name(request, "EMBEDDING_BIAS_WORDS")
+        weights = pb_utils.get_input_tensor_by_name(request, "EMBEDDING_BIAS_WEIGHTS")
+        if words is None and weights is None:
+            return np.zeros((batch, 0), dtype=np.float32)
+        words = [] if words is None else words.as_numpy().reshape(batch, -1)
+        weights = [] if weights is None else weights.as_numpy().reshape(batch, -1)
+        if len(words) != len(weights) or any(
+            len(w) != len(v) for w, v in zip(words, weights, strict=True)
+        ):
+            raise ValueError(
+                "embedding_bias_words and embedding_bias_weights must come together, one weight "
+                "a word; send both with the same length"
+            )
+        bias = np.zeros((batch, len(self.tokenizer)), dtype=np.float32)
+        for i, (item_words, item_weights) in enumerate(zip(words, weights, strict=True)):
+            for word, weight in zip(item_words, item_weights, strict=True):
+                if not np.isfinite(weight):
+                    raise ValueError(f"embedding_bias_weights: {weight} is not a finite number")
+                text = word.decode() if isinstance(word, bytes) else str(word)
+                for token in self.tokenizer.encode(text, add_special_tokens=False):
+                    bias[i, token] += weight
+        return bias
+
     def _id_or_default(self, request, name: str, default: int, batch: int) -> np.ndarray:
         tensor = pb_utils.get_input_tensor_by_name(request, name)
         if tensor is None:
@@ -93,7 +121,21 @@ class TritonPythonModel:
                 else self._word_lists(_strings(tensor))
             )
         output_len = pb_utils.get_input_tensor_by_name(request, "REQUEST_OUTPUT_LEN").as_numpy()
+        if pb_utils.get_input_tensor_by_name(request, "DECODER_QUERY") is not None:
+            raise ValueError(
+                "decoder_text_input is an encoder-decoder model's input; this model is "
+                "decoder-only: leave it out"
+            )
+        # like the bias, [B, 0] (none) unless sent: upstream's, on the prompt-table ids (those
+        # past the vocabulary), 0 elsewhere
+        extra_id = pb_utils.get_input_tensor_by_name(request, "PROMPT_TABLE_EXTRA_ID")
+        extra_ids = np.zeros((batch, 0), dtype=np.uint64)
+        if extra_id is not None:
+            values = extra_id.as_numpy().astype(np.uint64).reshape(batch, -1)[:, :1]
+            extra_ids = np.where(input_ids >= len(self.tokenizer), values, np.uint64(0))
         return [
+            pb_utils.Tensor("EMBEDDING_BIAS", self._embedding_bias(request, batch)),
+            pb_utils.Tensor("OUT_PROMPT_TABLE_EXTRA_IDS", extra_ids),
             pb_utils.Tensor("INPUT_ID", input_ids),
             pb_utils.Tensor(
                 "REQUEST_INPUT_LEN", np.array([[len(ids)] for ids in encoded], dtype=np.int32)

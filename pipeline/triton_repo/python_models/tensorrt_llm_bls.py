@@ -6,6 +6,13 @@ so far and send the new text (multi-byte characters split over tokens come out w
 llm_text_output: the LLM model returns text_output itself (backend=torch), whole characters
 included; its responses are passed on and postprocessing is not called.
 
+Upstream's client interface (docs/trtllm_reference.md, section 9.1): every ensemble input is
+passed on (to preprocessing or, renamed as upstream's BLS does, to the LLM model, which serves it
+or refuses it by name), and the LLM model's results (log probs, sequence_index, token counts)
+come back in the response they belong to. num_return_sequences is passed on too (upstream's BLS
+drops it): each sequence's responses carry its sequence_index. The BLS's own multimodal and
+draft-model inputs are refused: the pipeline deploys neither.
+
 Cancellation: Triton 2.51's python backend can neither pass a request's cancellation on to the BLS
 requests it made nor cancel one (its response iterator has no cancel() before 25.04), so a
 cancelled stream sends the LLM model a `stop` request with its LLM request's id, the tensorrtllm
@@ -28,6 +35,10 @@ PREPROCESSING_INPUTS = {
     "stop_words": "STOP_WORDS_DICT",
     "end_id": "END_ID",
     "pad_id": "PAD_ID",
+    "decoder_text_input": "DECODER_QUERY",
+    "embedding_bias_words": "EMBEDDING_BIAS_WORDS",
+    "embedding_bias_weights": "EMBEDDING_BIAS_WEIGHTS",
+    "prompt_table_extra_id": "PROMPT_TABLE_EXTRA_ID",
 }
 PREPROCESSED = {
     "INPUT_ID": "input_ids",
@@ -37,17 +48,71 @@ PREPROCESSED = {
     "OUT_PAD_ID": "pad_id",
     "STOP_WORDS_IDS": "stop_words_list",
     "BAD_WORDS_IDS": "bad_words_list",
+    "EMBEDDING_BIAS": "embedding_bias",
+    "OUT_PROMPT_TABLE_EXTRA_IDS": "prompt_table_extra_ids",
 }
 # Triton 2.51 checks required inputs by their number only: one left out can still arrive
 REQUIRED_INPUTS = ("text_input", "max_tokens")
-SAMPLING_INPUTS = {
+# client input -> the LLM model's (upstream's BLS's renames)
+LLM_INPUTS = {
     "top_k": "runtime_top_k",
     "top_p": "runtime_top_p",
     "temperature": "temperature",
     "seed": "seed",
     "stream": "streaming",
     "exclude_input_in_output": "exclude_input_in_output",
+    "num_return_sequences": "num_return_sequences",
+    "beam_width": "beam_width",
+    "length_penalty": "len_penalty",
+    "repetition_penalty": "repetition_penalty",
+    "min_tokens": "min_tokens",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "return_log_probs": "return_log_probs",
+    "return_context_logits": "return_context_logits",
+    "return_generation_logits": "return_generation_logits",
+    "return_perf_metrics": "return_perf_metrics",
+    "return_num_input_tokens": "return_num_input_tokens",
+    "return_num_output_tokens": "return_num_output_tokens",
+    "prompt_embedding_table": "prompt_embedding_table",
+    "prompt_vocab_size": "prompt_vocab_size",
+    "lora_task_id": "lora_task_id",
+    "lora_weights": "lora_weights",
+    "lora_config": "lora_config",
+    "guided_decoding_guide_type": "guided_decoding_guide_type",
+    "guided_decoding_guide": "guided_decoding_guide",
 }
+# upstream's BLS inputs for models the pipeline does not deploy -> what is missing
+NOT_DEPLOYED = {
+    "image_input": "a multimodal encoder",
+    "image_bytes_input": "a multimodal encoder",
+    "image_url_input": "a multimodal encoder",
+    "video_bytes_input": "a multimodal encoder",
+    "num_draft_tokens": "a draft model (speculative decoding)",
+    "use_draft_logits": "a draft model (speculative decoding)",
+}
+# the LLM model's results passed on as they come; output_log_probs of responses merged into one
+# (accumulate_tokens waits out split characters) are joined
+RESULTS = (
+    "cum_log_probs",
+    "output_log_probs",
+    "context_logits",
+    "generation_logits",
+    "batch_index",
+    "sequence_index",
+    "kv_cache_alloc_new_blocks",
+    "kv_cache_reused_blocks",
+    "kv_cache_alloc_total_blocks",
+    "arrival_time_ns",
+    "first_scheduled_time_ns",
+    "first_token_time_ns",
+    "last_token_time_ns",
+    "acceptance_rate",
+    "total_accepted_draft_tokens",
+    "total_draft_tokens",
+    "num_input_tokens",
+    "num_output_tokens",
+)
 
 
 def _param(params: dict, key: str, default: str) -> str:
@@ -69,6 +134,51 @@ def _check(response):
     if response.has_error():
         raise pb_utils.TritonModelException(response.error().message())
     return response
+
+
+def _batched(array: np.ndarray) -> np.ndarray:
+    """A batch of one: the BLS's scalar inputs (reshaped) arrive without their [1]."""
+    return array.reshape(1, -1) if array.ndim == 1 else array
+
+
+def _results(response, names: list[str], relayed: frozenset) -> dict[str, np.ndarray]:
+    """The response's results among names; "_sequence" (not passed on): its sequence index."""
+    found = {}
+    for name in names:
+        tensor = pb_utils.get_output_tensor_by_name(response, name)
+        if tensor is not None:
+            found[name if name in relayed else f"_{name}"] = tensor.as_numpy()
+    index = found.get("sequence_index", found.get("_sequence_index"))
+    found["_sequence"] = 0 if index is None else int(index.reshape(-1)[0])
+    return found
+
+
+def _merged(held: list[dict]) -> dict[str, np.ndarray]:
+    """The results of LLM responses sent as one: per-token log probs joined, the rest the last."""
+    merged = dict(held[-1])
+    steps = [results["output_log_probs"] for results in held if "output_log_probs" in results]
+    if steps:
+        merged["output_log_probs"] = np.concatenate(steps, axis=-1)
+    return merged
+
+
+def _refuse_not_deployed(inputs: dict) -> None:
+    sent = [
+        name
+        for name in NOT_DEPLOYED
+        if name in inputs
+        and inputs[name].as_numpy().size
+        and (name != "use_draft_logits" or inputs[name].as_numpy().any())
+    ]
+    if sent:
+        raise pb_utils.TritonModelException(
+            "tensorrt_llm_bls: "
+            + "; ".join(
+                f"{name} needs {NOT_DEPLOYED[name]}, which the pipeline does not deploy; leave it "
+                f"out"
+                for name in sent
+            )
+        )
 
 
 class TritonPythonModel:
@@ -109,7 +219,7 @@ class TritonPythonModel:
         """The text_output responses for one request (a list, or a generator when streaming)."""
         inputs = {
             name: tensor
-            for name in (*PREPROCESSING_INPUTS, *SAMPLING_INPUTS)
+            for name in (*PREPROCESSING_INPUTS, *LLM_INPUTS, *NOT_DEPLOYED)
             if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None
         }
         missing = [name for name in REQUIRED_INPUTS if name not in inputs]
@@ -117,6 +227,7 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"tensorrt_llm_bls: missing required input {' and '.join(missing)}; send it"
             )
+        _refuse_not_deployed(inputs)
         try:
             check_inputs({name: t.as_numpy() for name, t in inputs.items()})
         except ValueError as exc:
@@ -126,22 +237,35 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 "stream=true needs the decoupled deployment (deploy.decoupled_mode=true)"
             )
+        sequences = inputs.get("num_return_sequences")
+        if sequences is not None and int(sequences.as_numpy().reshape(-1)[0]) > 1:
+            if not self.decoupled:
+                raise pb_utils.TritonModelException(
+                    "tensorrt_llm_bls: num_return_sequences > 1 returns each sequence in "
+                    "responses of its own, which needs the decoupled deployment "
+                    "(deploy.decoupled_mode=true)"
+                )
+        # the results the client asked for (and sequence_index, which keeps sequences apart)
+        wanted = set(request.requested_output_names())
+        results = [name for name in RESULTS if name in wanted or name == "sequence_index"]
+        relayed = frozenset(name for name in results if name in wanted)
         llm_inputs = self._preprocess(inputs)
         llm_inputs += [
-            pb_utils.Tensor(SAMPLING_INPUTS[name], inputs[name].as_numpy())
-            for name in SAMPLING_INPUTS
+            pb_utils.Tensor(LLM_INPUTS[name], _batched(inputs[name].as_numpy()))
+            for name in LLM_INPUTS
             if name in inputs
         ]
         llm_request = pb_utils.InferenceRequest(
             model_name=self.llm_name,
             inputs=llm_inputs,
-            requested_output_names=self.llm_outputs,
+            requested_output_names=[*self.llm_outputs, *results],
             request_id=f"bls-{uuid.uuid4().hex}",  # what a `stop` request names
         )
         if not self.decoupled:
-            return [self._llm_response(_check(llm_request.exec()))]
+            response = _check(llm_request.exec())
+            return [self._llm_response(response, _results(response, results, relayed))]
         responses = llm_request.exec(decoupled=True)
-        return self._deltas(responses, stream, sender, llm_request.request_id())
+        return self._deltas(responses, stream, sender, llm_request.request_id(), results, relayed)
 
     def _stop(self, request_id: str, responses) -> None:
         """Cancel the LLM request `request_id`, then take its responses up to the final one (the
@@ -157,32 +281,34 @@ class TritonPythonModel:
         for _ in responses:
             pass
 
-    def _deltas(self, responses, stream: bool, sender, request_id: str):
-        tokens, sent_text, num_unsent = [], "", 0
+    def _deltas(self, responses, stream: bool, sender, request_id: str, results, relayed):
+        # accumulate_tokens, per sequence index: [tokens so far, text sent, results unsent]
+        streams: dict[int, list] = {}
         for response in responses:
             if sender.is_cancelled():
                 self._stop(request_id, responses)
                 return
+            found = _results(_check(response), results, relayed)
             if self.llm_text:
-                if pb_utils.get_output_tensor_by_name(_check(response), "text_output") is not None:
-                    yield self._llm_response(response)
+                if pb_utils.get_output_tensor_by_name(response, "text_output") is not None:
+                    yield self._llm_response(response, found)
                 continue
-            new = self._tokens(_check(response))
+            new = self._tokens(response)
             if new is None:
                 continue  # an empty final response
-            if not stream:
-                yield self._text_response(new)
+            if not stream or not self.accumulate:
+                yield self._text_response(new, found)
                 continue
-            if not self.accumulate:
-                yield self._text_response(new)
-                continue
+            index = found["_sequence"]
+            tokens, sent_text, held = streams.setdefault(index, [[], "", []])
             tokens.extend(new.tolist())
-            num_unsent += len(new)
+            held.append({**found, "num_tokens": len(new)})
             text = self._decode(np.array(tokens, dtype=np.int32))
             if text.endswith("\ufffd"):
                 continue  # a multi-byte character is still incomplete
-            yield self._string_response(text[len(sent_text) :], num_unsent)
-            sent_text, num_unsent = text, 0
+            num_unsent = sum(h.pop("num_tokens") for h in held)
+            yield self._string_response(text[len(sent_text) :], num_unsent, _merged(held))
+            streams[index] = [tokens, text, []]
 
     def _preprocess(self, inputs) -> list:
         request = pb_utils.InferenceRequest(
@@ -225,22 +351,28 @@ class TritonPythonModel:
         text = pb_utils.get_output_tensor_by_name(_check(request.exec()), "OUTPUT").as_numpy()
         return text.reshape(-1)[0].decode()
 
-    def _llm_response(self, response):
+    def _llm_response(self, response, results: dict):
         """The client's response for one LLM response (its tokens decoded unless it has text)."""
         if not self.llm_text:
-            return self._text_response(self._tokens(response))
+            return self._text_response(self._tokens(response), results)
         text = pb_utils.get_output_tensor_by_name(response, "text_output").as_numpy()
         length = pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy()
-        return self._string_response(text.reshape(-1)[0].decode(), int(length.reshape(-1)[0]))
+        return self._string_response(
+            text.reshape(-1)[0].decode(), int(length.reshape(-1)[0]), results
+        )
 
-    def _text_response(self, tokens: np.ndarray):
-        return self._string_response(self._decode(tokens), len(tokens))
+    def _text_response(self, tokens: np.ndarray, results: dict):
+        return self._string_response(self._decode(tokens), len(tokens), results)
 
-    @staticmethod
-    def _string_response(text: str, num_tokens: int):
+    def _string_response(self, text: str, num_tokens: int, results: dict):
         return pb_utils.InferenceResponse(
             output_tensors=[
                 pb_utils.Tensor("text_output", np.array([[text.encode()]], dtype=np.object_)),
                 pb_utils.Tensor("sequence_length", np.array([[num_tokens]], np.int32)),
+                *(
+                    pb_utils.Tensor(name, value)
+                    for name, value in results.items()
+                    if not name.startswith("_")
+                ),
             ]
         )

@@ -28,28 +28,6 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-INPUT_NAMES = frozenset(
-    (
-        "input_ids",
-        "input_lengths",
-        "request_output_len",
-        "end_id",
-        "pad_id",
-        "stop_words_list",
-        "bad_words_list",
-        "runtime_top_k",
-        "runtime_top_p",
-        "temperature",
-        "seed",
-        "streaming",
-        "exclude_input_in_output",
-        "stop",
-        # the text inputs (ours): the model tokenizes, the ensemble skips preprocessing
-        "text_input",
-        "stop_words",
-        "bad_words",
-    )
-)
 METRICS = {  # engine stats key -> (metric family, description)
     "max_running": (
         "pipeline_engine_batch_size",
@@ -94,6 +72,40 @@ def hop_metrics(hops: dict[str, str], stats: Iterable[str]) -> dict[str, tuple[s
     }
 
 
+def _tensors(caller: "_Caller", out) -> list:
+    """[batch, beam, ...]: the outputs the request asked for and has (as the tensorrtllm
+    backend: sequence_index with num_return_sequences, log probs with return_log_probs)."""
+    outputs, tensors = caller.outputs, []
+    if "sequence_length" in outputs:
+        tensors.append(
+            pb_utils.Tensor("sequence_length", np.array([[out.token_ids.size]], np.int32))
+        )
+    if "output_ids" in outputs:
+        tensors.append(pb_utils.Tensor("output_ids", out.token_ids.reshape(1, 1, -1)))
+    if out.text is not None:
+        tensors.append(pb_utils.Tensor("text_output", np.array([[out.text.encode()]], np.object_)))
+    if caller.lock is not None and "sequence_index" in outputs:
+        tensors.append(
+            pb_utils.Tensor("sequence_index", np.array([[out.sequence_index]], np.int32))
+        )
+    if out.logprobs is not None:
+        if "output_log_probs" in outputs:
+            tensors.append(pb_utils.Tensor("output_log_probs", out.logprobs.reshape(1, 1, -1)))
+        if "cum_log_probs" in outputs:
+            tensors.append(
+                pb_utils.Tensor("cum_log_probs", np.array([[out.cum_logprob]], np.float32))
+            )
+    if out.num_input_tokens is not None and "num_input_tokens" in outputs:
+        tensors.append(
+            pb_utils.Tensor("num_input_tokens", np.array([[out.num_input_tokens]], np.int32))
+        )
+    if out.is_output_counted and "num_output_tokens" in outputs:  # upstream's: output_ids' size
+        tensors.append(
+            pb_utils.Tensor("num_output_tokens", np.array([[out.token_ids.size]], np.int32))
+        )
+    return tensors
+
+
 def _stop_server(cause: BaseException) -> None:
     """The engine cannot be started again. A python model cannot mark itself not ready in Triton
     2.51, so the server stops: its health checks then fail instead of saying ready."""
@@ -103,13 +115,29 @@ def _stop_server(cause: BaseException) -> None:
 
 class _Caller:
     """One request's sender, the outputs it asked for, and when it was last asked is_cancelled;
-    is_stopped: a `stop` request with its request id came."""
+    is_stopped: a `stop` request with its request id came. With num_return_sequences, its
+    sequences' responses go out through one sender from several lanes: one at a time (lock), the
+    last sequence's final response with the final flag (num_open), none after it (is_closed)."""
 
-    __slots__ = ("sender", "outputs", "checked_at", "request_id", "is_stopped")
+    __slots__ = (
+        "sender",
+        "outputs",
+        "checked_at",
+        "request_id",
+        "is_stopped",
+        "num_open",
+        "is_closed",
+        "lock",
+    )
 
     def __init__(self, sender, outputs: frozenset, request_id: str):
         self.sender, self.outputs, self.checked_at = sender, outputs, -CANCEL_CHECK_S
         self.request_id, self.is_stopped = request_id, False
+        self.num_open, self.is_closed, self.lock = 1, False, None
+
+    def expect_sequences(self, num: int) -> None:
+        if num > 1:
+            self.num_open, self.lock = num, threading.Lock()
 
     def is_cancelled(self) -> bool:
         if self.is_stopped:
@@ -125,6 +153,9 @@ class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config["parameters"].items()}
+        self.input_names = frozenset(tensor["name"] for tensor in config["input"])
+        self.max_batch_size = int(config["max_batch_size"])
+        self.is_decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         num_instances = sum(int(group["count"]) for group in config["instance_group"])
         # one engine per server and model: the stubs' parent is the tritonserver process
         share_key = f"{os.getppid()}/{args['model_name']}/{args['model_version']}"
@@ -196,7 +227,7 @@ class TritonPythonModel:
             arrays = {
                 tensor.name(): tensor.as_numpy()
                 for tensor in request.inputs()
-                if tensor.name() in INPUT_NAMES
+                if tensor.name() in self.input_names
             }
             outputs = frozenset(request.requested_output_names())
             caller = _Caller(sender, outputs, request.request_id())
@@ -205,6 +236,7 @@ class TritonPythonModel:
                 sender.send(flags=FINAL)
                 continue
             try:
+                caller.expect_sequences(self._num_sequences(arrays))
                 if caller.request_id:  # known before the engine can answer it
                     with self.stoppable_lock:
                         self.stoppable.setdefault(caller.request_id, []).append(caller)
@@ -216,6 +248,25 @@ class TritonPythonModel:
                     flags=FINAL,
                 )
         return None
+
+    def _num_sequences(self, arrays: dict) -> int:
+        """num_return_sequences, each an engine request of its own with its own responses:
+        ValueError beyond what this model can run at once, or without the decoupled policy."""
+        value = arrays.get("num_return_sequences")
+        if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.integer):
+            return 1  # the engine request's own checks name what is wrong
+        num = int(value.reshape(-1)[0])
+        if num > self.max_batch_size:
+            raise ValueError(
+                f"num_return_sequences={num} is above this model's max_batch_size="
+                f"{self.max_batch_size} (each sequence is a request of its own); send fewer"
+            )
+        if num > 1 and not self.is_decoupled:
+            raise ValueError(
+                f"num_return_sequences={num} returns each sequence in responses of its own, "
+                f"which needs the decoupled deployment (deploy.decoupled_mode=true)"
+            )
+        return max(num, 1)
 
     def _stop(self, request_id: str) -> None:
         """Each request in flight with this id stops at its next response, as if cancelled."""
@@ -233,39 +284,34 @@ class TritonPythonModel:
 
     def _respond(self, caller: _Caller, out) -> bool:
         """One chunk (or the engine's failure) to one request; False once its client is gone."""
-        is_wanted = False
         try:
-            is_wanted = self._send(caller, out)
-            return is_wanted
+            if caller.lock is None:
+                return self._send(caller, out)
+            with caller.lock:  # its sequences' lanes take turns
+                return not caller.is_closed and self._send(caller, out)
         finally:
-            if caller.request_id and (not is_wanted or out.is_final):
+            if caller.request_id and caller.is_closed:
                 self._forget(caller)
 
     @staticmethod
     def _send(caller: _Caller, out) -> bool:
-        sender, outputs = caller.sender, caller.outputs
+        sender = caller.sender
         if isinstance(out, BaseException):  # every open request must hear it, and close
+            caller.is_closed = True
             sender.send(
                 pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm: {out}")),
                 flags=FINAL,
             )
             return False
         if not out.is_final and caller.is_cancelled():  # the final flag releases the request
+            caller.is_closed = True
             sender.send(flags=FINAL)
             return False
-        tensors = []  # [batch, beam, ...]: only the outputs the request asked for
-        if "sequence_length" in outputs:
-            tensors.append(
-                pb_utils.Tensor("sequence_length", np.array([[out.token_ids.size]], np.int32))
-            )
-        if "output_ids" in outputs:
-            tensors.append(pb_utils.Tensor("output_ids", out.token_ids.reshape(1, 1, -1)))
-        if out.text is not None:
-            tensors.append(
-                pb_utils.Tensor("text_output", np.array([[out.text.encode()]], np.object_))
-            )
+        caller.num_open -= out.is_final
+        caller.is_closed = caller.num_open == 0  # the last sequence's end ends the request
         sender.send(
-            pb_utils.InferenceResponse(output_tensors=tensors), flags=FINAL if out.is_final else 0
+            pb_utils.InferenceResponse(output_tensors=_tensors(caller, out)),
+            flags=FINAL if caller.is_closed else 0,
         )
         return True
 

@@ -241,3 +241,73 @@ def test_out_of_range_values_are_refused_naming_input_value_and_range(extra, mes
 def test_malformed_word_lists_are_refused(words, message):
     with pytest.raises(ValueError, match=message):
         word_sequences(words, "bad_words_list")
+
+
+def test_upstream_sampling_inputs_reach_the_engine():
+    request = from_arrays(
+        request_arrays(
+            repetition_penalty=[[1.2]],
+            presence_penalty=[[0.5]],
+            frequency_penalty=[[-0.25]],
+            min_tokens=[[3]],
+            return_log_probs=[[True]],
+            len_penalty=[[0.7]],  # beam search only: accepted, changes nothing
+            beam_width=[[1]],
+            num_return_sequences=[[3]],
+            seed=np.array([[2**64 - 2]], np.uint64),
+            return_num_input_tokens=[[True]],
+        ),
+        default_exclude_input=True,
+    )
+    p = request.params
+    assert (p.repetition_penalty, p.presence_penalty, p.frequency_penalty) == (1.2, 0.5, -0.25)
+    assert (p.min_tokens, p.logprobs, p.prompt_ignore_length) == (3, 0, 0)
+    assert request.num_sequences == 3 and request.wants_num_input_tokens
+    assert [s.seed for s in request.sequence_params()] == [2**64 - 2, 2**64 - 1, 0]
+    plain = from_arrays(request_arrays(), default_exclude_input=True)
+    assert plain.params.logprobs is None and not plain.params.has_penalties
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"beam_width": [[2]]}, "beam_width=2 (it has no beam search"),
+        ({"return_generation_logits": [[True]]}, "return_generation_logits=true"),
+        ({"lora_task_id": np.array([[7]], np.uint64)}, "lora_task_id=7 (no LoRA adapters"),
+        ({"guided_decoding_guide_type": np.array([[b"json"]], object)}, "'json' (no guided"),
+        ({"embedding_bias": np.ones((1, 9), np.float32)}, "embedding_bias=<[1, 9] float32>"),
+        ({"prompt_embedding_table": np.ones((1, 2, 4), np.float16)}, "prompt_embedding_table"),
+    ],
+)
+def test_inputs_the_torch_engine_cannot_serve_are_named(extra, named):
+    with pytest.raises(ValueError, match="not supported by backend=torch") as info:
+        from_arrays(request_arrays(**extra), default_exclude_input=True)
+    assert named in str(info.value)
+
+
+def test_inputs_that_ask_for_nothing_pass():
+    """preprocessing always sends an embedding bias ([1, 0] when none) and the ensemble passes
+    false flags on."""
+    arrays = request_arrays(
+        embedding_bias=np.zeros((1, 0), np.float32),
+        prompt_table_extra_ids=np.zeros((1, 3), np.uint64),
+        return_context_logits=[[False]],
+        beam_width=[[1]],
+    )
+    assert from_arrays(arrays, default_exclude_input=True).params.max_tokens == 4
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"repetition_penalty": [[0.0]]}, "repetition_penalty=0.0 is outside (0.0, inf]"),
+        ({"presence_penalty": [[np.inf]]}, "presence_penalty=inf is not a finite number"),
+        ({"min_tokens": [[-1]]}, "min_tokens=-1 is outside [0,"),
+        ({"num_return_sequences": [[0]]}, "num_return_sequences=0 is outside [1,"),
+        ({"len_penalty": [[np.nan]]}, "the ensemble's length_penalty"),
+    ],
+)
+def test_out_of_range_values_are_named(extra, named):
+    with pytest.raises(ValueError) as info:
+        from_arrays(request_arrays(**extra), default_exclude_input=True)
+    assert named in str(info.value)

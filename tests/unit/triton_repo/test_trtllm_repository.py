@@ -5,12 +5,14 @@ the upstream one (postprocessing detokenizes: the tensorrtllm backend cannot).""
 from pathlib import Path
 
 from pipeline.backends import load_backend
+from pipeline.triton_repo.interface import RESULT_OUTPUTS
 from pipeline.triton_repo.repo_writer import write_repository
 from tests.conftest import REPO, make_spec
 from tests.unit.triton_repo.repo_helpers import read_config, write_repo
 
 ENGINE = REPO / "tests" / "fixtures" / "trtllm_engine"
 UPSTREAM_ENSEMBLE = Path(__file__).parent / "golden" / "ensemble_upstream.pbtxt"
+RESULT_NAMES = [spec.name for spec in RESULT_OUTPUTS]
 
 
 def test_trtllm_repository_validates_with_the_upstream_ensemble(tmp_path: Path):
@@ -55,6 +57,7 @@ def test_torch_ensemble_is_the_llm_model_alone(tmp_path: Path):
     assert dict(steps[0].output_map) == {
         "text_output": "text_output",
         "sequence_length": "sequence_length",
+        **{name: name for name in RESULT_NAMES},  # its own results, as upstream's ensemble
     }
     llm = read_config(repo, "tensorrt_llm")
     assert {"text_input", "stop_words", "bad_words"} <= {t.name for t in llm.input}

@@ -276,7 +276,18 @@ def test_tensorrtllm_kv_cache_fraction(repo):
 
 
 def test_bls_interface_differs_from_the_ensemble(repo):
-    edit(repo, "tensorrt_llm_bls", lambda c: c.input.pop())
+    edit(repo, "tensorrt_llm_bls", lambda c: c.input.remove(_named(c.input, "temperature")))
+    assert "tensorrt_llm_bls: inputs differ from the ensemble's" in problems(repo)
+
+
+def _named(tensors, name: str):
+    return next(t for t in tensors if t.name == name)
+
+
+def test_bls_may_add_upstream_bls_inputs_but_not_change_the_ensembles(repo):
+    bls = read_config(repo, "tensorrt_llm_bls")
+    assert {"image_input", "num_draft_tokens"} <= {t.name for t in bls.input}
+    edit(repo, "tensorrt_llm_bls", lambda c: _named(c.input, "temperature").dims.append(2))
     assert "tensorrt_llm_bls: inputs differ from the ensemble's" in problems(repo)
 
 

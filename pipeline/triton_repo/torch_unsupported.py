@@ -1,0 +1,65 @@
+"""The tensorrtllm backend's inputs the torch engine does not serve, refused by name.
+
+The ensemble and the BLS declare upstream's whole client interface (interface.py), and Triton
+accepts whatever a model declares; a request that relies on one of these gets an error naming
+the input, its value and the backend, never a silently different answer. An empty tensor, or a
+value meaning "off", asks for nothing and passes (preprocessing always sends an embedding bias,
+[1, 0] when none).
+"""
+
+import numpy as np
+
+# input -> what the torch engine lacks, for the error
+ABSENT_FEATURES = {
+    "embedding_bias": "no embedding bias",
+    "embedding_bias_words": "no embedding bias",
+    "embedding_bias_weights": "no embedding bias",
+    "prompt_embedding_table": "no prompt tables (p-tuning)",
+    "prompt_vocab_size": "no prompt tables (p-tuning)",
+    "prompt_table_extra_ids": "no prompt tables (p-tuning)",
+    "prompt_table_extra_id": "no prompt tables (p-tuning)",
+    "lora_task_id": "no LoRA adapters",
+    "lora_weights": "no LoRA adapters",
+    "lora_config": "no LoRA adapters",
+    "guided_decoding_guide_type": "no guided decoding",
+    "guided_decoding_guide": "no guided decoding",
+    "decoder_text_input": "no encoder-decoder models",
+}
+# boolean inputs whose true the torch engine cannot honour -> what it lacks
+ABSENT_OUTPUTS = {
+    "return_context_logits": "it returns no logits",
+    "return_generation_logits": "it returns no logits",
+    "return_perf_metrics": "it returns no per-request KV-cache or timing metrics",
+}
+
+
+def _describe(value: np.ndarray) -> str:
+    flat = value.reshape(-1)
+    if flat.size == 1:
+        item = flat[0]
+        return repr(item.decode() if isinstance(item, bytes) else item.item())
+    return f"<{list(value.shape)} {value.dtype}>"
+
+
+def refuse_unsupported(arrays: dict[str, np.ndarray]) -> None:
+    """Raise ValueError naming every input of this request backend=torch cannot serve."""
+    problems = []
+    beam_width = arrays.get("beam_width")
+    if beam_width is not None and beam_width.size and int(beam_width.reshape(-1)[0]) > 1:
+        problems.append(
+            f"beam_width={int(beam_width.reshape(-1)[0])} (it has no beam search; send "
+            f"beam_width=1 or leave it out)"
+        )
+    for name, lacking in ABSENT_OUTPUTS.items():
+        value = arrays.get(name)
+        if value is not None and value.size and bool(value.reshape(-1)[0]):
+            problems.append(f"{name}=true ({lacking}; send false or leave it out)")
+    for name, lacking in ABSENT_FEATURES.items():
+        value = arrays.get(name)
+        if value is None or not value.size:
+            continue
+        if name.startswith("prompt_table_extra_id") and not value.any():
+            continue  # 0: no prompt-table token
+        problems.append(f"{name}={_describe(value)} ({lacking}; leave it out)")
+    if problems:
+        raise ValueError("not supported by backend=torch: " + "; ".join(problems))
