@@ -94,4 +94,4 @@ def _search(spec, engine_dir: Path, out_dir: Path, final_dir: Path) -> dict:
         return tune_kernels(spec, engine_dir)
     from pipeline.tune.instruction_run import tune_instructions
 
-    return tune_instructions(spec, engine_dir)
+    return tune_instructions(spec, engine_dir, out_dir)
