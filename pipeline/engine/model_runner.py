@@ -320,7 +320,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def follow(self) -> None:
-        """A worker rank: run rank 0's launches until it says stop."""
+        """A worker rank: run rank 0's launches until it says stop (then its process exits,
+        groups and all: see RankGroups.close)."""
         channel = self.ranks.channel
         while True:
             command, headers, body = channel.recv()
@@ -335,7 +336,6 @@ class ModelRunner:
             last = [t[-1] for t, b in zip(tokens, batches, strict=True) if b.num_sampled and t]
             if last:
                 self._last_sampled = _cat(last)
-        self.ranks.close()
 
     def _receive_tokens(self, batches: list[StepInputs]) -> TakeTokens:
         """A worker's take_tokens: the driver's sampled tokens, broadcast to the first stage."""

@@ -15,8 +15,10 @@ def vocab_slice(weight: torch.Tensor, vocab_size: int, tp: TensorParallel) -> to
     """This rank's rows of an embedding table that convert wrote whole (use_parallel_embedding
     false: [vocab, hidden] on every rank) or already split ([padded vocab / tp, hidden])."""
     padded = -(-vocab_size // tp.size) * tp.size
-    if weight.shape[0] == vocab_size:
-        return pad_rows(weight, tp.size).chunk(tp.size)[tp.rank]
+    if weight.shape[0] == vocab_size and tp.size == 1:
+        return weight
+    if weight.shape[0] == vocab_size:  # a copy: a view would keep the whole table alive
+        return pad_rows(weight, tp.size).chunk(tp.size)[tp.rank].clone()
     if weight.shape[0] * tp.size == padded:
         return weight
     raise ArtifactError(

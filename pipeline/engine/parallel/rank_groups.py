@@ -24,6 +24,7 @@ class RankGroups:
     channel: LaunchChannel
     cpu_group: dist.ProcessGroup
     all_reduce: str  # what the tensor-parallel all-reduce runs, for the log
+    is_cuda: bool
 
     def agree_min(self, value: int) -> int:
         """The smallest value over all ranks (a CPU collective: also a barrier)."""
@@ -32,7 +33,15 @@ class RankGroups:
         return int(t.item())
 
     def close(self) -> None:
-        if dist.is_initialized():
+        """Rank 0, once the workers have exited. On CUDA the groups are aborted, not destroyed: a
+        destroy waits on NCCL peers that are gone (it hung or crashed rank 0 on 2x H100), an
+        abort frees the communicators at once. Gloo groups are destroyed, so a process (a test)
+        can start another multi-rank engine afterwards."""
+        if not dist.is_initialized():
+            return
+        if self.is_cuda:
+            dist.distributed_c10d._abort_process_group()
+        else:
             dist.destroy_process_group()
 
 
@@ -81,6 +90,7 @@ def init_rank_groups(
         channel=LaunchChannel(cpu_group, mapping.pp_size, device),
         cpu_group=cpu_group,
         all_reduce=tp.use_symm_mem(all_reduce, dtype, device),
+        is_cuda=is_cuda,
     )
 
 

@@ -26,6 +26,8 @@ class SymmMemAllReduce:
         from torch.distributed import _symmetric_memory as symm_mem
 
         self.group_name = group.group_name
+        if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.9
+            symm_mem.enable_symm_mem_for_group(self.group_name)
         self.max_numel = max_bytes // dtype.itemsize
         self.dtype = dtype
         self.buffer = symm_mem.empty(self.max_numel, dtype=dtype, device=device)
@@ -35,9 +37,26 @@ class SymmMemAllReduce:
         return x.dtype == self.dtype and x.numel() <= self.max_numel
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        # the op wants the symmetric buffer in the input's shape (its first numel elements)
+        staging = self.buffer[: x.numel()].view(x.shape)
         return torch.ops.symm_mem.one_shot_all_reduce_copy(
-            self.buffer, x.contiguous(), "sum", self.group_name
+            staging, x.contiguous(), "sum", self.group_name
         )
+
+
+def _check_one_shot(one_shot: SymmMemAllReduce, group, dtype: torch.dtype, device) -> None:
+    """Its sum equals NCCL's, eagerly and replayed from a CUDA graph (the engine captures it)."""
+    x = torch.randn(4, 1024, device=device).to(dtype)
+    expected = x.clone()
+    dist.all_reduce(expected, group=group)
+    if not torch.allclose(one_shot(x), expected, rtol=1e-2, atol=1e-2):  # summed in its order
+        raise RuntimeError("its sum differs from NCCL's")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = one_shot(x)
+    graph.replay()
+    if not torch.allclose(out, expected, rtol=1e-2, atol=1e-2):
+        raise RuntimeError("its sum differs from NCCL's in a CUDA graph")
 
 
 class TensorParallel:
@@ -54,20 +73,22 @@ class TensorParallel:
             return "none"
         if choice == "nccl" or not self.is_nccl:
             return "nccl" if self.is_nccl else dist.get_backend(self.group)
+        error = None
         try:
             one_shot = SymmMemAllReduce(self.group, ONE_SHOT_MAX_BYTES, dtype, device)
-            x = torch.randn(4, 1024, device=device).to(dtype)
-            expected = x.clone()
-            dist.all_reduce(expected, group=self.group)
-            if not torch.equal(one_shot(x), expected):
-                raise RuntimeError("its sum differs from NCCL's")
+            _check_one_shot(one_shot, self.group, dtype, device)
         except Exception as exc:  # noqa: BLE001 - any failure: NCCL, said why
+            error = exc
+        works = torch.tensor([error is None], dtype=torch.int32, device=device)
+        dist.all_reduce(works, op=dist.ReduceOp.MIN, group=self.group)  # all ranks, or none
+        if not works.item():
+            exc = error or RuntimeError("it failed on another rank")
             if choice == "symm_mem":
                 raise RuntimeError(
                     f"engine: all_reduce=symm_mem does not run here ({exc!r}); use "
                     f"all_reduce=nccl or auto"
                 ) from exc
-            logger.info("symmetric-memory all-reduce unavailable (%r): NCCL", exc)
+            logger.warning("symmetric-memory all-reduce unavailable (%r): NCCL", exc)
             return "nccl"
         self.one_shot = one_shot
         return f"symm_mem one-shot up to {ONE_SHOT_MAX_BYTES >> 10} KiB, nccl above"

@@ -1,16 +1,17 @@
 """A worker rank (1..N-1) of a multi-rank engine: load this rank's weights, build its model runner
 in step with the other ranks, then run the launches rank 0 sends until it says stop.
 
-Its start-up spec (the EngineConfig, rank, world size, store port, torch threads, the parent's
-pid) comes pickled on stdin, once. An error is put in the store before the worker exits, so rank 0
-can say what went wrong."""
+Its start-up spec (the EngineConfig, rank, world size, store port, torch threads) comes pickled
+on stdin, once; the end of stdin means rank 0 is gone. An error is put in the store before the
+worker exits, so rank 0 can say what went wrong. SIGUSR1 prints its Python stacks."""
 
-import ctypes
+import faulthandler
 import logging
 import os
 import pickle
 import signal
 import sys
+import threading
 import traceback
 from datetime import timedelta
 
@@ -20,22 +21,18 @@ import torch.distributed as dist
 from pipeline.engine.parallel.mapping import rank_device
 from pipeline.engine.parallel.workers import error_key
 
-PR_SET_PDEATHSIG = 1
 
-
-def _die_with_parent(parent_pid: int) -> None:
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:  # not Linux: the store's timeouts end it instead
-        return
-    if os.getppid() != parent_pid:  # it died before prctl took effect
-        os._exit(1)
+def _exit_with_parent() -> None:
+    """Rank 0 keeps this process's stdin open; end-of-file means it is gone."""
+    sys.stdin.buffer.read()
+    os._exit(1)
 
 
 def main() -> None:
     spec = pickle.load(sys.stdin.buffer)
     rank = spec["rank"]
-    _die_with_parent(spec["parent_pid"])
+    threading.Thread(target=_exit_with_parent, name="parent-watch", daemon=True).start()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(
         level=logging.INFO, format=f"[engine rank {rank}] %(levelname)s %(message)s"
     )

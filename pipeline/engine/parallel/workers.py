@@ -1,12 +1,15 @@
 """Rank 0's worker processes (ranks 1..N-1): started, watched and stopped here.
 
 A worker is `python -m pipeline.engine.parallel.worker_main` (a plain interpreter: a Triton stub's
-sys.executable is not one), told its start-up spec on stdin, once. It dies with its parent
-(PR_SET_PDEATHSIG), so a killed engine leaves no rank holding a GPU. A watcher thread notices a
-worker that exits while the engine runs: its failure (with the worker's own error, which it puts
-in the store) is what the engine raises; on CUDA, where a rank blocked in NCCL would wait for the
-dead one, the NCCL groups are aborted, and if the process is still stuck HARD_EXIT_S later it
-exits (a process that cannot reach its peers cannot go on, and must free its GPU)."""
+sys.executable is not one), told its start-up spec on stdin, once. Its stdin stays open: when it
+reads end-of-file, rank 0's process is gone (however it ended), and it exits, so a killed engine
+leaves no rank holding a GPU. `kill -USR1` on a rank prints its Python stacks.
+
+A watcher thread notices a worker that exits while the engine runs: its failure (with the
+worker's own error, which it puts in the store) is what the engine raises; on CUDA, where a rank
+blocked in NCCL would wait for the dead one, the NCCL groups are aborted, and if the process is
+still stuck HARD_EXIT_S later it exits (a process that cannot reach its peers cannot go on, and
+must free its GPU)."""
 
 import logging
 import os
@@ -51,8 +54,8 @@ class WorkerProcesses:
                 stdin=subprocess.PIPE,
                 env=env,
             )
-            proc.stdin.write(pickle.dumps({**spec, "rank": rank, "parent_pid": os.getpid()}))
-            proc.stdin.close()
+            proc.stdin.write(pickle.dumps({**spec, "rank": rank}))
+            proc.stdin.flush()
             self._procs[rank] = proc
         self._watcher = threading.Thread(target=self._watch, name="engine-ranks", daemon=True)
         self._watcher.start()
@@ -135,6 +138,7 @@ class WorkerProcesses:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            proc.stdin.close()
 
     def kill(self) -> None:
         self._stopping.set()
@@ -142,6 +146,7 @@ class WorkerProcesses:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+            proc.stdin.close()
 
     @property
     def pids(self) -> dict[int, int]:
