@@ -306,12 +306,18 @@ def test_streams_past_the_limit_get_429_and_disconnected_ones_are_cancelled(
     api, triton, model_name
 ):
     idle = engine_gauges(triton)
-    max_tokens = 200  # far more than are made before the streams are dropped
+    max_tokens = 200  # far more than are made before the streams are dropped (EOS off)
     streams = []
     for i in range(MAX_IN_FLIGHT):
         response = requests.post(
             f"{api.url}{C}",
-            json=completion(model_name, prompt=f"Story {i}:", max_tokens=max_tokens, stream=True),
+            json=completion(
+                model_name,
+                prompt=f"Story {i}:",
+                max_tokens=max_tokens,
+                ignore_eos=True,
+                stream=True,
+            ),
             headers={"Authorization": f"Bearer {API_KEY}"},
             stream=True,
             timeout=120,
