@@ -1,8 +1,9 @@
 """SIP-style instruction schedules of one Triton kernel as a search space, at the PTX level.
 
 Level: PTX, because there is no public assembler for sm_90 SASS (CuAssembler and turingas stop
-before Hopper), while Triton (>= 3.4) rebuilds a kernel from a PTX file given as the launch
-option `ir_override` (part of its compile key, so each schedule is its own compiled kernel).
+before Hopper), while Triton rebuilds a kernel from a PTX file given as the launch option
+`ir_override` (CUDAOptions.ir_override, read in triton/compiler/compiler.py's compile loop, Triton
+3.6); it is part of the compile key, so each schedule is its own compiled kernel.
 ptxas schedules the PTX it gets once more, and a single moved load rarely survives into the
 SASS; so a move here is `moves_per_step` legal moves (ptx_schedule), and a neighbour must
 assemble to SASS that differs from the incumbent's (ptxas and cuobjdump, as Triton ships them),
@@ -48,6 +49,7 @@ def compiled_ptx(kernel: str, run) -> tuple[str, str]:
     run()
     torch.cuda.synchronize()
     compiled = [k for caches in fn.device_caches.values() for k in caches[0].values()]
+    compiled = [k.result() if hasattr(k, "result") else k for k in compiled]  # async compiles
     target = compiled[-1].metadata.target
     return compiled[-1].asm[
         "ptx"

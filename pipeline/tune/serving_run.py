@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pipeline.bench.runner import prompt_maker
 from pipeline.bench.session import Workload
+from pipeline.errors import StageError
 from pipeline.tune.annealer import Annealer
 from pipeline.tune.serving_overlay import write_overlay
 from pipeline.tune.serving_space import KEYS, ServingSpace
@@ -45,6 +46,8 @@ def tune_serving(
     space = ServingSpace(spec, engine_dir, workload, deploy)
     try:
         result = Annealer(spec.tune.anneal, clock).run(space)
+    except ValueError as exc:  # the configured knobs fail their own gate
+        raise StageError(f"tune: {exc}") from exc
     finally:
         space.close()
     row = {"item": f"serving ({spec.tune.serving.target})", **result.to_dict()}

@@ -65,6 +65,11 @@ def knobs_for(spec, facts: EngineFacts) -> list[Knob]:
             f"tune.serving.{extra[0]} is measured through a server: set "
             f"tune.serving.target=server, or tune.serving.{extra[0]}=[]"
         )
+    if search.target == "server" and spec.bench.server_url:
+        raise ConfigError(
+            f"tune.serving.target=server deploys and serves each candidate itself; unset "
+            f"bench.server_url={spec.bench.server_url!r} (a running server keeps its own knobs)"
+        )
     limits = {"max_batch_size": facts.max_batch_size, "max_num_tokens": spec.build.max_num_tokens}
     knobs = []
     for name in KEYS:
