@@ -12,7 +12,7 @@ from pipeline.engine.parallel.launch_channel import LaunchChannel
 from pipeline.engine.parallel.mapping import Mapping, check_devices
 from pipeline.engine.parallel.stage_link import StageLink
 from pipeline.engine.parallel.tensor_parallel import TensorParallel
-from pipeline.engine.parallel.workers import WorkerProcesses, joined_key
+from pipeline.engine.parallel.workers import START_TIMEOUT_S, WorkerProcesses, joined_key
 from pipeline.errors import ConfigError
 
 
@@ -140,7 +140,7 @@ def join_ranks(
         }
         workers = WorkerProcesses(spec, mapping.world_size, store, device.type == "cuda")
         try:
-            workers.wait_joined(timeout_s)
+            workers.wait_joined(max(timeout_s, START_TIMEOUT_S))
         except BaseException:
             workers.kill()
             raise

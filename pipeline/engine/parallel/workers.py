@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 HARD_EXIT_S = 30.0
 POLL_S = 0.1
+START_TIMEOUT_S = 300.0  # a worker's interpreter, imports and weights before it joins
 
 
 def worker_python() -> str:
@@ -70,8 +71,8 @@ class WorkerProcesses:
             self.raise_failure()
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"engine: worker ranks did not start in {timeout_s:.0f} s "
-                    f"(collective_timeout_s); see their log lines"
+                    f"engine: worker ranks did not start in {timeout_s:.0f} s; see their log "
+                    f"lines ([engine rank N])"
                 )
             time.sleep(POLL_S)
 
