@@ -110,9 +110,11 @@ class RuntimeOptions:
     # (ModelRunner: from the GPU time of a decode step, and LaunchPacer adds steps while the
     # host lags the device; 1 on the CPU)
     num_scheduler_steps: int | None = None
-    # tensor parallel all-reduce: auto (symmetric-memory one-shot for small messages where it
-    # runs, else NCCL), nccl, or symm_mem (fail if it does not run)
-    all_reduce: str = "auto"
+    # tensor parallel all-reduce: nccl (captured in the CUDA graphs), auto (PyTorch's
+    # symmetric-memory one-shot for messages up to 2 MiB where it passes a check at start, NCCL
+    # above), or symm_mem (fail if it does not run). nccl by default: the one-shot has not been
+    # measured at decode sizes on this engine yet (docs/perf/multi-gpu)
+    all_reduce: str = "nccl"
     # a collective between ranks that takes longer fails the engine instead of waiting forever
     collective_timeout_s: float = 600.0
     # "module:function" (engine_dir, rank, device) -> tensors of that rank, instead of
@@ -139,7 +141,7 @@ class EngineConfig:
     compile: bool
     overlap_scheduling: bool
     num_scheduler_steps: int | None  # None: the model runner decides
-    all_reduce: str = "auto"
+    all_reduce: str = "nccl"
     collective_timeout_s: float = 600.0
     weights_loader: str | None = None
 

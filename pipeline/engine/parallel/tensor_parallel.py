@@ -2,10 +2,11 @@
 vocab-parallel embedding, all-gather of the vocab-parallel logits, and the sampled tokens from
 the driver. With one rank every call is the identity, so a TP=1 model runs no collective.
 
-All-reduce: NCCL (through torch.distributed: in CUDA graphs when the model is captured), or for
-messages up to ONE_SHOT_MAX_BYTES PyTorch's symmetric-memory one-shot all-reduce (each GPU reads
-its peers' buffers over NVLink and sums: one kernel, no NCCL protocol round trips), which the
-engine takes when it works on this host (checked against NCCL at start)."""
+All-reduce: NCCL (through torch.distributed: in CUDA graphs when the model is captured), or with
+all_reduce=auto / symm_mem, for messages up to ONE_SHOT_MAX_BYTES, PyTorch's symmetric-memory
+one-shot all-reduce (each GPU reads its peers' buffers over NVLink and sums: one kernel, no NCCL
+protocol round trips), taken when it matches NCCL's sum at start, eagerly and in a CUDA graph, on
+every rank of the group."""
 
 import logging
 
