@@ -15,6 +15,7 @@ and trace plots after each step.
 """
 
 import argparse
+import gc
 import shutil
 import tempfile
 import time
@@ -185,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             write_outputs(results, args.out)
         if not args.skip_engine:
+            gc.collect()
+            torch.cuda.empty_cache()  # the engines run in child processes: leave them the GPU
             vocab = SHAPES[args.model]["vocab_size"]
             tuned_dir, record = engine_with_configs(engine_dir, items, cache_path, tmp / "tuned")
             args.device, args.dtype = "cuda", "bfloat16"

@@ -45,13 +45,16 @@ class Summary:
 
 
 def noise_band(a: Summary, b: Summary, confidence: float) -> float:
-    """How far apart the two means must be before the difference counts (Welch's bound)."""
+    """How far apart the two means must be before the difference counts (Welch's bound);
+    unbounded while either side has a single sample, whose noise is unknown."""
+    if min(a.num, b.num) < 2:
+        return math.inf
     var_a, var_b = a.variance / a.num, b.variance / b.num
     se = math.sqrt(var_a + var_b)
     if se == 0.0:
         return 0.0
-    # Welch-Satterthwaite degrees of freedom; a side with one sample adds no dof of its own
-    parts = [v**2 / (s.num - 1) for v, s in ((var_a, a), (var_b, b)) if s.num > 1 and v > 0]
+    # Welch-Satterthwaite degrees of freedom
+    parts = [v**2 / (s.num - 1) for v, s in ((var_a, a), (var_b, b)) if v > 0]
     dof = (var_a + var_b) ** 2 / sum(parts) if parts else 1.0
     return t_quantile(confidence, dof) * se
 

@@ -12,9 +12,10 @@ def check_tune_spec(tune) -> None:
         problems.append(f"tune.space={tune.space!r} (use one of {SPACES})")
     if tune.kernels.strategy not in STRATEGIES:
         problems.append(f"tune.kernels.strategy={tune.kernels.strategy!r} (use {STRATEGIES})")
-    for key in ("max_trials", "repeats"):
-        if getattr(a, key) < 1:
-            problems.append(f"tune.anneal.{key}={getattr(a, key)} (must be >= 1)")
+    if a.max_trials < 1:
+        problems.append(f"tune.anneal.max_trials={a.max_trials} (must be >= 1)")
+    if a.repeats < 2:  # one measurement says nothing about the noise
+        problems.append(f"tune.anneal.repeats={a.repeats} (must be >= 2: the noise estimate)")
     if a.max_seconds <= 0:
         problems.append(f"tune.anneal.max_seconds={a.max_seconds} (must be > 0)")
     if not 0 < a.cooling <= 1:

@@ -25,3 +25,8 @@ def test_min_gain_widens_the_band():
     a, b = Summary.of([1.0, 1.0]), Summary.of([0.97, 0.97])
     assert compare(b, a, 0.95, 0.0) is Verdict.BETTER
     assert compare(b, a, 0.95, 0.05) is Verdict.TIE
+
+
+def test_one_sample_says_nothing_about_the_noise():
+    one, many = Summary.of([0.5]), Summary.of([1.0, 1.01, 0.99])
+    assert compare(one, many, 0.95, 0.0) is Verdict.TIE
