@@ -1,7 +1,10 @@
-"""Hydra config -> frozen specs. The only place (with cli.py) that sees a DictConfig.
+"""Hydra config <-> frozen specs. The only place (with cli.py) that sees a DictConfig.
 
-Unknown keys, wrong types and out-of-range values are collected over the whole tree and raised as
-one ConfigError.
+The spec dataclasses hold every key and its default: spec_defaults() turns them into the config
+node that conf/config.yaml lists first, so the option files under conf/ hold only what a preset
+changes. Unknown keys, wrong types and out-of-range values are collected over the whole tree and
+raised as one ConfigError (the node is untyped for that reason: a typed Hydra schema would stop
+at the first bad override).
 """
 
 import dataclasses
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import ConfigError
@@ -44,7 +48,7 @@ STAGE_NAMES = (
 
 @dataclass(frozen=True, slots=True)
 class PipelineSpec:
-    stage: str
+    stage: str  # set by the CLI's positional argument
     model: ModelSpec
     quant: QuantSpec
     build: BuildSpec
@@ -54,10 +58,43 @@ class PipelineSpec:
     parallel: ParallelSpec
     serve: ServeSpec = ServeSpec()  # frontends beside tritonserver (serve, demo)
     tune: TuneSpec = TuneSpec()  # measured-feedback search (tune)
-    workdir: str = "artifacts"
+    workdir: str = "artifacts"  # artifacts live under <workdir>/<model>/<stage>-<config hash>/
+    # target GPU for precision checks: auto | cpu | a100 | l40s | h100 | h200 | b200 ...
     hardware: str = "auto"
-    force: bool = False
+    force: bool = False  # re-run a stage even when its inputs and config are unchanged
     verbose: bool = False
+
+
+# the config name conf/config.yaml's defaults list starts from
+SPEC_DEFAULTS = "spec_defaults"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def spec_defaults(cls: type = PipelineSpec) -> dict:
+    """`cls` as a config node: each field's default, a nested spec's own defaults, and "???"
+    (Hydra's missing value: a preset or the command line sets it) where a field has none."""
+    hints = typing.get_type_hints(cls)
+    node: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            node[f.name] = spec_defaults(hints[f.name])
+        elif f.default is not dataclasses.MISSING:
+            node[f.name] = _plain(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            node[f.name] = _plain(f.default_factory())
+        else:
+            node[f.name] = "???"
+    return node
+
+
+def register_spec_defaults() -> None:
+    """Store spec_defaults() where Hydra finds it (again is harmless: the same node)."""
+    ConfigStore.instance().store(name=SPEC_DEFAULTS, node=spec_defaults())
 
 
 def _check_scalar(value: Any, tp: Any) -> bool:
@@ -205,3 +242,6 @@ def to_specs(cfg: DictConfig | dict) -> PipelineSpec:
     if spec.stage not in STAGE_NAMES:
         raise ConfigError(f"config: unknown stage {spec.stage!r}; stages: {', '.join(STAGE_NAMES)}")
     return spec
+
+
+register_spec_defaults()  # before any compose: cli.py and the tests import this module

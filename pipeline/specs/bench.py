@@ -15,7 +15,8 @@ class SweepOptions:
     sizes: tuple[int, ...] = (1, 2, 4, 8)
     target: str = "direct"  # direct: engine in-process (sees KV use, OOM); server: through Triton
     num_waves: int = 1  # requests per size = size * num_waves, at concurrency = size
-    num_kv_blocks: int = 0  # 0 = the deployed KV budget; > 0 = a small budget to probe capacity
+    # 0 = the deployed KV budget; > 0 = a small budget to probe capacity (e.g. 4 on CPU)
+    num_kv_blocks: int = 0
     stop_at_first_failure: bool = True
 
 
@@ -24,7 +25,8 @@ class RegressOptions:
     """Bench + accuracy vs baselines/<model>-<backend>-<hardware>.json."""
 
     baseline: str | None = None  # null = baselines/<model>-<backend>-<hardware>.json
-    update_baseline: bool = False  # write this run's numbers as the baseline (keeps tolerances)
+    # write this run's numbers as the baseline, keeping its tolerances (`make update-baseline`)
+    update_baseline: bool = False
     bench_dir: str | None = None  # a bench/profile artifact to judge; null = measure anew
     # tolerances for metrics a baseline does not have yet (stored ones win)
     speed_tolerance: float = 0.5  # relative drop allowed in tok/s, req/s
@@ -42,7 +44,8 @@ class BenchSpec:
     name: str = "smoke"
     seed: int = 0
     target: str = "both"  # server | direct | both (both gives the Triton-vs-direct ratio)
-    server_url: str | None = None  # host:grpc_port of a running server; null = launch one
+    # host:grpc_port of a running server; null = launch one on the deployed repository
+    server_url: str | None = None
     workload: str = "synthetic"  # synthetic (token-exact ISL/OSL) | corpus (real text)
     corpus_path: str | None = None  # null = gensim's lee_background.cor
     input_len: int = 32
@@ -58,7 +61,8 @@ class BenchSpec:
     # takes a GIL per process); 0 = one per 8 concurrent requests, on at most half the cores
     client_processes: int = 0
     # server target: Triton traces every N-th request, which splits the served path's time into
-    # hops (bench.served_path); 0 = off. Only a server the bench launches itself
+    # hops, client -> model -> engine -> client (bench.served_path); 0 = off. Only a server the
+    # bench launches itself
     trace_rate: int = 0
     profile: ProfileOptions = field(default_factory=ProfileOptions)
     sweep: SweepOptions = field(default_factory=SweepOptions)

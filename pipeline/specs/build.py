@@ -3,7 +3,7 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class TorchBuildOptions:
-    """Options only the torch backend reads (owned by the torch engine)."""
+    """Options only backend=torch reads (owned by the torch engine)."""
 
     use_cuda_graph: bool = True
     compile: bool = False
@@ -11,27 +11,30 @@ class TorchBuildOptions:
 
 @dataclass(frozen=True, slots=True)
 class TrtllmBuildOptions:
-    """trtllm-build 1.2.x flags beyond the shared limits (owned by the TensorRT-LLM backend).
+    """trtllm-build 1.2.x flags beyond the shared limits; only backend=trtllm reads them.
 
     Field names are the trtllm-build flag names; feature flags take "enable"/"disable" and plugin
     flags a dtype or "disable", exactly as on its command line. There is no `strongly_typed`: 1.2's
     build.py hard-codes BuildConfig(strongly_typed=True) and has had no such flag since 0.11.
     """
 
-    gpt_attention_plugin: str = "auto"
-    gemm_plugin: str = "disable"  # "disable" = flag omitted (trtllm-build's default: no plugin)
+    gpt_attention_plugin: str = "auto"  # plugins: a dtype (auto = the checkpoint's) or disable
+    # "disable" = flag omitted (trtllm-build's default: no plugin; NVFP4 checkpoints pick nvfp4)
+    gemm_plugin: str = "disable"
     gemm_swiglu_plugin: str = "disable"  # "fp8" needs use_fused_mlp + an FP8 checkpoint + Hopper
-    context_fmha: str = "enable"
-    use_paged_context_fmha: str = "enable"  # needed for runtime KV reuse / chunked context
+    context_fmha: str = "enable"  # features: enable | disable
+    # needed for deploy.trtllm.enable_kv_cache_reuse and chunked context
+    use_paged_context_fmha: str = "enable"
     use_fused_mlp: str = "enable"
-    remove_input_padding: str = "enable"
+    remove_input_padding: str = "enable"  # required by in-flight batching
     multiple_profiles: str = "disable"
     reduce_fusion: str = "disable"  # only takes effect with tp > 1 on Llama/Gemma2
     user_buffer: str = "disable"  # needs reduce_fusion
-    opt_num_tokens: int | None = None  # None = min(max_batch_size * beam, max_num_tokens)
+    opt_num_tokens: int | None = None  # None = min(max_batch_size * max_beam_width, max_num_tokens)
     weight_streaming: bool = False  # lets the runtime keep part of the weights on the host
     gather_context_logits: bool = False
-    speculative_decoding_mode: str | None = None  # draft_tokens_external, medusa, eagle, ...
+    # draft_tokens_external | lookahead_decoding | medusa | explicit_draft_tokens | eagle
+    speculative_decoding_mode: str | None = None
     max_draft_len: int = 0
     lora_plugin: str = "disable"
     lora_dir: tuple[str, ...] = ()  # the first dir provides the LoRA config
@@ -40,9 +43,11 @@ class TrtllmBuildOptions:
     workers: int = 1  # parallel per-rank builds (capped by trtllm-build at the GPU count)
     log_level: str = "info"
     timing_cache: bool = True  # reuse TensorRT tactic timings across builds (same GPU + TensorRT)
-    timing_cache_dir: str = "artifacts/trtllm-timing-cache"
-    # the image `make build BACKEND=trtllm DOCKER=1` runs in (pipeline.trtllm.image.LOCAL_IMAGE),
-    # and the TensorRT-LLM version it holds: engines must be built and served by exactly this one
+    timing_cache_dir: str = "${workdir}/trtllm-timing-cache"  # resolved when the config composes
+    # the image DOCKER=1 stages and `serve` run in (pipeline.trtllm.image.LOCAL_IMAGE: built from
+    # tensorrtllm_backend's r26.04 recipe, since NGC's 25.12-trtllm-python-py3 holds 1.1.0; `make
+    # trtllm-image-check` checks it) and the TensorRT-LLM version it holds: engines must be built
+    # and served by exactly this one
     container_image: str = "llm-pipeline/tritonserver:25.12-trtllm-1.2.1"
     trtllm_version: str = "1.2.1"
 

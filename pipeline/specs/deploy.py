@@ -3,14 +3,17 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class TorchDeployOptions:
-    """Runtime knobs of the torch engine hosted by the `tensorrt_llm` python-backend model."""
+    """Runtime knobs of the torch engine hosted by the `tensorrt_llm` python-backend model; only
+    backend=torch reads them."""
 
     num_threads: int = 0  # torch.set_num_threads inside the model; 0 = torch's default
     num_kv_blocks: int = 0  # 0 = size the paged KV cache from the engine's build limits
+    # prompts are cut into chunks that share engine steps with decodes
     enable_chunked_prefill: bool = True
     # a stream's tokens that queued while its responses were being sent go out as one response
     coalesce_stream: bool = True
-    # responses a second the model sends at most (coalescing on): more queue in the ensemble
+    # responses a second the model sends at most (coalescing on; 0 = no limit): the rest wait
+    # and merge
     max_response_rate: float = 2000.0
     # threads that send responses (each send is a round trip to the server); a stream keeps one
     response_lanes: int = 4
@@ -22,15 +25,18 @@ class TorchDeployOptions:
     detokenize: bool = True
     # the engine in a child process: responses sent by the model do not hold up engine steps
     engine_process: bool = True
-    # instances of the model (stub processes, a GIL each) sharing the engine process; 0 = auto
+    # instances of the model (stub processes, a GIL each) sharing the engine process; 0 = auto:
+    # 4 on a GPU, else 1
     instances: int = 0
-    # engine steps a launch (the engine's num_scheduler_steps); 0 = auto (the engine decides)
+    # engine steps a launch (decodes after its first; the engine's num_scheduler_steps); 0 = auto:
+    # from the GPU step time (more while the host lags), 1 on CPU
     num_scheduler_steps: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class TrtllmDeployOptions:
-    """tensorrtllm-backend parameters (names as in its config.pbtxt template)."""
+    """tensorrtllm-backend parameters (names as in its config.pbtxt template); only backend=trtllm
+    reads them."""
 
     batching_strategy: str = "inflight_fused_batching"
     kv_cache_free_gpu_mem_fraction: float = 0.9
@@ -43,28 +49,32 @@ class TrtllmDeployOptions:
 @dataclass(frozen=True, slots=True)
 class DeploySpec:
     """Model repository (deploy) and server (serve) settings; repository keys follow the
-    tensorrtllm_backend fill_template names."""
+    tensorrtllm_backend fill_template names (`deploy.preprocessing_instance_count=4`)."""
 
+    # the generated repository (a copy of the deploy artifact, swapped in atomically)
     repo_dir: str = "model_repo"
     host: str = "127.0.0.1"
     http_port: int = 8000
     grpc_port: int = 8001
     metrics_port: int = 8002
-    startup_timeout_s: float = 300.0
-    server_args: tuple[str, ...] = ()  # extra tritonserver flags for the local server
-    stub_python: str = ""  # python3 whose env the python-backend stubs use; "" = this one
-    triton_max_batch_size: int = 0  # 0 = the engine's build_config.max_batch_size
-    decoupled_mode: bool = True
+    startup_timeout_s: float = 300.0  # readiness wait before serve/demo give up (model load too)
+    # extra tritonserver flags for the local server, e.g. ["--pinned-memory-pool-byte-size=0"]
+    server_args: tuple[str, ...] = ()
+    # python3 whose env the python-backend stubs use ("" = this one); it needs numpy<2
+    stub_python: str = ""
+    # 0 = the engine's build_config.max_batch_size (larger is refused)
+    triton_max_batch_size: int = 0
+    decoupled_mode: bool = True  # needed for streaming; backend=torch always serves decoupled
     max_queue_delay_microseconds: int = 0
     max_queue_size: int = 0  # 0 = unbounded; a full queue rejects at once
     preferred_batch_sizes: tuple[int, ...] = ()  # () = (triton_max_batch_size,)
     preprocessing_instance_count: int = 1
     postprocessing_instance_count: int = 1
-    bls_instance_count: int = 1
-    accumulate_tokens: bool = True
+    bls_instance_count: int = 1  # the BLS serves requests concurrently from one instance
+    accumulate_tokens: bool = True  # BLS streaming: detokenize all tokens so far, send the delta
     exclude_input_in_output: bool = True
     add_special_tokens: bool = True
     skip_special_tokens: bool = True
-    batch_scheduler_policy: str = "guaranteed_no_evict"
+    batch_scheduler_policy: str = "guaranteed_no_evict"  # or max_utilization
     torch: TorchDeployOptions = field(default_factory=TorchDeployOptions)
     trtllm: TrtllmDeployOptions = field(default_factory=TrtllmDeployOptions)

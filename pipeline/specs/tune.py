@@ -8,7 +8,7 @@ class AnnealOptions:
     seed: int = 0
     max_trials: int = 40  # candidates measured (or refused by the correctness gate), per item
     max_seconds: float = 600.0  # wall time per item; whichever budget runs out first stops it
-    repeats: int = 3  # measurements per trial: the noise estimate of each candidate
+    repeats: int = 3  # measurements per trial (>= 2): the noise estimate of each candidate
     # a move that costs `initial_temperature` relative more is taken with probability 1/e at
     # first; the temperature falls by `cooling` a trial down to `min_temperature`
     initial_temperature: float = 0.05
@@ -29,13 +29,14 @@ class ServingSearch:
     ttft_p99_ms: float = 2000.0  # latency budget; a candidate over it is penalised
     itl_p99_ms: float = 500.0
     penalty: float = 4.0  # cost x (1 + penalty x relative excess over the budget)
-    # values tried per knob ([] = not searched: the configured value stays)
+    # values tried per knob ([] = not searched: the configured value stays); each is capped by
+    # the engine's build limits
     max_batch_size: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
     max_num_tokens: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
     num_scheduler_steps: tuple[int, ...] = (1, 2, 4, 8, 16)
     num_kv_blocks: tuple[int, ...] = ()  # e.g. [64, 128, 256]; [] = the deployed budget
-    instances: tuple[int, ...] = ()  # target=server only
-    max_response_rate: tuple[float, ...] = ()  # target=server only
+    instances: tuple[int, ...] = ()  # target=server only, e.g. [1, 2, 4]
+    max_response_rate: tuple[float, ...] = ()  # target=server only, e.g. [500, 1000, 2000, 4000]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,9 @@ class KernelSearch:
     """Triton kernel launch configs per shape class of the built engine's model."""
 
     kernels: tuple[str, ...] = ()  # [] = every kernel the engine runs for its model
-    cache_path: str = "artifacts/kernel-tuning-cache.json"
+    # one file per GPU and toolchain (a file from another one is refused); builds read it too.
+    # The ${workdir} is resolved when the config composes
+    cache_path: str = "${workdir}/kernel-tuning-cache.json"
     strategy: str = "anneal"  # anneal | random | autotune_list (same number of measurements)
     decode_batch_sizes: tuple[int, ...] = (1, 8, 64)  # decode steps tuned (batch buckets)
     prompt_tokens: tuple[int, ...] = (512, 4096)  # prompt-step token counts tuned
@@ -56,13 +59,15 @@ class KernelSearch:
 class InstructionSearch:
     """SIP-style memory-instruction schedules of one kernel's compiled PTX."""
 
-    kernel: str = "varlen_attention"
+    kernel: str = "varlen_attention"  # varlen_attention | paged_decode_attention | int8_gemv
     num_tokens: int = 4096
 
 
 @dataclass(frozen=True, slots=True)
 class TuneSpec:
-    """`python -m pipeline tune`: one search space under the simulated annealer."""
+    """`python -m pipeline tune`: one search space under the simulated annealer. Every space
+    starts from these defaults and conf/tune/<space>.yaml changes what differs; any key can be
+    overridden on the command line, e.g. `tune.anneal.max_trials=80`."""
 
     name: str = "serving"
     space: str = "serving"  # serving | kernels | instructions

@@ -58,7 +58,7 @@ def test_default_image_holds_the_default_version(tmp_path):
     trtllm = make_spec("build", "backend=trtllm", workdir=tmp_path).build.trtllm
     assert trtllm.container_image == image.LOCAL_IMAGE
     assert trtllm.trtllm_version == image.LOCAL_IMAGE_TRTLLM_VERSION == "1.2.1"
-    # the dataclass default (used without Hydra) says the same as conf/build/default.yaml
+    # the dataclass default (used without Hydra) is the composed config's (one source)
     assert TrtllmBuildOptions().container_image == trtllm.container_image
     assert TrtllmBuildOptions().trtllm_version == trtllm.trtllm_version
 
