@@ -69,7 +69,9 @@ def plan(
         for i in range(request.n):
             seed = None if request.seed is None else request.seed + i
             end_id = NO_END_ID if request.ignore_eos else model.end_id
-            params = _sampling_params(request, wanted, seed, end_id, stop_sequences)
+            # OpenAI's presence/frequency penalties count the generated tokens only
+            skip = len(prompt.token_ids) if model.can_skip_prompt_in_penalties else 0
+            params = _sampling_params(request, wanted, seed, end_id, stop_sequences, skip)
             if request.n > 1 and params.is_greedy:
                 raise bad_request(
                     f"n={request.n} with temperature={request.temperature} (greedy) would "
@@ -84,7 +86,12 @@ def plan(
 
 
 def _sampling_params(
-    request, max_tokens: int, seed: int | None, end_id: int | None, stop_sequences
+    request,
+    max_tokens: int,
+    seed: int | None,
+    end_id: int | None,
+    stop_sequences,
+    prompt_ignore_length: int,
 ) -> SamplingParams:
     try:
         return SamplingParams(
@@ -95,6 +102,12 @@ def _sampling_params(
             seed=seed,
             end_id=end_id,
             stop_sequences=stop_sequences,
+            presence_penalty=request.presence_penalty,
+            frequency_penalty=request.frequency_penalty,
+            repetition_penalty=request.repetition_penalty,
+            prompt_ignore_length=prompt_ignore_length,
+            min_tokens=request.min_tokens,
+            logprobs=0 if request.wants_logprobs else None,  # the sampled token's
         )
     except ValueError as exc:
         match = _PROBLEM_NAME.search(str(exc))

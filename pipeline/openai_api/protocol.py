@@ -13,6 +13,7 @@ from pipeline.openai_api.errors import APIError, bad_request, unsupported
 
 # OpenAI's own limit on stop sequences
 MAX_STOP_SEQUENCES = 4
+_ONLY_SAMPLED = "the engine returns the sampled token's log probability only; send {name}=0"
 _TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict"})
 
 
@@ -49,6 +50,8 @@ class _GenerationRequest(_Strict):
     top_p: float = 1.0
     top_k: int = 0  # an extension (vLLM's, TensorRT-LLM's): 0 = no top-k filter
     ignore_eos: bool = False  # vLLM's extension: run to max_tokens (benchmarks' fixed lengths)
+    repetition_penalty: float = 1.0  # vLLM's extension (TensorRT-LLM's): > 1 discourages repeats
+    min_tokens: int = 0  # vLLM's extension: no end token before this many
     n: int = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -78,9 +81,6 @@ class _GenerationRequest(_Strict):
             )
         if any(not s for s in stops):
             refused.append(bad_request("stop: an empty string never matches; remove it", "stop"))
-        for name in ("presence_penalty", "frequency_penalty"):
-            if getattr(self, name) != 0.0:
-                refused.append(unsupported(name, "the engine applies no penalties; send 0"))
         if self.logit_bias:
             refused.append(unsupported("logit_bias", "the engine applies no logit bias"))
         if self.stream_options is not None and not self.stream:
@@ -95,10 +95,16 @@ class CompletionRequest(_GenerationRequest):
     best_of: int | None = None
     suffix: str | None = None
 
+    @property
+    def wants_logprobs(self) -> bool:
+        return self.logprobs is not None
+
     def refusals(self) -> list[APIError]:
         refused = super().refusals()
-        if self.logprobs is not None:
-            refused.append(unsupported("logprobs", "the engine returns no log probabilities"))
+        if self.logprobs:
+            refused.append(unsupported("logprobs", _ONLY_SAMPLED.format(name="logprobs")))
+        if self.logprobs is not None and self.echo:
+            refused.append(unsupported("echo", "with logprobs: the prompt's are not returned"))
         if self.best_of not in (None, self.n):
             refused.append(unsupported("best_of", "the engine does not rank choices; use n"))
         if self.suffix:
@@ -124,11 +130,16 @@ class ChatCompletionRequest(_GenerationRequest):
     reasoning_effort: str | None = None
     web_search_options: Any = None
 
+    @property
+    def wants_logprobs(self) -> bool:
+        return self.logprobs
+
     def refusals(self) -> list[APIError]:
         refused = super().refusals()
-        if self.logprobs or self.top_logprobs is not None:
-            param = "logprobs" if self.logprobs else "top_logprobs"
-            refused.append(unsupported(param, "the engine returns no log probabilities"))
+        if self.top_logprobs:
+            refused.append(unsupported("top_logprobs", _ONLY_SAMPLED.format(name="top_logprobs")))
+        elif self.top_logprobs is not None and not self.logprobs:
+            refused.append(bad_request("top_logprobs: needs logprobs=true", "top_logprobs"))
         for name in ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls"):
             if getattr(self, name) is not None:
                 refused.append(unsupported(name, "no tool or function calling"))

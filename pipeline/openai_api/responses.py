@@ -30,16 +30,23 @@ class Answer:
     texts: list[str] = field(default_factory=list)
     num_tokens: list[int] = field(default_factory=list)
     finish_reasons: list[str | None] = field(default_factory=list)
+    token_ids: list[list[int]] = field(default_factory=list)  # with log probabilities only
+    logprobs: list[list[float]] = field(default_factory=list)
 
     def __post_init__(self):
         self.texts = [""] * self.num_choices
         self.num_tokens = [0] * self.num_choices
         self.finish_reasons = [None] * self.num_choices
+        self.token_ids = [[] for _ in range(self.num_choices)]
+        self.logprobs = [[] for _ in range(self.num_choices)]
 
     def add(self, index: int, piece: Piece) -> None:
         self.texts[index] += piece.text
         self.num_tokens[index] = piece.num_tokens
         self.finish_reasons[index] = piece.finish_reason or self.finish_reasons[index]
+        if piece.logprobs is not None:
+            self.token_ids[index] += piece.token_ids
+            self.logprobs[index] += piece.logprobs
 
     @property
     def num_completion_tokens(self) -> int:
@@ -61,14 +68,18 @@ class Shape:
             name = "text_completion"
         return {"id": self.id, "object": name, "created": self.created, "model": self.model}
 
-    def whole(self, answer: Answer, num_prompt_tokens: int) -> dict:
+    def whole(self, answer: Answer, num_prompt_tokens: int, logprobs=None) -> dict:
+        """logprobs: a LogprobsWriter when the request asked for them."""
         choices = []
         for i, (text, reason) in enumerate(zip(answer.texts, answer.finish_reasons, strict=True)):
             if self.is_chat:
                 content = {"message": {"role": "assistant", "content": text}}
             else:
                 content = {"text": text}
-            choices.append({"index": i, **content, "logprobs": None, "finish_reason": reason})
+            part = None
+            if logprobs is not None:
+                part = logprobs.part(answer.token_ids[i], answer.logprobs[i], 0)
+            choices.append({"index": i, **content, "logprobs": part, "finish_reason": reason})
         return {
             **self._head(is_chunk=False),
             "choices": choices,
@@ -83,6 +94,7 @@ class Shape:
         with_usage: bool,
         role: bool = False,
         usage_so_far: dict | None = None,
+        logprobs: dict | None = None,
     ) -> bytes:
         """One choice's piece; role: the chat stream's first chunk of a choice says who speaks;
         usage_so_far: sent instead of null (continuous_usage_stats)."""
@@ -95,7 +107,7 @@ class Shape:
             choice = {"index": index, "text": text}
         body = {
             **self._head(is_chunk=True),
-            "choices": [{**choice, "logprobs": None, "finish_reason": finish_reason}],
+            "choices": [{**choice, "logprobs": logprobs, "finish_reason": finish_reason}],
         }
         if with_usage or usage_so_far is not None:
             body["usage"] = usage_so_far  # OpenAI's shape: null on every chunk but the last

@@ -22,6 +22,7 @@ from pipeline.openai_api import choices
 from pipeline.openai_api.admission import Admission, check_api_key, read_body
 from pipeline.openai_api.errors import APIError, bad_request
 from pipeline.openai_api.generation import choice_pieces, merged
+from pipeline.openai_api.logprobs import LogprobsWriter
 from pipeline.openai_api.metrics import FrontendMetrics
 from pipeline.openai_api.protocol import ChatCompletionRequest, CompletionRequest, parse
 from pipeline.openai_api.responses import DONE, Answer, Shape, sse, usage
@@ -125,8 +126,8 @@ class Frontend:
             first = await anext(pieces)  # a refusal by the model still gets its status
             self.metrics.ttft.observe(time.perf_counter() - start)
             if parsed.stream:
-                options = parsed.stream_options
-                events = self._events(shape, plan, first, pieces, echoes, options, start)
+                options, writer = parsed.stream_options, self._logprobs_writer(parsed, is_chat)
+                events = self._events(shape, plan, first, pieces, echoes, options, writer, start)
                 is_streamed = True  # Starlette runs finish() after the stream, client gone or not
                 return StreamingResponse(
                     events,
@@ -139,7 +140,8 @@ class Frontend:
             answer.add(*first)
             await _unless_client_leaves(request, _gather(pieces, answer))
             self._count(plan.num_prompt_tokens, answer, start)
-            return JSONResponse(shape.whole(answer, plan.num_prompt_tokens))
+            writer = self._logprobs_writer(parsed, is_chat)
+            return JSONResponse(shape.whole(answer, plan.num_prompt_tokens, writer))
         finally:
             if not is_streamed:
                 await finish()
@@ -164,10 +166,14 @@ class Frontend:
             return [self.model.encode_prompt(p, f"prompt.{i}") for i, p in enumerate(prompt)]
         return [self.model.token_prompt(p, f"prompt.{i}") for i, p in enumerate(prompt)]
 
-    async def _events(self, shape, plan, first, pieces, echoes, options, start):
+    def _logprobs_writer(self, parsed, is_chat: bool) -> LogprobsWriter | None:
+        return LogprobsWriter(self.model.detokenizer, is_chat) if parsed.wants_logprobs else None
+
+    async def _events(self, shape, plan, first, pieces, echoes, options, writer, start):
         include_usage = bool(options and options.include_usage)
         continuous = bool(options and options.continuous_usage_stats)
-        answer, has_started = Answer(len(plan.choices)), [False] * len(plan.choices)
+        num = len(plan.choices)
+        answer, has_started, offsets = Answer(num), [False] * num, [0] * num
         try:
             item = first
             while item is not None:
@@ -178,12 +184,16 @@ class Frontend:
                     if continuous
                     else None
                 )
+                part = None
+                if writer is not None and piece.token_ids:
+                    part = writer.part(piece.token_ids, piece.logprobs, offsets[index])
+                    offsets[index] += writer.text_len(part)
                 if not has_started[index]:
                     has_started[index] = True
                     if shape.is_chat or echoes[index]:
                         yield shape.chunk(index, echoes[index], None, include_usage, True, so_far)
-                if piece.text:
-                    yield shape.chunk(index, piece.text, None, include_usage, usage_so_far=so_far)
+                if piece.text or part is not None:
+                    yield shape.chunk(index, piece.text, None, include_usage, False, so_far, part)
                 if piece.finish_reason:
                     yield shape.chunk(
                         index, "", piece.finish_reason, include_usage, usage_so_far=so_far

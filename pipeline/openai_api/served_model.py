@@ -59,12 +59,15 @@ class ServedModel:
         limits: RequestLimits,
         add_special_tokens: bool,
         skip_special_tokens: bool,
-        sends_end_id: bool,
+        backend: str,
     ):
-        """sends_end_id: every request names the tokenizer's eos as its end token (the
-        tensorrtllm backend has no default); otherwise the engine ends on its own end tokens
-        (generation_config's, all of them)."""
+        """backend=torch: the engine ends on its own end tokens (generation_config's, all of
+        them) and its penalties can skip the prompt (OpenAI's rule); the tensorrtllm backend
+        has no default end token, so every request names the tokenizer's eos, and its
+        penalties count the prompt's tokens too."""
         self.name, self.limits = name, limits
+        sends_end_id = backend != "torch"
+        self.can_skip_prompt_in_penalties = backend == "torch"
         self.detokenizer = Detokenizer(tokenizer_dir, skip_special_tokens)
         self.tokenizer = self.detokenizer.tokenizer
         self._prompt_encoder = TextEncoder(self.tokenizer, add_special_tokens)

@@ -104,7 +104,7 @@ def frontend_server(
         read_limits(Path(facts["engine_dir"]), chunked),
         deploy.add_special_tokens,
         deploy.skip_special_tokens,
-        sends_end_id=not is_torch,
+        facts["backend"],
     )
     api_key = os.environ.get(spec.api_key_env, "") if spec.api_key_env else ""
     if not api_key and not _is_loopback(spec.host):

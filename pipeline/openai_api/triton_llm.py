@@ -22,6 +22,7 @@ from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 from pipeline.engine.sampling_params import SamplingParams
 
 LLM_MODEL = "tensorrt_llm"
+LOG_PROBS = "output_log_probs"  # [1, 1, n]: each new token's log probability
 _DATATYPES = {np.int32: "INT32", np.float32: "FP32", np.uint64: "UINT64", np.bool_: "BOOL"}
 
 
@@ -58,6 +59,20 @@ def request_arrays(prompt_ids: list[int], params: SamplingParams) -> dict[str, n
         arrays["end_id"] = np.array([[params.end_id]], np.int32)
     if params.stop_sequences:
         arrays["stop_words_list"] = stop_words_list(params.stop_sequences)
+    # the rest only when set: a model without them (the tensorrtllm backend has no
+    # prompt_ignore_length) then still takes the request
+    for name, default in (
+        ("presence_penalty", 0.0),
+        ("frequency_penalty", 0.0),
+        ("repetition_penalty", 1.0),
+    ):
+        if getattr(params, name) != default:
+            arrays[name] = np.array([[getattr(params, name)]], np.float32)
+    for name in ("min_tokens", "prompt_ignore_length"):
+        if getattr(params, name):
+            arrays[name] = np.array([[getattr(params, name)]], np.int32)
+    if params.logprobs is not None:
+        arrays["return_log_probs"] = np.array([[True]], np.bool_)
     return arrays
 
 
@@ -68,6 +83,8 @@ def _infer_request(model: str, arrays: dict[str, np.ndarray]) -> service_pb2.Mod
         request.inputs.add(name=name, datatype=_DATATYPES[array.dtype.type], shape=array.shape)
         request.raw_input_contents.append(array.tobytes())
     request.outputs.add(name="output_ids")
+    if "return_log_probs" in arrays:
+        request.outputs.add(name=LOG_PROBS)
     return request
 
 
@@ -102,9 +119,10 @@ class TritonLLM:
 
     async def stream(
         self, prompt_ids: list[int], params: SamplingParams
-    ) -> AsyncIterator[tuple[list[int], bool]]:
-        """(new token ids, is_final) for each response, up to the final one. Closing this
-        generator before the final response cancels the request in the engine."""
+    ) -> AsyncIterator[tuple[list[int], list[float] | None, bool]]:
+        """(new token ids, their log probabilities when params.logprobs asks, is_final) for
+        each response, up to the final one. Closing this generator before the final response
+        cancels the request in the engine."""
         request = _infer_request(self.model, request_arrays(prompt_ids, params))
         done = asyncio.Event()
 
@@ -120,8 +138,14 @@ class TritonLLM:
                     raise _model_error(response.error_message)
                 result = response.infer_response
                 is_final = result.parameters["triton_final_response"].bool_param
-                ids = InferResult(result).as_numpy("output_ids")
-                yield ([] if ids is None else ids.reshape(-1).tolist()), is_final
+                outputs = InferResult(result)
+                ids = outputs.as_numpy("output_ids")
+                logprobs = outputs.as_numpy(LOG_PROBS) if params.logprobs is not None else None
+                yield (
+                    [] if ids is None else ids.reshape(-1).tolist(),
+                    None if logprobs is None else logprobs.reshape(-1).tolist(),
+                    is_final,
+                )
                 if is_final:
                     return
             raise EngineError(f"{self.model} ended the stream without a final response")

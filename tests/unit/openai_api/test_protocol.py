@@ -1,5 +1,6 @@
 """Request bodies: OpenAI's strictness (types, unknown keys) and every refusal as a 400 that
-names the parameter; what the engine cannot do is refused, never ignored."""
+names the parameter; what the engine cannot do (top log probabilities, logit bias, tools) is
+refused, never ignored."""
 
 import json
 
@@ -41,6 +42,12 @@ def test_accepts_what_openai_clients_send():
     assert chat.requested_max_tokens() == 8
     parts = {**CHAT, "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]}]}
     assert parse(ChatCompletionRequest, json.dumps(parts).encode()).messages[0].text() == "a"
+    extras = {"presence_penalty": 0.5, "frequency_penalty": -1, "repetition_penalty": 1.1}
+    penalized = parse(ChatCompletionRequest, json.dumps({**CHAT, **extras}).encode())
+    assert penalized.presence_penalty == 0.5 and not penalized.wants_logprobs
+    sampled = {**CHAT, "logprobs": True, "top_logprobs": 0}
+    assert parse(ChatCompletionRequest, json.dumps(sampled).encode()).wants_logprobs
+    assert parse(CompletionRequest, json.dumps({**COMPLETION, "logprobs": 0}).encode())
     for prompt in ("x", ["x", "y"], [1, 2], [[1], [2, 3]]):
         assert parse(CompletionRequest, json.dumps({**COMPLETION, "prompt": prompt}).encode())
 
@@ -56,9 +63,9 @@ def test_accepts_what_openai_clients_send():
         ({**COMPLETION, "stream": 1}, "stream", None),
         ({**COMPLETION, "prompt": True}, "prompt", None),
         ({**COMPLETION, "colour": "red"}, "colour", None),
-        ({**COMPLETION, "presence_penalty": 0.5}, "presence_penalty", "unsupported"),
-        ({**COMPLETION, "frequency_penalty": -1}, "frequency_penalty", "unsupported"),
         ({**COMPLETION, "logprobs": 1}, "logprobs", "unsupported"),
+        ({**COMPLETION, "logprobs": 0, "echo": True}, "echo", "unsupported"),
+        ({**COMPLETION, "presence_penalty": "high"}, "presence_penalty", None),
         ({**COMPLETION, "suffix": "!"}, "suffix", "unsupported"),
         ({**COMPLETION, "logit_bias": {"50256": -100}}, "logit_bias", "unsupported"),
         ({**COMPLETION, "stop": ["a", "b", "c", "d", "e"]}, "stop", None),
@@ -75,8 +82,8 @@ def test_completion_refusals_name_the_parameter(body, param, code):
         ({**CHAT, "messages": []}, "messages"),
         ({**CHAT, "messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
         ({**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, None),
-        ({**CHAT, "logprobs": True}, "logprobs"),
-        ({**CHAT, "top_logprobs": 2}, "top_logprobs"),
+        ({**CHAT, "logprobs": True, "top_logprobs": 2}, "top_logprobs"),
+        ({**CHAT, "top_logprobs": 0}, "top_logprobs"),
         ({**CHAT, "tools": [{"type": "function"}]}, "tools"),
         ({**CHAT, "response_format": {"type": "json_object"}}, "response_format"),
         ({**CHAT, "max_tokens": 4, "max_completion_tokens": 8}, "max_completion_tokens"),
