@@ -24,7 +24,7 @@ GONE_TIMEOUT_S = 180  # a server's graceful stop waits up to its exit timeout; t
 
 @pytest.fixture(scope="module")
 def serve_command(session_workdir, smollm_engine_dir) -> tuple[list[str], str]:
-    http, grpc, metrics = free_ports(3)
+    http, grpc, metrics, openai_api = free_ports(4)
     overrides = [
         f"workdir={session_workdir}",
         *SMOLLM_ENGINE_OVERRIDES,
@@ -32,6 +32,7 @@ def serve_command(session_workdir, smollm_engine_dir) -> tuple[list[str], str]:
         f"deploy.http_port={http}",
         f"deploy.grpc_port={grpc}",
         f"deploy.metrics_port={metrics}",
+        f"serve.openai.port={openai_api}",  # the frontend serve runs beside the server
         "deploy.torch.num_threads=1",
     ]
     return [sys.executable, "-m", "pipeline", "serve", *overrides], f"http://127.0.0.1:{http}"
