@@ -1,5 +1,5 @@
 """The engine in this process: the "without the server" side of the Triton-overhead ratio. Its
-runtime settings mirror what deploy gives the served engine; DirectDriver drives it."""
+runtime settings are the served engine's (triton_repo.engine_runtime); DirectDriver drives it."""
 
 import gc
 import logging
@@ -9,20 +9,6 @@ from pipeline.bench.direct_driver import DirectDriver
 from pipeline.engine.heap import freeze_loaded, thaw
 
 log = logging.getLogger(__name__)
-
-
-def served_runtime(deploy, num_kv_blocks: int = 0) -> dict:
-    """The runtime overrides the python-backend model applies (see triton_repo.llm_service), so
-    direct and served engines schedule alike; num_kv_blocks > 0 overrides the deployed budget."""
-    runtime = {
-        "scheduler_policy": deploy.batch_scheduler_policy,
-        "enable_chunked_prefill": deploy.torch.enable_chunked_prefill,
-        "num_scheduler_steps": deploy.torch.num_scheduler_steps or None,
-    }
-    kv_blocks = num_kv_blocks or deploy.torch.num_kv_blocks
-    if kv_blocks:
-        runtime["num_kv_blocks"] = kv_blocks
-    return runtime
 
 
 class DirectTarget:

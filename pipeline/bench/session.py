@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.bench import served_path
-from pipeline.bench.direct_target import DirectTarget, served_runtime
+from pipeline.bench.direct_target import DirectTarget
 from pipeline.bench.load_generator import MODES
 from pipeline.bench.metrics import achieved_bandwidth_gb_s, summarize
 from pipeline.bench.openai_target import openai_overhead
@@ -19,6 +19,7 @@ from pipeline.bench.target import Target
 from pipeline.bench.workload import BenchRequest, PromptMaker
 from pipeline.errors import ConfigError
 from pipeline.profiler.sampler import Sampler, summarize_samples
+from pipeline.triton_repo.engine_runtime import engine_runtime
 
 log = logging.getLogger(__name__)
 # openai: the OpenAI-compatible frontend in front of the bench's server; all: direct, the gRPC
@@ -165,7 +166,7 @@ def direct_target(
         target = DirectTarget(
             engine_dir,
             spec.backend.device,
-            served_runtime(spec.deploy, num_kv_blocks),
+            engine_runtime(spec.deploy, num_kv_blocks),
             spec.deploy.torch.num_threads,
         )
     try:

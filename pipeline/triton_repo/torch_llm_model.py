@@ -16,6 +16,7 @@ from pipeline.specs.deploy import DeploySpec
 from pipeline.triton_repo import interface as io
 from pipeline.triton_repo import model_config as mcfg
 from pipeline.triton_repo.engine_info import EngineInfo, triton_max_batch_size
+from pipeline.triton_repo.engine_runtime import runtime_parameters
 
 MODEL_SOURCE = Path(__file__).parent / "python_models" / "torch_llm.py"
 # stub processes on a GPU: one stub's GIL capped the served rate of a fast engine (SmolLM2 on an
@@ -72,11 +73,8 @@ def model_config(engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, devi
             "skip_special_tokens": deploy.skip_special_tokens,
             "device": device,
             "exclude_input_in_output": deploy.exclude_input_in_output,
-            "batch_scheduler_policy": deploy.batch_scheduler_policy,
+            **runtime_parameters(deploy),  # the engine's, as the direct bench runs it
             "num_threads": deploy.torch.num_threads,
-            "num_kv_blocks": deploy.torch.num_kv_blocks,
-            "enable_chunked_prefill": deploy.torch.enable_chunked_prefill,
-            "num_scheduler_steps": deploy.torch.num_scheduler_steps,
             "coalesce_stream": deploy.torch.coalesce_stream,
             "max_response_rate": deploy.torch.max_response_rate,
             "response_lanes": deploy.torch.response_lanes,

@@ -16,10 +16,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.bench.direct_target import DirectTarget, served_runtime
+from pipeline.bench.direct_target import DirectTarget
 from pipeline.bench.engine_facts import EngineFacts
 from pipeline.bench.session import Workload, measure
 from pipeline.errors import ConfigError
+from pipeline.triton_repo.engine_runtime import engine_runtime
 from pipeline.tune.search_space import Grid, Knob
 
 log = logging.getLogger(__name__)
@@ -180,7 +181,7 @@ class ServingSpace:
         spec = with_settings(self.spec, settings)
         if self.search.target == "direct":
             limits = {k: settings[k] for k in ("max_batch_size", "max_num_tokens") if k in settings}
-            runtime = {**served_runtime(spec.deploy), **limits}
+            runtime = {**engine_runtime(spec.deploy), **limits}
             target = DirectTarget(
                 self.engine_dir, spec.backend.device, runtime, spec.deploy.torch.num_threads
             )

@@ -165,18 +165,14 @@ class TritonPythonModel:
             import torch
 
             torch.set_num_threads(int(params["num_threads"]))
+        from pipeline.triton_repo.engine_runtime import runtime_from_parameters
         from pipeline.triton_repo.hop_log import HOP_STATS, HOPS
         from pipeline.triton_repo.llm_service import LLMService
 
         self.service = LLMService(
             params["engine_dir"],
             device=params["device"],
-            runtime={
-                "scheduler_policy": params["batch_scheduler_policy"],
-                "num_kv_blocks": int(params["num_kv_blocks"]) or None,
-                "enable_chunked_prefill": params["enable_chunked_prefill"] == "true",
-                "num_scheduler_steps": int(params["num_scheduler_steps"]) or None,
-            },
+            runtime=runtime_from_parameters(params),
             exclude_input_in_output=params["exclude_input_in_output"] == "true",
             coalesce_stream=params["coalesce_stream"] == "true",
             max_response_rate=float(params["max_response_rate"]) / num_instances,

@@ -1,0 +1,52 @@
+"""The torch engine's runtime settings as deployed, built from the deploy spec here only.
+
+The served `tensorrt_llm` model carries them as config.pbtxt parameters (runtime_parameters) and
+its python model reads them back (runtime_from_parameters); the direct bench and the serving
+tuner pass engine_runtime to their in-process engine. So "served vs direct" runs engines that
+schedule alike. The deploy spec's 0 ("auto", "from the build limits") is the engine's None.
+Imported by the python model inside tritonserver: nothing here may need more than the stdlib.
+"""
+
+from collections.abc import Callable, Mapping
+
+
+def _count(text: str) -> int | None:
+    return int(text) or None  # 0: the engine decides
+
+
+def _flag(text: str) -> bool:
+    return text == "true"  # model_config.set_parameters writes bools as "true"/"false"
+
+
+# config.pbtxt parameter -> (LLMEngine runtime option, how the python model parses its string)
+PARAMETERS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "batch_scheduler_policy": ("scheduler_policy", str),
+    "num_kv_blocks": ("num_kv_blocks", _count),
+    "enable_chunked_prefill": ("enable_chunked_prefill", _flag),
+    "num_scheduler_steps": ("num_scheduler_steps", _count),
+}
+
+
+def engine_runtime(deploy, num_kv_blocks: int = 0) -> dict:
+    """LLMEngine.from_engine_dir(**runtime) for the DeploySpec `deploy`; num_kv_blocks > 0
+    replaces its KV budget (a bench sweep probing capacity)."""
+    return {
+        "scheduler_policy": deploy.batch_scheduler_policy,
+        "num_kv_blocks": num_kv_blocks or deploy.torch.num_kv_blocks or None,
+        "enable_chunked_prefill": deploy.torch.enable_chunked_prefill,
+        "num_scheduler_steps": deploy.torch.num_scheduler_steps or None,
+    }
+
+
+def runtime_parameters(deploy) -> dict[str, object]:
+    """engine_runtime(deploy) as the served model's parameters (None written as 0)."""
+    runtime = engine_runtime(deploy)
+    return {
+        name: 0 if runtime[option] is None else runtime[option]
+        for name, (option, _) in PARAMETERS.items()
+    }
+
+
+def runtime_from_parameters(params: Mapping[str, str]) -> dict:
+    """The python model's string parameters back to engine_runtime's dict."""
+    return {option: parse(params[name]) for name, (option, parse) in PARAMETERS.items()}
