@@ -102,3 +102,42 @@ def test_kernel_spaces_skip_on_a_cpu_host_with_the_reason(tmp_path):
         assert f"tune: skipped: tune={space} needs a CUDA GPU" in run.stdout
         assert "python -m scripts.tune_kernels" in run.stdout
     assert not (tmp_path / "smollm2-135m").exists()  # nothing built or written
+
+
+def test_build_puts_the_caches_entries_for_its_shapes_into_the_engine(
+    session_workdir, smollm_engine_dir, tmp_path, monkeypatch
+):
+    """The build's lookup, with this host taken for a GPU host (the environment is the key):
+    hits go into the engine dir, the manifest counts hits and misses, and the applied entries
+    are part of the build's identity (the plain engine stays as it was)."""
+    from pipeline.engine.kernels import toolchain
+    from pipeline.engine.kernels.tuned_configs import ENGINE_FILE
+    from pipeline.stages import build
+    from pipeline.tune.kernel_run import engine_items
+    from pipeline.tune.tuning_cache import CacheEntry, TuningCache
+
+    gpu = {"gpu": "NVIDIA H100 80GB HBM3", "driver": "580.95.05", "cuda": "13.0"}
+    gpu |= {"triton": "3.6.0", "torch": "2.11.0+cu130"}
+    monkeypatch.setattr(toolchain, "environment", lambda device_index=0: gpu)
+    cache_path = tmp_path / "cache.json"
+    spec = make_spec(
+        "build",
+        *SMOLLM_ENGINE_OVERRIDES,
+        f"tune.kernels.cache_path={cache_path}",
+        workdir=session_workdir,
+    )
+    items = engine_items(smollm_engine_dir, spec.tune.kernels)
+    cache = TuningCache(cache_path, gpu, {})
+    for item in items[:3]:
+        source = toolchain.source_hash(item.kernel)
+        cache.put(
+            CacheEntry(item.kernel, item.key, source, {"num_warps": 2}, {}, 1.0, 0.5, "anneal", 9)
+        )
+    cache.save()
+    engine_dir = build.run(spec)
+    assert engine_dir != smollm_engine_dir and not (smollm_engine_dir / ENGINE_FILE).exists()
+    record = json.loads((engine_dir / "manifest.json").read_text())["extra"]["kernel_tuning"]
+    assert record["num_hits"] == 3 and record["num_misses"] == len(items) - 3
+    written = json.loads((engine_dir / ENGINE_FILE).read_text())
+    assert written["environment"] == gpu and len(written["entries"]) == 3
+    assert build.run(spec) == engine_dir  # up to date: the same cache, the same engine
