@@ -33,7 +33,7 @@ from pipeline.server.server_home import ServerHome
 
 log = logging.getLogger(__name__)
 SHM_DIR = server_records.SHM_DIR
-EXIT_TIMEOUT_S = 10
+EXIT_TIMEOUT_S = 30
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -94,8 +94,9 @@ def local_argv(
         "--disable-auto-complete-config",
         "--exit-on-error=true",
         "--strict-readiness=true",
-        # Triton 2.51 keeps a client-cancelled ensemble request "in flight" for good, and
-        # shutdown waits this long for it before exiting anyway
+        # shutdown waits this long for the models to unload (their finalize stops the engine:
+        # seconds on a loaded CPU) and for in-flight requests (Triton 2.51 keeps a
+        # client-cancelled ensemble request "in flight" for good), then exits anyway, code 1
         f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
         f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
         *(f"--{kind}-address={endpoints.host}" for kind in ("http", "grpc", "metrics")),
