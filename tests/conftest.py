@@ -93,3 +93,16 @@ def bench_profile_dir(session_workdir, smollm_engine_dir, bench_overrides) -> Pa
     # Triton traces every second request
     overrides = (*bench_overrides, "bench.client_processes=2", "bench.trace_rate=2")
     return profile.run(make_spec("profile", *overrides, workdir=session_workdir))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """A summary a test recorded for the log (record_property("summary", text)), printed at the
+    end of the run, passed or failed; under pytest-xdist too, where a worker's prints are lost."""
+    for reports in list(terminalreporter.stats.values()):
+        for report in reports:
+            if getattr(report, "when", None) != "call":
+                continue
+            for key, text in getattr(report, "user_properties", ()):
+                if key == "summary":
+                    terminalreporter.write_sep("-", f"summary of {report.nodeid}")
+                    terminalreporter.write_line(str(text))
