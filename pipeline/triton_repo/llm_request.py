@@ -191,8 +191,12 @@ def from_arrays(
     end_id = _scalar(arrays, "end_id", encoder.end_id if is_text else None)
     pad_id = _scalar(arrays, "pad_id", encoder.pad_id if is_text else None)
     seed = _scalar(arrays, "seed")
+    if "request_output_len" not in arrays:
+        raise ValueError(
+            "missing required input request_output_len (the ensemble's max_tokens); send it"
+        )
     params = SamplingParams(
-        max_tokens=int(_scalar(arrays, "request_output_len", 0)),
+        max_tokens=int(_scalar(arrays, "request_output_len")),
         seed=None if seed is None else int(seed),
         end_id=None if end_id is None else int(end_id),
         pad_id=None if pad_id is None else int(pad_id),

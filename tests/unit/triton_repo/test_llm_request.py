@@ -311,3 +311,10 @@ def test_out_of_range_values_are_named(extra, named):
     with pytest.raises(ValueError) as info:
         from_arrays(request_arrays(**extra), default_exclude_input=True)
     assert named in str(info.value)
+
+
+def test_a_missing_output_length_is_named_as_missing():
+    arrays = request_arrays()
+    del arrays["request_output_len"]
+    with pytest.raises(ValueError, match="missing required input request_output_len"):
+        from_arrays(arrays, default_exclude_input=True)
