@@ -36,6 +36,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from pipeline.engine import LLMEngine, SamplingParams, StreamDelta
+from pipeline.engine_json import EngineJson
 from scripts.engine_run import Workload, free_memory, prompts_for, sync
 from scripts.model_shapes import (
     LLAMA_8B,
@@ -224,7 +225,7 @@ def load_engine(
     )
     engine_dir = build_engine(ckpt, tokenizer_dir, scratch / "engine", work)
     shutil.rmtree(ckpt)  # the engine holds a copy of the weights; the 8B's are 16 GB on disk
-    cfg = json.loads((engine_dir / "config.json").read_text())["build_config"]
+    cfg = EngineJson.read(engine_dir).build
     block_size = cfg["plugin_config"]["tokens_per_block"]
     num_kv_blocks = max_batch * -(-cfg["max_seq_len"] // block_size)
     # one step a launch: each step() is the one step this breaks down (and the phases' token

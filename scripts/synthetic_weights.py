@@ -23,6 +23,7 @@ from pipeline.backends.torch_backend import build_engine_dir
 from pipeline.checkpoint.sharding import pad_rows, pp_layers, split, split_kv
 from pipeline.checkpoint.trtllm_config import pretrained_config
 from pipeline.engine.quant.primitives import to_fp8
+from pipeline.engine_json import EngineJson
 from pipeline.specs.build import BuildSpec
 
 HOOK = "scripts.synthetic_weights:synthetic_weights"
@@ -54,8 +55,7 @@ def write_engine(cfg: dict, build: BuildSpec, tokenizer_dir: Path, out_dir: Path
 
 
 def synthetic_weights(engine_dir: Path, rank: int, device: torch.device) -> "SyntheticWeights":
-    cfg = json.loads((Path(engine_dir) / "config.json").read_text())["pretrained_config"]
-    return SyntheticWeights(cfg, rank, device)
+    return SyntheticWeights(EngineJson.read(engine_dir).pretrained, rank, device)
 
 
 class SyntheticWeights(Mapping):

@@ -1,10 +1,10 @@
 """Facts about an engine dir the bench reports: weight bytes, KV bytes per block, batch limit.
-Read from the engine's config.json (TensorRT-LLM layout), the file deploy reads too."""
+Read from the engine's config.json (pipeline.engine_json), the file deploy reads too."""
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.engine_json import EngineJson
 from pipeline.errors import ArtifactError
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1}
@@ -20,10 +20,9 @@ class EngineFacts:
 
     @classmethod
     def read(cls, engine_dir: Path) -> "EngineFacts":
-        path = Path(engine_dir) / "config.json"
+        engine = EngineJson.read(engine_dir)
         try:
-            cfg = json.loads(path.read_text())
-            model, build = cfg["pretrained_config"], cfg["build_config"]
+            model, build = engine.pretrained, engine.build
             num_heads = model["num_attention_heads"]
             head_dim = model.get("head_size") or model["hidden_size"] // num_heads
             kv_algo = (model.get("quantization") or {}).get("kv_cache_quant_algo")
@@ -44,8 +43,8 @@ class EngineFacts:
                 kv_bytes,
                 sum(p.stat().st_size for p in Path(engine_dir).glob("*.safetensors")),
             )
-        except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
+        except (OSError, KeyError, TypeError) as exc:  # OSError: the weights' sizes
             raise ArtifactError(
-                f"bench: {path}: not a readable engine config ({exc!r}); rebuild "
+                f"bench: {engine.path}: not a readable engine config ({exc!r}); rebuild "
                 f"with `python -m pipeline build force=true`"
             ) from exc

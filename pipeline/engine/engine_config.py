@@ -1,4 +1,5 @@
-"""Engine dir config.json + runtime overrides -> one frozen EngineConfig, checked once, here.
+"""Engine dir config.json (read by pipeline.engine_json) + runtime overrides -> one frozen
+EngineConfig, checked once, here.
 
 Components copy the fields they need in __init__ and never read config.json themselves.
 """
@@ -9,11 +10,11 @@ from pathlib import Path
 
 import torch
 
-from pipeline.artifacts import read_json_object
 from pipeline.checkpoint.sharding import check_mapping
 from pipeline.engine.layers.rotary import SUPPORTED_SCALINGS, scaling_type
 from pipeline.engine.parallel.tensor_parallel import ALL_REDUCE_CHOICES
 from pipeline.engine.scheduler import POLICIES
+from pipeline.engine_json import EngineJson
 from pipeline.errors import ArtifactError, ConfigError
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
@@ -159,14 +160,14 @@ def resolve_device(device: str) -> torch.device:
     return resolved
 
 
-def read_engine_json(engine_dir: Path) -> dict:
-    path = Path(engine_dir) / "config.json"
-    cfg = read_json_object(path, "build the engine with `python -m pipeline build backend=torch`")
-    if cfg.get("backend") != "torch":
+def read_engine_json(engine_dir: Path) -> EngineJson:
+    engine = EngineJson.read(engine_dir, "build it with `python -m pipeline build backend=torch`")
+    if engine.backend != "torch":
         raise ArtifactError(
-            f"{path}: backend={cfg.get('backend')!r}, not a torch engine; build with backend=torch"
+            f"{engine.path}: backend={engine.backend or None!r}, not a torch engine; build with "
+            f"backend=torch"
         )
-    return cfg
+    return engine
 
 
 def _check_runtime(opts: RuntimeOptions, build: dict, where: str) -> None:
@@ -209,9 +210,9 @@ def load_engine_config(engine_dir: Path, device: str, runtime: dict) -> EngineCo
     if unknown:
         raise ConfigError(f"{where}: unknown runtime options {unknown}; known: {', '.join(known)}")
     opts = RuntimeOptions(**runtime)
-    cfg = read_engine_json(engine_dir)
+    engine = read_engine_json(engine_dir)
     try:
-        return _engine_config(cfg, opts, Path(engine_dir), device, where)
+        return _engine_config(engine, opts, Path(engine_dir), device, where)
     except KeyError as exc:
         raise ArtifactError(
             f"{where}: config.json lacks {exc}; rebuild the engine with the current pipeline"
@@ -219,11 +220,11 @@ def load_engine_config(engine_dir: Path, device: str, runtime: dict) -> EngineCo
 
 
 def _engine_config(
-    cfg: dict, opts: RuntimeOptions, engine_dir: Path, device: str, where: str
+    engine: EngineJson, opts: RuntimeOptions, engine_dir: Path, device: str, where: str
 ) -> EngineConfig:
-    build = cfg["build_config"]
+    build = engine.build
     _check_runtime(opts, build, where)
-    model = ModelConfig.from_pretrained_config(cfg["pretrained_config"], where)
+    model = ModelConfig.from_pretrained_config(engine.pretrained, where)
     torch_opts = build["torch"]
     resolved = resolve_device(device)
     return EngineConfig(

@@ -7,13 +7,13 @@ detokenizer.Detokenizer: the same files and flags), so a prompt sent here as tok
 tokens and the text that the model's own text path gives.
 """
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.engine.request_limits import RequestLimits
 from pipeline.engine.sampling_params import SamplingParams
+from pipeline.engine_json import EngineJson
 from pipeline.errors import ArtifactError
 from pipeline.openai_api.errors import APIError, bad_request
 from pipeline.triton_repo.detokenizer import Detokenizer
@@ -24,24 +24,24 @@ def read_limits(engine_dir: Path, enable_chunked_prefill: bool) -> RequestLimits
     """The engine's request limits from its config.json (both backends write this layout).
     KV blocks: as many as max_batch_size sequences of max_seq_len need (the CPU engine's
     default); a request within max_seq_len never needs more, so the real cache decides."""
-    path = Path(engine_dir) / "config.json"
+    engine = EngineJson.read(engine_dir)
+    build = engine.build
     try:
-        config = json.loads(path.read_text())
-        build = config["build_config"]
         block_size = int(build["plugin_config"]["tokens_per_block"])
         max_seq_len = int(build["max_seq_len"])
         return RequestLimits(
             max_input_len=int(build["max_input_len"]),
             max_seq_len=max_seq_len,
             max_num_tokens=int(build["max_num_tokens"]),
-            vocab_size=int(config["pretrained_config"]["vocab_size"]),
+            vocab_size=int(engine.pretrained["vocab_size"]),
             block_size=block_size,
             num_kv_blocks=int(build["max_batch_size"]) * math.ceil(max_seq_len / block_size),
             enable_chunked_prefill=enable_chunked_prefill,
         )
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise ArtifactError(
-            f"serve: cannot read the engine's limits from {path} ({exc!r}); re-run `make build`"
+            f"serve: cannot read the engine's limits from {engine.path} ({exc!r}); re-run "
+            f"`make build`"
         ) from exc
 
 

@@ -1,9 +1,9 @@
 """What deploy needs from an engine dir's config.json (the same layout for both backends)."""
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.engine_json import EngineJson
 from pipeline.errors import ArtifactError, ConfigError
 from pipeline.specs.deploy import DeploySpec
 
@@ -26,25 +26,23 @@ class EngineInfo:
 
     @classmethod
     def read(cls, engine_dir: Path) -> "EngineInfo":
-        path = Path(engine_dir) / "config.json"
+        engine = EngineJson.read(engine_dir)
+        build = engine.build
         try:
-            config = json.loads(path.read_text())
-            build = config["build_config"]
-            mapping = config["pretrained_config"].get("mapping", {})
             return cls(
-                version=str(config.get("version", "")),
-                backend=str(config.get("backend", "")),
+                version=engine.version,
+                backend=engine.backend,
                 max_batch_size=int(build["max_batch_size"]),
                 max_input_len=int(build["max_input_len"]),
                 max_seq_len=int(build["max_seq_len"]),
                 max_num_tokens=int(build["max_num_tokens"]),
-                tp_size=int(mapping.get("tp_size", 1)),
-                pp_size=int(mapping.get("pp_size", 1)),
-                logits_dtype=str(config["pretrained_config"].get("logits_dtype", "float32")),
+                tp_size=engine.tp_size,
+                pp_size=engine.pp_size,
+                logits_dtype=str(engine.pretrained.get("logits_dtype", "float32")),
             )
-        except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise ArtifactError(
-                f"deploy: cannot read the engine's {path} ({exc!r}); it needs "
+                f"deploy: cannot read the engine's {engine.path} ({exc!r}); it needs "
                 f"build_config.max_batch_size/max_input_len/max_seq_len/"
                 f"max_num_tokens and pretrained_config; re-run `make build`"
             ) from exc

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from pipeline.engine_json import EngineJson
 from pipeline.errors import ConfigError
 from pipeline.specs.deploy import DeploySpec
-from pipeline.trtllm.engine_config import EngineConfig
 from pipeline.trtllm.triton_io import INPUTS, OUTPUTS
 
 MODEL_NAME = "tensorrt_llm"
@@ -38,7 +38,7 @@ def _bool(value: bool) -> str:
 
 
 def _engine_problems(
-    engine: EngineConfig, deploy: DeploySpec, target: ServingTarget, built_sm: int | None
+    engine: EngineJson, deploy: DeploySpec, target: ServingTarget, built_sm: int | None
 ) -> list[str]:
     where = f"engine {engine.engine_dir}"
     out = []
@@ -50,7 +50,7 @@ def _engine_problems(
             f"that built them; rebuild with `make build BACKEND=trtllm DOCKER=1`"
         )
     if (
-        not engine.is_enabled("gpt_attention_plugin")
+        not engine.is_plugin_enabled("gpt_attention_plugin")
         or not engine.plugin.get("remove_input_padding")
         or not engine.is_paged_kv_cache
     ):
@@ -78,7 +78,7 @@ def _engine_problems(
     return out
 
 
-def _deploy_problems(deploy: DeploySpec, engine: EngineConfig) -> list[str]:
+def _deploy_problems(deploy: DeploySpec, engine: EngineJson) -> list[str]:
     out, engine_batch = [], int(engine.build["max_batch_size"])
     if deploy.trtllm.batching_strategy not in BATCHING_STRATEGIES:
         out.append(
@@ -126,7 +126,7 @@ def _add_tensors(config: mc.ModelConfig, logits_type: str) -> None:
 
 
 def tensorrt_llm_config(
-    engine: EngineConfig, deploy: DeploySpec, target: ServingTarget, built_sm: int | None = None
+    engine: EngineJson, deploy: DeploySpec, target: ServingTarget, built_sm: int | None = None
 ) -> str:
     """config.pbtxt text of the `tensorrt_llm` model; ConfigError listing every refusal reason."""
     problems = _engine_problems(engine, deploy, target, built_sm) + _deploy_problems(deploy, engine)

@@ -1,12 +1,12 @@
 """`tune` on the kernel space: every Triton kernel the built engine runs, per shape class, that
 the tuning cache does not answer yet, tuned on this GPU and recorded in the cache."""
 
-import json
 import logging
 from pathlib import Path
 
 from pipeline.engine.kernels import toolchain
 from pipeline.engine.kernels.tuned_configs import TUNED
+from pipeline.engine_json import EngineJson
 from pipeline.tune.engine_configs import model_shape
 from pipeline.tune.kernel_items import items_for, select
 from pipeline.tune.kernel_tuning import tune_items
@@ -18,9 +18,9 @@ UNIT = "ms per launch (CUDA events over a CUDA graph)"
 
 def engine_items(engine_dir: Path, search) -> list:
     """The (kernel, shape class) items of the engine built in engine_dir."""
-    cfg = json.loads((Path(engine_dir) / "config.json").read_text())
-    block_size = cfg["build_config"]["plugin_config"]["tokens_per_block"]
-    shape = model_shape(cfg["pretrained_config"], block_size, f"tune ({engine_dir})")
+    engine = EngineJson.read(engine_dir)
+    block_size = engine.plugin["tokens_per_block"]
+    shape = model_shape(engine.pretrained, block_size, f"tune ({engine_dir})")
     items = items_for(shape, search.decode_batch_sizes, search.prompt_tokens)
     return select(items, search.kernels)
 
