@@ -66,15 +66,15 @@ class Admission:
 
 
 class Ticket:
-    """One request's slots; released once, by whichever way out the request takes first."""
+    """One request's slots; given back once, by whichever way out the request takes first."""
 
     def __init__(self, admission: Admission, num: int):
-        self.admission, self.num, self.is_released = admission, num, False
+        self.admission, self.num, self.is_given_back = admission, num, False
 
-    def release(self) -> bool:
+    def give_back(self) -> bool:
         """True the first time (the caller then counts the request as done)."""
-        if self.is_released:
+        if self.is_given_back:
             return False
-        self.is_released = True
+        self.is_given_back = True
         self.admission.num_in_flight -= self.num
         return True

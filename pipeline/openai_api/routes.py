@@ -118,7 +118,7 @@ class Frontend:
             try:
                 await pieces.aclose()
             finally:
-                if ticket.release():
+                if ticket.give_back():
                     self.metrics.in_flight.dec(ticket.num)
 
         is_streamed = False

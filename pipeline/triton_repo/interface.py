@@ -227,7 +227,7 @@ LLM_TEXT_INPUTS = (
 TORCH_LLM_INPUTS = (
     *(replace(s, optional=True) if s.name == "input_lengths" else s for s in LLM_INPUTS),
     *LLM_TEXT_INPUTS,
-    # ours, as later upstream releases: presence and frequency penalties skip this many prompt
+    # ours, as later upstream versions: presence and frequency penalties skip this many prompt
     # tokens (docs/trtllm_reference.md, section 9.2)
     t("prompt_ignore_length", "INT32", scalar=True, optional=True),
 )

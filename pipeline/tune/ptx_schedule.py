@@ -8,8 +8,8 @@ the program's meaning:
 - not when either instruction writes a register the other reads or writes (predicate guards
   and address registers count as reads; a predicated load keeps its fall-back value's `mov`);
 - not when both touch the same state space (generic aliases every space) and either writes it;
-- atomics, reductions and loads/stores with ordering semantics (volatile, acquire, release,
-  relaxed) never move and nothing moves past them.
+- atomics, reductions and loads/stores with ordering semantics (PTX `.volatile`, `.acquire`,
+  `.release`, `.relaxed`) never move and nothing moves past them.
 Comments and .loc lines stay where they are. Pure text: no GPU needed.
 """
 

@@ -209,7 +209,7 @@ class TritonPythonModel:
         try:
             for response in self._texts(request, streaming_allowed=True, sender=sender):
                 sender.send(response)
-            sender.send(flags=FINAL)  # also when cancelled: it releases the request
+            sender.send(flags=FINAL)  # also when cancelled: it frees the request
         except Exception as exc:  # whatever failed must reach the client and close the request
             sender.send(
                 pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))), flags=FINAL

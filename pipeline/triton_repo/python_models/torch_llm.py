@@ -55,8 +55,8 @@ HEALTH_METRICS = {  # per instance: each has its own handle on the engine
     "num_restarts": ("pipeline_engine_restarts", "times a failed engine was started again"),
 }
 METRICS_PERIOD_S = 0.05
-# the hops' percentiles, recomputed every METRICS_PERIOD_S, were 10% of the stubs' GIL time
-# (py-spy --gil, H100 served at concurrency 64): the requests' own work waited behind them
+# recomputing the hops' percentiles holds the stub's GIL, which the requests' own work waits
+# behind: at most once a second, not every METRICS_PERIOD_S (docs/design.md, the response path)
 HOPS_PERIOD_S = 1.0
 # is_cancelled() is a round trip to the server process, as each send is: asked before every
 # response it doubled the cost of a streamed token; a hang-up is noticed this much later instead
@@ -299,7 +299,7 @@ class TritonPythonModel:
                 flags=FINAL,
             )
             return False
-        if not out.is_final and caller.is_cancelled():  # the final flag releases the request
+        if not out.is_final and caller.is_cancelled():  # the final flag frees the request
             caller.is_closed = True
             sender.send(flags=FINAL)
             return False
