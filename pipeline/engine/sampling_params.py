@@ -8,7 +8,7 @@ vocabulary by RequestLimits, which knows it.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MAX_INT32 = 2**31 - 1
 MAX_UINT64 = 2**64 - 1
@@ -81,6 +81,8 @@ class SamplingParams:
     prompt_ignore_length: int = 0
     min_tokens: int = 0  # end (and stop token) ids are banned until this many are generated
     logprobs: int | None = None  # 0: each generated token's log probability (section 9.3)
+    # any penalty set (derived; the sampler reads it for every sequence of every launch)
+    has_penalties: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         problems = _problems(self)
@@ -93,15 +95,14 @@ class SamplingParams:
         object.__setattr__(
             self, "bad_sequences", _token_sequences("bad_sequences", self.bad_sequences)
         )
+        object.__setattr__(
+            self,
+            "has_penalties",
+            self.repetition_penalty != 1.0
+            or self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0,
+        )
 
     @property
     def is_greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW_TEMPERATURE
-
-    @property
-    def has_penalties(self) -> bool:
-        return (
-            self.repetition_penalty != 1.0
-            or self.presence_penalty != 0.0
-            or self.frequency_penalty != 0.0
-        )

@@ -88,8 +88,12 @@ def penalties(seqs: list, device: torch.device, vocab_size: int) -> Penalties | 
     None when none has any (the sampler's usual path)."""
     penalized = [i for i, seq in enumerate(seqs) if seq.params.has_penalties]
     # generated so far: on the host, plus what launched steps sampled and the host has not read
-    generated = [seq.num_completion_tokens + seq.num_pending_tokens for seq in seqs]
-    min_rows = [i for i, seq in enumerate(seqs) if generated[i] < seq.params.min_tokens]
+    generated = {
+        i: seq.num_completion_tokens + seq.num_pending_tokens
+        for i, seq in enumerate(seqs)
+        if seq.params.min_tokens
+    }
+    min_rows = [i for i, num in generated.items() if num < seqs[i].params.min_tokens]
     if not penalized and not min_rows:
         return None
     out = Penalties(None, None, None, None, None, None, min_rows, [], [])
