@@ -67,7 +67,6 @@ def test_build_limits_are_checked_before_work(tmp_path, override, match):
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"mapping": {"world_size": 2, "tp_size": 2, "pp_size": 1}}, "parallel.tp_size=1"),
         ({"architecture": "GPTJForCausalLM"}, "GPTJForCausalLM"),
         ({"rotary_scaling": {"type": "yarn", "factor": 4.0}}, "yarn"),
         ({"hidden_act": "gelu"}, "hidden_act"),
@@ -92,6 +91,14 @@ def test_missing_rank_file_is_an_artifact_error(tmp_path):
     out = tmp_path / "engine"
     out.mkdir()
     with pytest.raises(ArtifactError, match="rank0.safetensors"):
+        backend(tmp_path).build(ckpt, tokenizer(tmp_path), out)
+
+
+def test_a_tensor_parallel_checkpoint_needs_every_rank_file(tmp_path):
+    ckpt = checkpoint(tmp_path, mapping={"world_size": 2, "tp_size": 2, "pp_size": 1})
+    out = tmp_path / "engine"
+    out.mkdir()
+    with pytest.raises(ArtifactError, match="rank1.safetensors is missing"):
         backend(tmp_path).build(ckpt, tokenizer(tmp_path), out)
 
 
