@@ -57,7 +57,9 @@ class LiveRequest:
             self.first_token_at = now
         self.tokens.extend(delta.token_ids)
         if delta.logprobs is not None:
-            self.logprobs = (self.logprobs or []) + delta.logprobs
+            if self.logprobs is None:
+                self.logprobs = []
+            self.logprobs.extend(delta.logprobs)
             self.cum_logprob += sum(delta.logprobs)
         self.is_finished = delta.finished
         self.error = delta.error

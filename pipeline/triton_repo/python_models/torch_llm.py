@@ -285,6 +285,9 @@ class TritonPythonModel:
                 return self._send(caller, out)
             with caller.lock:  # its sequences' lanes take turns
                 return not caller.is_closed and self._send(caller, out)
+        except BaseException:
+            caller.is_closed = True  # a send that failed: the caller is gone
+            raise
         finally:
             if caller.request_id and caller.is_closed:
                 self._forget(caller)
