@@ -43,7 +43,15 @@ DTYPES = {
     "decoder_text_input": np.object_,
     "image_url_input": np.object_,
 }
-OUTPUTS = ["text_output", "sequence_length", "cum_log_probs", "output_log_probs", "sequence_index"]
+OUTPUTS = [
+    "text_output",
+    "sequence_length",
+    "cum_log_probs",
+    "output_log_probs",
+    "sequence_index",
+    "num_input_tokens",
+    "num_output_tokens",
+]
 
 
 @pytest.fixture(scope="module")
@@ -133,18 +141,23 @@ def expected(engine, **params):
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_penalties_min_tokens_and_log_probs_are_served(server, engine, model, protocol):
     values = {**PENALIZED, "min_tokens": NUM_TOKENS, "return_log_probs": True}
+    values |= {"return_num_input_tokens": True, "return_num_output_tokens": True}
     if protocol == "grpc":
         (response,) = grpc_responses(server, model, values)
-        text = response["text_output"].reshape(-1)[0].decode()
-        logprobs = response["output_log_probs"].reshape(-1).tolist()
-        cum = float(response["cum_log_probs"].reshape(-1)[0])
+        response = {name: value.reshape(-1).tolist() for name, value in response.items()}
+        response["text_output"] = response["text_output"][0].decode()
     else:
         (response,) = http_generate(server, model, values)
-        text, logprobs, cum = (
-            response[k] for k in ("text_output", "output_log_probs", "cum_log_probs")
-        )
-        logprobs = np.asarray(logprobs, np.float32).reshape(-1).tolist()
+        response = {
+            name: np.asarray(value).reshape(-1).tolist() for name, value in response.items()
+        }
+        response["text_output"] = response["text_output"][0]
+    text, logprobs = response["text_output"], response["output_log_probs"]
+    (cum,) = response["cum_log_probs"]
     want = expected(engine, **PENALIZED, min_tokens=NUM_TOKENS, logprobs=0)
+    # upstream's counts: the prompt's tokens, and output_ids' (the input left out: the default)
+    assert response["num_input_tokens"] == [len(engine.tokenizer.encode(PROMPT))]
+    assert response["num_output_tokens"] == [len(want.token_ids)]
     assert text == engine.tokenizer.decode(want.token_ids)
     assert logprobs == pytest.approx(want.logprobs, abs=1e-4)
     assert cum == pytest.approx(sum(want.logprobs), abs=1e-3)
