@@ -75,7 +75,7 @@ class Case:
         if self.body is not None:
             return self.body
         # NaN and infinities go out as the NaN / Infinity literals curl users type
-        return json.dumps({name: v.data for name, v in self.inputs.items()}).encode()
+        return json.dumps({name: _json(v) for name, v in self.inputs.items()}).encode()
 
     def describe(self) -> str:
         """The exact request, to reproduce it by hand."""
@@ -87,6 +87,14 @@ class Case:
             return f"gRPC {self.model} {{{arrays}}} outputs={list(self.outputs)}"
         path = "generate_stream" if self.protocol == HTTP_STREAM else "generate"
         return f"POST /v2/models/{self.model}/{path} {self.json_body()!r}"
+
+
+def _json(value: Value):
+    """Triton's generate takes a [2, N] word list flat, row after row (nested, only N=1)."""
+    rows = value.data
+    if value.layout == "words" and all(isinstance(r, list) for r in rows):
+        return [t for row in rows for t in row]
+    return rows
 
 
 def _array(value: Value, dtype: str) -> np.ndarray:
@@ -222,7 +230,7 @@ def cases(draw, model: str, limits: Limits) -> Case:
         is_list = ids is not None and isinstance(ids.data, list)
         case["inputs"]["input_lengths"] = Value(len(ids.data) if is_list else 1)
     if "body" in chosen:  # last: it breaks the JSON of all the rest
-        body = json.dumps({n: v.data for n, v in case["inputs"].items()}).encode()
+        body = json.dumps({n: _json(v) for n, v in case["inputs"].items()}).encode()
         case["body"] = broken_body(body, draw)
         case["nasty"]["body"] = INVALID
     return Case(**case)

@@ -142,11 +142,13 @@ class Ledger:
 def markdown(report: dict) -> str:
     columns = ("cases", *VERDICTS, "deaths")
     lines = [
-        f"## Serving fuzz: {report['cases']} cases in {report['wall_s']:.0f} s",
+        f"## Serving fuzz: {report['cases']} cases in {report['wall_s']:.0f} s "
+        f"({report['case_s']:.0f} s in cases, {report['recovery_s']:.0f} s in recoveries)",
         "",
         f"served {report['served']}, clear errors {report['clear_errors']}, server deaths "
         f"{report['server_deaths']}, requests lost {report['requests_lost']}, failures "
         f"{report['failures_by_verdict']}, server starts {report['server_starts']}",
+        f"canary after the run: {report['canary']}",
         "",
         "| entry point / protocol | " + " | ".join(columns) + " |",
         "|---" * (len(columns) + 1) + "|",

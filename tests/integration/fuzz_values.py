@@ -200,7 +200,7 @@ def nasty_words_list(words: list[list[int]], protocol: str, limits: Limits, draw
     if protocol == GRPC:
         choices.append((Value([[ids[0], 1]], "raw"), INVALID))  # [1, 2]: no word dim
     else:
-        choices.append((Value([ids[0], 1]), EITHER))  # flat JSON: Triton reshapes it
+        choices.append((Value([ids[0]]), INVALID))  # one value: no [2, N] shape fits it
     return draw(st.sampled_from(choices))
 
 
