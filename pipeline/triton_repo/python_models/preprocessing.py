@@ -21,10 +21,32 @@ def _flag(params: dict, key: str, default: bool) -> bool:
     return value in ("true", "1")
 
 
+# this model's string inputs -> the ensemble's and the BLS's name for them
+CLIENT_NAMES = {
+    "QUERY": "text_input",
+    "BAD_WORDS_DICT": "bad_words",
+    "STOP_WORDS_DICT": "stop_words",
+    "EMBEDDING_BIAS_WORDS": "embedding_bias_words",
+}
+
+
+def _text(value, name: str) -> str:
+    """A string input's value; ValueError naming the input when it is not UTF-8."""
+    if not isinstance(value, bytes):
+        return str(value)
+    try:
+        return value.decode()
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{name} (the ensemble's {CLIENT_NAMES.get(name, name)}): byte {exc.start} is not "
+            f"valid UTF-8 ({exc.reason}); send UTF-8 text"
+        ) from None
+
+
 def _strings(tensor) -> list[list[str]]:
     """[B, N] bytes -> per batch item, the non-empty strings."""
     return [
-        [w.decode() if isinstance(w, bytes) else str(w) for w in row if len(w)]
+        [_text(w, tensor.name()) for w in row if len(w)]
         for row in tensor.as_numpy().reshape(tensor.as_numpy().shape[0], -1)
     ]
 
@@ -77,7 +99,7 @@ class TritonPythonModel:
             for word, weight in zip(item_words, item_weights, strict=True):
                 if not np.isfinite(weight):
                     raise ValueError(f"embedding_bias_weights: {weight} is not a finite number")
-                text = word.decode() if isinstance(word, bytes) else str(word)
+                text = _text(word, "EMBEDDING_BIAS_WORDS")
                 for token in self.tokenizer.encode(text, add_special_tokens=False):
                     bias[i, token] += weight
         return bias
@@ -100,7 +122,7 @@ class TritonPythonModel:
         check_inputs(sent)
         queries = pb_utils.get_input_tensor_by_name(request, "QUERY").as_numpy()
         batch = queries.shape[0]
-        prompts = [q.decode() if isinstance(q, bytes) else str(q) for q in queries.reshape(-1)]
+        prompts = [_text(q, "QUERY") for q in queries.reshape(-1)]
         encoded = [
             self.tokenizer.encode(p, add_special_tokens=self.add_special_tokens) for p in prompts
         ]

@@ -318,3 +318,11 @@ def test_a_missing_output_length_is_named_as_missing():
     del arrays["request_output_len"]
     with pytest.raises(ValueError, match="missing required input request_output_len"):
         from_arrays(arrays, default_exclude_input=True)
+
+
+@pytest.mark.parametrize("name", ["text_input", "bad_words", "stop_words"])
+def test_text_that_is_not_utf8_is_named(encoder, name):
+    arrays = text_arrays("Hi")
+    arrays[name] = np.array([[b"\xff\xfe"]], np.object_)
+    with pytest.raises(ValueError, match=f"{name}: byte 0 is not valid UTF-8"):
+        from_arrays(arrays, True, encoder)
