@@ -41,8 +41,12 @@ OUTPUTS = {
     "tensorrt_llm": ("output_ids", "sequence_length", "text_output"),
 }
 # a wrong dtype for each dtype, with a value it can hold
-WRONG_DTYPES = {"object": ("int32", 1), "int32": ("int64", 3), "float32": ("float64", 0.5)}
-WRONG_DTYPES |= {"uint64": ("int64", 7), "bool": ("int32", 1)}
+WRONG_DTYPES = {
+    "object": ("int32", 1),
+    "int32": ("int64", 2**63 - 1),
+    "float32": ("float64", 1e300),
+}
+WRONG_DTYPES |= {"uint64": ("int64", -(2**63)), "bool": ("int32", 1)}
 SHAPE_FILL = {"object": "a", "bool": True}  # else 1
 LLM_ID_INPUTS = ("input_ids", "input_lengths", "stop_words_list", "bad_words_list")
 GRPC_ONLY = ("dtype", "shape", "batch", "batch_mismatch", "extra_input", "extra_output")

@@ -107,7 +107,8 @@ def nasty_values(
         "max_tokens": [
             (0, EITHER),
             *((v, INVALID) for v in (-1, I32_MIN, I32_MAX, limits.max_seq_len)),
-            *([(10**12, INVALID), (2**64, INVALID), ([4], EITHER), *ints] if http else []),
+            *([(10**12, INVALID), (-(2**63), INVALID), (2**64, INVALID)] if http else []),
+            *([([4], EITHER), *ints] if http else []),
         ],
         "end_id": [
             *((v, EITHER) for v in (-1, vocab, 999_999_999, I32_MIN, I32_MAX)),
