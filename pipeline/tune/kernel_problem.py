@@ -3,6 +3,8 @@ wrapper the engine calls, the PyTorch reference (pipeline/engine/kernels/referen
 dequantized matmul) with the kernel's test tolerance, and the launch-config knobs to search,
 wider than the kernel's constants or its triton.autotune list."""
 
+from abc import ABC, abstractmethod
+
 import torch
 
 from pipeline.tune.kernel_items import KernelItem
@@ -36,7 +38,7 @@ def knob(name: str, values, default, extra=()) -> Knob:
     return Knob.with_default(name, (*values, *extra), default)
 
 
-class KernelProblem:
+class KernelProblem(ABC):
     kernel = ""
 
     def __init__(self, item: KernelItem, device: torch.device, context_len: int) -> None:
@@ -53,22 +55,23 @@ class KernelProblem:
         return x.to(self.device, self.dtype)
 
     # what a kernel module supplies
-    def setup(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def setup(self) -> None: ...
 
+    @abstractmethod
     def run(self):
         """The engine's call of the kernel on the inputs (the tuned config comes through the
         wrapper's lookup)."""
-        raise NotImplementedError
+        ...
 
-    def reference(self):
-        raise NotImplementedError
+    @abstractmethod
+    def reference(self): ...
 
     def mismatch(self, outputs) -> str | None:
         return close(outputs, self.expected, **POINTWISE_TOLERANCE[self.dtype])
 
-    def knobs(self) -> list[Knob]:
-        raise NotImplementedError
+    @abstractmethod
+    def knobs(self) -> list[Knob]: ...
 
     def is_valid(self, settings: dict) -> bool:
         return True

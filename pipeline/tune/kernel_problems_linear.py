@@ -3,6 +3,8 @@ decode (split-K) and prompt tilings (int8_matmul). Their default is what triton.
 from the kernel's own list for the shape; the search space is wider than that list and holds it.
 Reference: x @ (q * scale).T in float32; tolerance: the kernel test's 1% relative L2 error."""
 
+from abc import abstractmethod
+
 import torch
 
 from pipeline.tune.kernel_problem import KernelProblem, config_of, knob
@@ -40,8 +42,8 @@ class _Int8Linear(KernelProblem):
             return f"relative L2 error {rel:.3g} > {REL_L2_TOLERANCE}"
         return None
 
-    def _autotuner(self):
-        raise NotImplementedError
+    @abstractmethod
+    def _autotuner(self): ...
 
     def _autotuned(self) -> dict:
         """The config triton.autotune picks for this shape (runs it once, untuned)."""
