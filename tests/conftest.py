@@ -106,3 +106,20 @@ def pytest_terminal_summary(terminalreporter):
                 if key == "summary":
                     terminalreporter.write_sep("-", f"summary of {report.nodeid}")
                     terminalreporter.write_line(str(text))
+
+
+def served_smollm_spec(workdir: Path, repo_name: str, *overrides: str):
+    """The serve spec of the shared SmolLM2 engine on a private repository and free ports, one
+    torch thread in the served model."""
+    http, grpc, metrics = free_ports(3)
+    return make_spec(
+        "serve",
+        *SMOLLM_ENGINE_OVERRIDES,
+        f"deploy.repo_dir={workdir / repo_name}",
+        f"deploy.http_port={http}",
+        f"deploy.grpc_port={grpc}",
+        f"deploy.metrics_port={metrics}",
+        "deploy.torch.num_threads=1",
+        *overrides,
+        workdir=workdir,
+    )

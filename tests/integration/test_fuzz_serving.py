@@ -18,10 +18,9 @@ import time
 import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 
-from pipeline.server.ports import free_ports
 from pipeline.stages import deploy
 from pipeline.triton_repo.engine_info import EngineInfo
-from tests.conftest import SMOLLM_ENGINE_OVERRIDES, make_spec
+from tests.conftest import served_smollm_spec
 from tests.integration.fuzz_cases import Case, cases
 from tests.integration.fuzz_ledger import markdown
 from tests.integration.fuzz_server import FuzzedServer
@@ -126,17 +125,7 @@ def limits(smollm_engine_dir) -> Limits:
 
 @pytest.fixture(scope="module")
 def fuzzed(session_workdir, smollm_engine_dir):
-    http, grpc, metrics = free_ports(3)
-    spec = make_spec(
-        "serve",
-        *SMOLLM_ENGINE_OVERRIDES,
-        f"deploy.repo_dir={session_workdir / 'fuzz_model_repo'}",
-        f"deploy.http_port={http}",
-        f"deploy.grpc_port={grpc}",
-        f"deploy.metrics_port={metrics}",
-        "deploy.torch.num_threads=1",
-        workdir=session_workdir,
-    )
+    spec = served_smollm_spec(session_workdir, "fuzz_model_repo")
     deploy.run(spec)
     server = FuzzedServer(spec)
     server.start()

@@ -22,9 +22,8 @@ from pipeline.client import ClientError, GenerateRequest, GrpcClient, HttpClient
 from pipeline.client.metrics import fetch_metrics, metric_value
 from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.server import launch
-from pipeline.server.ports import free_ports
 from pipeline.stages import deploy
-from tests.conftest import SMOLLM_ENGINE_OVERRIDES, make_spec
+from tests.conftest import served_smollm_spec
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -37,17 +36,7 @@ GREEDY = GenerateRequest("The capital of France is", max_tokens=8)
 
 @pytest.fixture(scope="module")
 def server(session_workdir, smollm_engine_dir):
-    http, grpc, metrics = free_ports(3)
-    spec = make_spec(
-        "serve",
-        *SMOLLM_ENGINE_OVERRIDES,
-        f"deploy.repo_dir={session_workdir / 'requests_model_repo'}",
-        f"deploy.http_port={http}",
-        f"deploy.grpc_port={grpc}",
-        f"deploy.metrics_port={metrics}",
-        "deploy.torch.num_threads=1",
-        workdir=session_workdir,
-    )
+    spec = served_smollm_spec(session_workdir, "requests_model_repo")
     deploy.run(spec)
     with launch.local_server(spec.deploy, spec.workdir) as server:
         yield server
