@@ -59,6 +59,8 @@ PROBE = {
 PROBE_WORK = Workload(num_requests=64, input_len=32, output_len=32, max_batch_size=64)
 # a probe's runtime options, in order: the runs take those of the first probe that finishes
 PROBE_RUNTIMES = [{}, {"overlap_scheduling": False}, {"use_cuda_graph": False}]
+# a run's own engine options, over the probe's runtime
+RUN_OPTIONS = {"llama8b_bf16_tp2_symm_mem": {"all_reduce": "auto"}}
 # group -> [(name, shape, dtype, quant, tp, pp, workload, time limit s on 2x H100)]
 RUNS = {
     "probe": [
@@ -68,6 +70,7 @@ RUNS = {
     "8b": [
         ("llama8b_bf16_tp1", LLAMA_8B, "bfloat16", None, 1, 1, WORK, 60),
         ("llama8b_bf16_tp2", LLAMA_8B, "bfloat16", None, 2, 1, WORK, 75),
+        ("llama8b_bf16_tp2_symm_mem", LLAMA_8B, "bfloat16", None, 2, 1, WORK, 75),
         ("llama8b_bf16_pp2", LLAMA_8B, "bfloat16", None, 1, 2, WORK, 75),
     ],
     "70b": [("llama70b_fp8_tp2", LLAMA_70B, "bfloat16", "FP8", 2, 1, WORK_70B, 180)],
@@ -126,6 +129,7 @@ def run_engine(
     spec: tuple, tokenizer_dir: Path, work_dir: Path, device: torch.device, runtime: dict
 ) -> dict:
     name, shape, dtype, quant, tp, pp, work, _ = spec
+    runtime = {**runtime, **RUN_OPTIONS.get(name, {})}
     cfg = checkpoint_config(shape, dtype, tp, pp, quant)
     variant = "-".join(f"{k}={v}" for k, v in sorted(runtime.items())) or "default"
     engine_dir = write_engine(
@@ -265,6 +269,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--collectives", action="store_true")
     parser.add_argument("--budget-s", type=float, default=540)
     parser.add_argument("--tiny", action="store_true")
+    parser.add_argument(
+        "--runtimes",
+        default=json.dumps(PROBE_RUNTIMES),
+        help="JSON list of engine runtime options the probe tries, in order",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--runtime", default="{}", help=argparse.SUPPRESS)
     parser.add_argument("--work-dir", help=argparse.SUPPRESS)
@@ -292,7 +301,10 @@ def main(argv: list[str] | None = None) -> int:
             write(results, out)
         for spec in runs.get(group, []):
             name, limit_s = spec[0], spec[-1]
-            candidates = PROBE_RUNTIMES if runtime is None else [runtime]
+            if runtime is None and group != "probe" and "probe" in args.runs.split(","):
+                results["engines"][name] = {"error": "skipped: no probe runtime worked"}
+                continue
+            candidates = json.loads(args.runtimes) if runtime is None else [runtime]
             for option in candidates:
                 if left() < limit_s:
                     results["engines"][name] = {"error": "skipped: over --budget-s"}

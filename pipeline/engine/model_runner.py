@@ -364,6 +364,9 @@ class ModelRunner:
             except Exception:  # noqa: BLE001 - a broken group: the workers are killed below
                 logger.exception("engine: could not tell the worker ranks to stop")
         self.workers.stop()
+        # NCCL's abort waits for the CUDA graphs that captured its collectives (a TP engine's
+        # close hung there on 2x H100/H200); the engine does not run after close
+        self.graphs = None
         self.ranks.close()
 
 

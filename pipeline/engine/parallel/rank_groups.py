@@ -2,6 +2,8 @@
 group created by all ranks, in the same order): the CPU (gloo) group for launch metadata, the
 tensor-parallel group of each stage, and the stage links (NCCL on CUDA, gloo on the CPU)."""
 
+import logging
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -14,6 +16,9 @@ from pipeline.engine.parallel.stage_link import StageLink
 from pipeline.engine.parallel.tensor_parallel import TensorParallel
 from pipeline.engine.parallel.workers import START_TIMEOUT_S, WorkerProcesses, joined_key
 from pipeline.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+ABORT_WAIT_S = 15.0
 
 
 @dataclass
@@ -39,10 +44,22 @@ class RankGroups:
         can start another multi-rank engine afterwards."""
         if not dist.is_initialized():
             return
-        if self.is_cuda:
-            dist.distributed_c10d._abort_process_group()
-        else:
+        if not self.is_cuda:
             dist.destroy_process_group()
+            return
+        # bounded: a close that never returns would hold the caller (a Triton model's
+        # finalize, a benchmark) for ever; the communicators then go with the process
+        abort = threading.Thread(
+            target=dist.distributed_c10d._abort_process_group, name="nccl-abort", daemon=True
+        )
+        abort.start()
+        abort.join(ABORT_WAIT_S)
+        if abort.is_alive():
+            logger.warning(
+                "engine: aborting the NCCL groups did not return in %.0f s; they are freed when "
+                "this process exits (a new multi-rank engine needs a new process)",
+                ABORT_WAIT_S,
+            )
 
 
 def init_rank_groups(
