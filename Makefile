@@ -12,7 +12,7 @@ OVERRIDES := $(if $(MODEL),model=$(MODEL)) $(if $(QUANT),quant=$(QUANT)) \
 STAGE = $(PY) -m $(if $(filter 1,$(DOCKER)),pipeline.trtllm.container,pipeline) $(1) $(OVERRIDES)
 
 .PHONY: help setup convert fetch quantize build deploy serve bench profile sweep regress \
-	update-baseline test lint demo clean trtllm-image-check tune
+	update-baseline test lint demo clean trtllm-image-check tune study
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -50,6 +50,8 @@ regress: $(STAMP)  ## compare bench + accuracy with the stored baseline
 	$(call STAGE,regress)
 tune: $(STAMP)  ## simulated-annealing tuner: serving knobs (default), tune=kernels|instructions (GPU)
 	$(call STAGE,tune)
+study: $(STAMP)  ## time, accuracy, GPU traffic and memory for every mapping x kernels x batch size
+	$(call STAGE,study)
 update-baseline: $(STAMP)  ## store the current results as the new baseline
 	$(call STAGE,regress) bench.regress.update_baseline=true
 demo: $(STAMP)  ## the main job: fetch -> convert -> build -> deploy -> serve SmolLM2, stream answers

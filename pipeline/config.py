@@ -28,6 +28,7 @@ from pipeline.specs.model import ModelSpec
 from pipeline.specs.parallel import ParallelSpec
 from pipeline.specs.quant import QuantSpec
 from pipeline.specs.serve import ServeSpec
+from pipeline.specs.study import StudySpec
 from pipeline.specs.tune import TuneSpec
 
 STAGE_NAMES = (
@@ -43,6 +44,7 @@ STAGE_NAMES = (
     "regress",
     "demo",
     "tune",
+    "study",
 )
 
 
@@ -58,6 +60,7 @@ class PipelineSpec:
     parallel: ParallelSpec
     serve: ServeSpec = ServeSpec()  # frontends beside tritonserver (serve, demo)
     tune: TuneSpec = TuneSpec()  # measured-feedback search (tune)
+    study: StudySpec = StudySpec()  # batch x parallelism study (study)
     workdir: str = "artifacts"  # artifacts live under <workdir>/<model>/<stage>-<config hash>/
     # target GPU for precision checks: auto | cpu | a100 | l40s | h100 | h200 | b200 ...
     hardware: str = "auto"

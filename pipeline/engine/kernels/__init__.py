@@ -12,14 +12,24 @@ TRITON_INTERPRET=1 runs them on CPU tensors (slowly), which the tests use where 
 
 import importlib
 import importlib.util
+import os
 from types import ModuleType
 
 import torch
 
+# "off": every layer runs its plain-PyTorch ops on CUDA too (the study's unfused mode; an
+# engine's worker ranks inherit the environment it starts them in)
+KERNELS_ENV = "PIPELINE_TRITON_KERNELS"
+
 
 def is_available(device: torch.device | str) -> bool:
-    """True when the Triton kernels run on `device`: a CUDA device, with triton importable."""
-    return torch.device(device).type == "cuda" and importlib.util.find_spec("triton") is not None
+    """True when the Triton kernels run on `device`: a CUDA device, with triton importable, and
+    PIPELINE_TRITON_KERNELS not "off"."""
+    return (
+        torch.device(device).type == "cuda"
+        and importlib.util.find_spec("triton") is not None
+        and os.environ.get(KERNELS_ENV) != "off"
+    )
 
 
 def load(name: str, device: torch.device | str) -> ModuleType | None:

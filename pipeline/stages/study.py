@@ -1,0 +1,150 @@
+"""study: every parallel mapping x kernel mode x workload x batch size, each cell measured (time,
+accuracy, communication, memory) and kept as its own artifact, then one report with figures.
+A rerun skips finished cells."""
+
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+
+import torch
+
+from pipeline.artifacts import Manifest, StageRequest, produce_artifact, sha256_json
+from pipeline.specs.parallel import ParallelSpec
+from pipeline.stages import build, fetch, forced
+
+log = logging.getLogger(__name__)
+
+
+def _device(spec) -> str:
+    device = spec.backend.device
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _engine_spec(spec, tp: int, pp: int):
+    """The configured model and build, at this mapping, with room for the study's batches and
+    its longest workload and probes."""
+    study, acc = spec.study, spec.study.accuracy
+    longest = max(int(w.split("x")[0]) for w in study.workloads)
+    prompts = max(longest, acc.ppl_window_tokens, acc.cloze_context_tokens)
+    seq = max(
+        prompts + 1,
+        *(sum(map(int, w.split("x"))) for w in study.workloads),
+        acc.greedy_prompt_tokens + acc.greedy_max_tokens,
+    )
+    limits = dataclasses.replace(
+        spec.build,
+        max_batch_size=study.max_batch_size,
+        max_input_len=max(spec.build.max_input_len, prompts),
+        max_seq_len=max(spec.build.max_seq_len, seq),
+    )
+    return dataclasses.replace(spec, parallel=ParallelSpec(tp, pp), build=limits)
+
+
+def _engines(spec, mappings: set[tuple[int, int]], hf_dir: Path) -> tuple[str, dict]:
+    """(model name the cells are filed under, {(tp, pp): (engine dir, its artifact)})."""
+    if spec.study.synthetic_shape is None:
+        out = {}
+        for tp, pp in sorted(mappings):
+            engine = build.run(_engine_spec(spec, tp, pp))
+            out[(tp, pp)] = (engine, engine)
+        return spec.model.name, out
+    from pipeline.study.synthetic_engine import synthetic_engine
+
+    name = f"synthetic-{spec.study.synthetic_shape}"
+    out = {}
+    for tp, pp in sorted(mappings):
+        artifact = synthetic_engine(_engine_spec(spec, tp, pp), name, hf_dir)
+        out[(tp, pp)] = (artifact / "engine", artifact)
+    return name, out
+
+
+def _probes(spec, model: str, hf_dir: Path) -> Path:
+    from transformers import AutoTokenizer
+
+    from pipeline.study.probes import build_probes
+
+    quant = spec.quant
+    config = {
+        "accuracy": dataclasses.asdict(spec.study.accuracy),
+        "text": [quant.calib_dataset, quant.eval_size, quant.seq_len],
+    }
+    request = StageRequest(Path(spec.workdir), model, "study-probes", config, {"hf": hf_dir})
+
+    def produce(out_dir: Path) -> dict:
+        probes = build_probes(AutoTokenizer.from_pretrained(hf_dir), quant, spec.study.accuracy)
+        (out_dir / "probes.json").write_text(json.dumps(probes.to_json()))
+        return {"num_cloze_items": len(probes.cloze), "source": probes.source}
+
+    return produce_artifact(request, produce)
+
+
+def run(spec, fault=None) -> Path:
+    """fault: a RequestFault the accuracy probes run under (pipeline.study.faults), for showing
+    that the accuracy flag fires; its cells are kept apart from clean ones."""
+    from pipeline.study.assemble import assemble, write_study
+    from pipeline.study.grid import expand
+    from pipeline.study.runner import run_all
+    from pipeline.study.series import SeriesJob, pending_size
+
+    study, device = spec.study, _device(spec)
+    series, notes = expand(study), []
+    if device != "cuda" and any(s.kernels == "fused" for s in series):
+        series = [s for s in series if s.kernels != "fused"]
+        notes.append("fused cells skipped: the Triton kernels and CUDA graphs need a CUDA GPU")
+    hf_dir = fetch.run(spec)
+    model, engines = _engines(spec, {(s.tp_size, s.pp_size) for s in series}, hf_dir)
+    probes = _probes(spec, model, hf_dir)
+    deadline = time.time() + study.time_budget_s if study.time_budget_s > 0 else 0.0
+    jobs = [
+        SeriesJob(
+            series=s,
+            engine_dir=engines[(s.tp_size, s.pp_size)][0],
+            engine_artifact=engines[(s.tp_size, s.pp_size)][1],
+            model_name=model,
+            workdir=Path(spec.workdir),
+            device=device,
+            num_threads=spec.deploy.torch.num_threads,
+            study=study,
+            bench=spec.bench,
+            probes_path=probes / "probes.json",
+            probes_digest=Manifest.read(probes).digest,
+            weights_loader=study_loader(study),
+            fault=fault,
+            deadline_s=deadline,
+        )
+        for s in series
+    ]
+    notes += run_all(jobs, study.isolate)
+    cells = []
+    for job in jobs:
+        done: dict[int, dict] = {}
+        pending_size(job, done)
+        cells += [done[b] for b in sorted(done)]
+    data = assemble(cells, study, model, device, notes)
+    request = StageRequest(
+        workdir=Path(spec.workdir),
+        model=model,
+        stage="study",
+        config={
+            "study": dataclasses.asdict(study),
+            "device": device,
+            "fault": repr(fault) if fault else None,
+        },
+        fingerprint_extra=sha256_json([cells, notes]),
+        force=forced(spec, "study"),
+    )
+    out = produce_artifact(request, lambda out_dir: {"paths": str(write_study(out_dir, data))})
+    print((out / "study.md").read_text())
+    return out
+
+
+def study_loader(study) -> str | None:
+    if study.synthetic_shape is None:
+        return None
+    from pipeline.study.synthetic_engine import WEIGHTS_LOADER
+
+    return WEIGHTS_LOADER

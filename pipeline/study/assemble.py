@@ -1,0 +1,46 @@
+"""The study's result: its cells judged (summary.py), the findings, the recommendation, written
+as study.json (every cell's raw numbers), study.md and the figures."""
+
+import dataclasses
+import json
+import socket
+import sys
+from pathlib import Path
+
+from pipeline.study.findings import findings
+from pipeline.study.plots import plot_all
+from pipeline.study.recommend import recommend
+from pipeline.study.report import markdown
+from pipeline.study.sampling import nvlink_method
+from pipeline.study.summary import comm_ratio, flag_accuracy, thresholds
+
+
+def assemble(cells: list[dict], study, model: str, device: str, notes: list[str]) -> dict:
+    flag_accuracy(cells, study.accuracy)
+    limits = thresholds(cells)
+    sources = next((c["profile_sources"] for c in cells if c.get("profile_sources")), [])
+    return {
+        "model": model,
+        "device": device,
+        "host": socket.gethostname(),
+        "command": " ".join(["python -m pipeline", *sys.argv[1:]]) or "python -m pipeline study",
+        "study": dataclasses.asdict(study),
+        "sample_rate_hz": study.sample_rate_hz,
+        "budget": study.budget,
+        "nvlink_method": nvlink_method(sources),
+        "profile_notes": sorted({n for c in cells for n in c.get("profile_notes", [])}),
+        "cells": cells,
+        "thresholds": limits,
+        "comm_ratio": comm_ratio(cells),
+        "findings": findings(cells, limits),
+        "recommendations": recommend(cells, study.budget),
+        "notes": notes,
+    }
+
+
+def write_study(out_dir: Path, data: dict) -> dict[str, Path]:
+    paths = {"json": out_dir / "study.json", "markdown": out_dir / "study.md"}
+    paths["json"].write_text(json.dumps(data, indent=1, default=str) + "\n")
+    paths["markdown"].write_text(markdown(data))
+    paths |= plot_all(data, out_dir)
+    return paths
