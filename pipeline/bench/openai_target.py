@@ -2,8 +2,9 @@
 /v1/completions of a frontend started here in front of the bench's tritonserver, so the two
 served paths compare on one server, one engine and one workload (openai_vs_server).
 
-The frontend runs in the bench's process (as it runs in serve's); the load comes from client
-processes (bench.client_processes), so the client's GIL is not the frontend's.
+The frontend runs as serve runs it: in a thread of the bench's process, or in worker processes
+(serve.openai.workers); the load comes from client processes (bench.client_processes), so the
+clients' GIL is not the frontend's.
 """
 
 import contextlib
@@ -12,43 +13,37 @@ import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from pipeline.bench.client_processes import ClientProcesses, auto_client_processes
+from pipeline.bench.client_processes import ClientProcesses
 from pipeline.bench.load_generator import LoadGenerator
 from pipeline.bench.openai_streams import OpenAIStreams
+from pipeline.bench.server_target import served_generator
 
 
 class OpenAITarget(OpenAIStreams):
+    def __init__(self, url: str, model: str, timeout_s: float, api_key: str = "") -> None:
+        super().__init__(url, model, timeout_s, api_key)
+        self._generators: list[ClientProcesses] = []
+
     def generator(self, bench, origin_s: float) -> LoadGenerator | ClientProcesses:
-        num_processes = bench.client_processes or auto_client_processes(bench.concurrency)
-        settings = {
-            "mode": bench.mode,
-            "concurrency": bench.concurrency,
-            "request_rate": bench.request_rate,
-            "temperature": bench.temperature,
-            "seed": bench.seed,
-            "origin_s": origin_s,
-        }
-        if num_processes == 1:
-            return LoadGenerator(self, **settings)
-        self._processes = ClientProcesses(
-            num_processes,
-            functools.partial(OpenAIStreams, self.url, self.model, self.timeout_s, self.api_key),
-            settings,
-            name=self.name,
+        make_streams = functools.partial(
+            OpenAIStreams, self.url, self.model, self.timeout_s, self.api_key
         )
-        return self._processes
+        generator = served_generator(self, bench, origin_s, make_streams, self.name)
+        if isinstance(generator, ClientProcesses):
+            self._generators.append(generator)
+        return generator
 
     def close(self) -> None:
-        processes = getattr(self, "_processes", None)
-        if processes is not None:
-            processes.close()
+        for generator in self._generators:
+            generator.close()
+        self._generators = []
         super().close()
 
 
 @contextlib.contextmanager
 def openai_target(spec, grpc_url: str, deployed: Path) -> Iterator[OpenAITarget]:
-    """The frontend (serve.openai) in front of the tritonserver at grpc_url, for the deploy
-    artifact `deployed`, while the block lasts."""
+    """The frontend (serve.openai, its workers included) in front of the tritonserver at
+    grpc_url, for the deploy artifact `deployed`, while the block lasts."""
     from pipeline.artifacts import Manifest
     from pipeline.openai_api.server import frontend_server
     from pipeline.server.launch import endpoints
@@ -59,9 +54,8 @@ def openai_target(spec, grpc_url: str, deployed: Path) -> Iterator[OpenAITarget]
         spec.serve.openai, spec.model.name, facts, spec.deploy, grpc_url, metrics_url
     )
     with server:
-        frontend = server.frontend
         target = OpenAITarget(
-            server.url, frontend.model.name, spec.bench.request_timeout_s, frontend.api_key
+            server.url, server.model_name, spec.bench.request_timeout_s, server.api_key
         )
         try:
             target.wait_ready(spec.deploy.startup_timeout_s)

@@ -40,23 +40,32 @@ class ServerTarget(GrpcStreams):
         super().close()
 
     def generator(self, bench, origin_s: float) -> LoadGenerator | ClientProcesses:
-        num_processes = bench.client_processes or auto_client_processes(bench.concurrency)
-        settings = {
-            "mode": bench.mode,
-            "concurrency": bench.concurrency,
-            "request_rate": bench.request_rate,
-            "temperature": bench.temperature,
-            "seed": bench.seed,
-            "origin_s": origin_s,
-        }
-        if num_processes == 1:
-            return LoadGenerator(self, **settings)
         make_streams = functools.partial(
             counting_streams, self.url, self.client.timeout_s, self.client.model, self.count_tokens
         )
-        generator = ClientProcesses(num_processes, make_streams, settings)
-        self._generators.append(generator)
+        generator = served_generator(self, bench, origin_s, make_streams)
+        if isinstance(generator, ClientProcesses):
+            self._generators.append(generator)
         return generator
+
+
+def served_generator(
+    streams, bench, origin_s: float, make_streams, name: str = "server"
+) -> LoadGenerator | ClientProcesses:
+    """The load generator of a served target: threads in this process on `streams`, or (see
+    bench.client_processes) client processes, each with the streams make_streams() gives."""
+    num_processes = bench.client_processes or auto_client_processes(bench.concurrency)
+    settings = {
+        "mode": bench.mode,
+        "concurrency": bench.concurrency,
+        "request_rate": bench.request_rate,
+        "temperature": bench.temperature,
+        "seed": bench.seed,
+        "origin_s": origin_s,
+    }
+    if num_processes == 1:
+        return LoadGenerator(streams, **settings)
+    return ClientProcesses(num_processes, make_streams, settings, name=name)
 
 
 def launches_server(bench, target: str) -> bool:

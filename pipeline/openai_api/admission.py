@@ -1,5 +1,6 @@
 """What a request must pass before any work: its API key, its body size, a free stream slot."""
 
+import contextlib
 import hmac
 
 from starlette.requests import Request
@@ -46,23 +47,39 @@ def _too_large(num_bytes: int, max_bytes: int) -> APIError:
 
 class Admission:
     """Engine requests in flight, at most `limit`; a request that would pass it gets 429 at
-    once (its client retries) instead of queueing unseen in front of the engine. Used from the
-    event loop's thread only."""
+    once (its client retries) instead of queueing unseen in front of the engine.
 
-    def __init__(self, limit: int):
-        self.limit, self.num_in_flight = limit, 0
+    counts: each frontend process's requests in flight (a multiprocessing Array, one slot per
+    worker, `index` this one's), so the limit holds for all the processes on the port together;
+    None: this process alone. Summed under the array's lock, held for a few additions only."""
+
+    def __init__(self, limit: int, counts=None, index: int = 0):
+        self.limit, self.index = limit, index
+        self.counts = [0] if counts is None else counts
+        self._lock = contextlib.nullcontext() if counts is None else counts.get_lock()
+
+    @property
+    def num_in_flight(self) -> int:
+        with self._lock:
+            return sum(self.counts)
 
     def take(self, num: int) -> "Ticket":
-        if self.num_in_flight + num > self.limit:
-            raise APIError(
-                429,
-                f"{self.num_in_flight} engine requests are in flight and this one adds {num}, "
-                f"above this server's limit of {self.limit} "
-                f"(serve.openai.max_concurrent_requests); retry later",
-                code="rate_limit_exceeded",
-            )
-        self.num_in_flight += num
+        with self._lock:
+            num_in_flight = sum(self.counts)
+            if num_in_flight + num > self.limit:
+                raise APIError(
+                    429,
+                    f"{num_in_flight} engine requests are in flight and this one adds {num}, "
+                    f"above this server's limit of {self.limit} "
+                    f"(serve.openai.max_concurrent_requests); retry later",
+                    code="rate_limit_exceeded",
+                )
+            self.counts[self.index] += num
         return Ticket(self, num)
+
+    def give_back(self, num: int) -> None:
+        with self._lock:
+            self.counts[self.index] -= num
 
 
 class Ticket:
@@ -76,5 +93,5 @@ class Ticket:
         if self.is_given_back:
             return False
         self.is_given_back = True
-        self.admission.num_in_flight -= self.num
+        self.admission.give_back(self.num)
         return True

@@ -2,18 +2,17 @@
 
 import requests
 
-from pipeline.openai_api.server import OpenAIServer
 
-
-def ask(api: OpenAIServer, question: str, max_tokens: int, timeout_s: float) -> str:
-    """The request as curl would send it, and the answer with its usage."""
+def ask(api, question: str, max_tokens: int, timeout_s: float) -> str:
+    """The request as curl would send it, and the answer with its usage; api: the running
+    frontend (server.frontend_server's)."""
     body = {
-        "model": api.frontend.model.name,
+        "model": api.model_name,
         "messages": [{"role": "user", "content": question}],
         "max_tokens": max_tokens,
         "temperature": 0,
     }
-    headers = {"Authorization": f"Bearer {api.frontend.api_key}"} if api.frontend.api_key else {}
+    headers = {"Authorization": f"Bearer {api.api_key}"} if api.api_key else {}
     response = requests.post(
         f"{api.url}/v1/chat/completions", json=body, headers=headers, timeout=timeout_s
     )

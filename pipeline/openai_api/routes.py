@@ -12,7 +12,7 @@ import time
 from contextlib import aclosing
 
 import anyio
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -41,12 +41,17 @@ class Frontend:
         settings: OpenAISpec,
         api_key: str,
         engine_metrics_url: str,
+        admission: Admission | None = None,
+        metrics: FrontendMetrics | None = None,
+        created: int | None = None,
     ):
+        """admission, metrics: shared with the other frontend processes on the port (workers);
+        None: this process's own. created: the model card's time (the same in every process)."""
         self.model, self.llm, self.settings, self.api_key = model, llm, settings, api_key
         self.engine_metrics_url = engine_metrics_url
-        self.admission = Admission(settings.max_concurrent_requests)
-        self.metrics = FrontendMetrics()
-        self.created = int(time.time())
+        self.admission = admission or Admission(settings.max_concurrent_requests)
+        self.metrics = metrics or FrontendMetrics()
+        self.created = int(time.time()) if created is None else created
 
     async def completions(self, request: Request) -> Response:
         return await self._generate(request, is_chat=False)
@@ -72,7 +77,7 @@ class Frontend:
         )
 
     async def prometheus(self, request: Request) -> Response:
-        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     def _model_card(self) -> dict:
         return {

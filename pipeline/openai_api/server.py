@@ -1,23 +1,21 @@
-"""The OpenAI frontend as a server beside tritonserver: uvicorn in a thread of the caller's
-process (the serve stage's), stopped when the caller's `with` ends."""
+"""The OpenAI frontend as a server beside tritonserver, stopped when the caller's `with` ends:
+uvicorn in a thread of the caller's process (the serve stage's) for one worker, or worker
+processes sharing the port (workers.py) for serve.openai.workers > 1."""
 
 import contextlib
 import ipaddress
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import uvicorn
 
 from pipeline.errors import StageError
 from pipeline.openai_api.app import build_app
-from pipeline.openai_api.routes import Frontend
-from pipeline.openai_api.served_model import ServedModel, read_limits
-from pipeline.openai_api.triton_llm import TritonLLM
+from pipeline.openai_api.recipe import FrontendRecipe, check_free, uvicorn_config
+from pipeline.openai_api.workers import FrontendWorkers
 from pipeline.specs.deploy import DeploySpec
 from pipeline.specs.serve import OpenAISpec
 
@@ -27,29 +25,29 @@ STOP_TIMEOUT_S = 30.0
 
 
 class OpenAIServer:
-    def __init__(self, frontend: Frontend, host: str, port: int):
-        self.frontend, self.host, self.port = frontend, host, port
+    """One frontend in a thread of this process."""
+
+    def __init__(self, recipe: FrontendRecipe):
+        self.recipe = recipe
+        self.frontend = recipe.frontend()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"http://{self.recipe.spec.host}:{self.recipe.spec.port}"
+
+    @property
+    def model_name(self) -> str:
+        return self.recipe.model_name
+
+    @property
+    def api_key(self) -> str:
+        return self.recipe.api_key
 
     def __enter__(self) -> "OpenAIServer":
-        _check_free(self.host, self.port)
-        config = uvicorn.Config(
-            build_app(self.frontend),
-            host=self.host,
-            port=self.port,
-            loop="auto",  # uvloop and httptools when installed (the serve extra has them)
-            http="auto",
-            lifespan="on",
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=5,
-        )
-        self._server = uvicorn.Server(config)
+        check_free(self.recipe.spec)
+        self._server = uvicorn.Server(uvicorn_config(build_app(self.frontend), self.recipe.spec))
         self._thread = threading.Thread(target=self._server.run, name="openai-api", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -62,7 +60,7 @@ class OpenAIServer:
                     f"serve.openai.enabled=false"
                 )
             time.sleep(0.05)
-        log.info("openai: serving %s at %s/v1", self.frontend.model.name, self.url)
+        log.info("openai: serving %s at %s/v1", self.model_name, self.url)
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -73,17 +71,6 @@ class OpenAIServer:
             self._thread.join(STOP_TIMEOUT_S)
 
 
-def _check_free(host: str, port: int) -> None:
-    with socket.socket() as sock:
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise StageError(
-                f"serve: {host}:{port} is not free for the OpenAI frontend ({exc.strerror}); "
-                f"set serve.openai.port to a free port"
-            ) from None
-
-
 def frontend_server(
     spec: OpenAISpec,
     model_name: str,
@@ -91,21 +78,14 @@ def frontend_server(
     deploy: DeploySpec,
     grpc_url: str,
     metrics_url: str,
-) -> OpenAIServer:
+) -> OpenAIServer | FrontendWorkers:
     """The frontend for a deploy artifact's facts (backend, engine_dir, tokenizer_dir) in front
     of the tritonserver at grpc_url; model_name: the `model` id (spec.model_name wins)."""
-    is_torch = facts["backend"] == "torch"
-    chunked = (
-        deploy.torch.enable_chunked_prefill if is_torch else deploy.trtllm.enable_chunked_context
-    )
-    model = ServedModel(
-        spec.model_name or model_name,
-        Path(facts["tokenizer_dir"]),
-        read_limits(Path(facts["engine_dir"]), chunked),
-        deploy.add_special_tokens,
-        deploy.skip_special_tokens,
-        facts["backend"],
-    )
+    if spec.workers < 0:
+        raise StageError(
+            f"serve.openai.workers={spec.workers}: must be 0 (one per 4 cores, at most 4) or a "
+            f"number of frontend processes"
+        )
     api_key = os.environ.get(spec.api_key_env, "") if spec.api_key_env else ""
     if not api_key and not _is_loopback(spec.host):
         log.warning(
@@ -113,8 +93,10 @@ def frontend_server(
             spec.host,
             spec.api_key_env or "serve.openai.api_key_env",
         )
-    llm = TritonLLM(grpc_url, spec.request_timeout_s)
-    return OpenAIServer(Frontend(model, llm, spec, api_key, metrics_url), spec.host, spec.port)
+    recipe = FrontendRecipe.of(spec, model_name, facts, deploy, grpc_url, metrics_url, api_key)
+    if recipe.num_workers == 1:
+        return OpenAIServer(recipe)
+    return FrontendWorkers(recipe, recipe.num_workers)
 
 
 def _is_loopback(host: str) -> bool:
@@ -125,7 +107,7 @@ def _is_loopback(host: str) -> bool:
 
 
 @contextlib.contextmanager
-def serve_beside(spec, facts: dict, endpoints) -> Iterator[OpenAIServer | None]:
+def serve_beside(spec, facts: dict, endpoints) -> Iterator[OpenAIServer | FrontendWorkers | None]:
     """The frontend of a pipeline spec (serve.openai) in front of the tritonserver at
     endpoints, while the `with` lasts; None when serve.openai.enabled is false."""
     if not spec.serve.openai.enabled:

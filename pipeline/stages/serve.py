@@ -45,6 +45,6 @@ def run(spec) -> Path:
         )
         with serve_beside(spec, facts, ends) as api:
             if api is not None:
-                print(f"serve: OpenAI API on {api.url}/v1 (model {api.frontend.model.name})")
+                print(f"serve: OpenAI API on {api.url}/v1 (model {api.model_name})")
             launch.serve_until_stopped(server)
     return artifact

@@ -1,0 +1,101 @@
+"""What the frontend's worker processes share: one limit on engine requests in flight, metrics
+summed over the processes, and how many workers serve.openai.workers=0 means."""
+
+import dataclasses
+import multiprocessing
+
+import pytest
+
+from pipeline.openai_api.admission import Admission
+from pipeline.openai_api.errors import APIError
+from pipeline.openai_api.recipe import FrontendRecipe
+from pipeline.specs.serve import OpenAISpec
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def test_the_limit_holds_for_all_workers_together():
+    counts = SPAWN.Array("i", 2)
+    first, second = Admission(4, counts, 0), Admission(4, counts, 1)
+    tickets = [first.take(3)]
+    with pytest.raises(APIError) as refused:
+        second.take(2)  # 3 + 2 > 4 though the second worker runs none
+    assert refused.value.status == 429 and "3 engine requests are in flight" in str(refused.value)
+    tickets.append(second.take(1))
+    assert first.num_in_flight == second.num_in_flight == 4
+    assert [t.give_back() for t in tickets + tickets] == [True, True, False, False]
+    assert list(counts) == [0, 0]
+    assert second.take(4).num == 4
+
+
+def test_a_process_alone_keeps_its_own_count():
+    admission = Admission(2)
+    ticket = admission.take(2)
+    with pytest.raises(APIError):
+        admission.take(1)
+    ticket.give_back()
+    assert admission.num_in_flight == 0
+
+
+def _count_requests(shared_dir: str, num: int, in_flight: int) -> None:
+    from pipeline.openai_api.metrics import FrontendMetrics, write_to_shared_dir
+
+    write_to_shared_dir(shared_dir)
+    metrics = FrontendMetrics(shared_dir)
+    for _ in range(num):
+        metrics.requests.labels("completions", "200").inc()
+    metrics.completion_tokens.inc(10 * num)
+    metrics.ttft.observe(0.2)
+    metrics.in_flight.inc(in_flight)
+
+
+def _exposition(shared_dir: str, queue) -> None:
+    from pipeline.openai_api.metrics import FrontendMetrics, write_to_shared_dir
+
+    write_to_shared_dir(shared_dir)
+    queue.put(FrontendMetrics(shared_dir).exposition().decode())
+
+
+def test_metrics_are_summed_over_the_processes(tmp_path):
+    from prometheus_client import multiprocess
+
+    from pipeline.client.metrics import metric_value, parse_metrics
+
+    shared_dir = str(tmp_path)
+    workers = [SPAWN.Process(target=_count_requests, args=(shared_dir, num, num)) for num in (2, 3)]
+    for process in workers:
+        process.start()
+    for process in workers:
+        process.join(60)
+        assert process.exitcode == 0
+
+    def exposed() -> dict:
+        queue = SPAWN.Queue()
+        reader = SPAWN.Process(target=_exposition, args=(shared_dir, queue))
+        reader.start()
+        text = queue.get(timeout=60)
+        reader.join(60)
+        return parse_metrics(text)
+
+    samples = exposed()
+    requests = "pipeline_openai_requests_total"
+    assert metric_value(samples, requests, endpoint="completions", status="200") == 5
+    assert metric_value(samples, "pipeline_openai_completion_tokens_total") == 50
+    assert metric_value(samples, "pipeline_openai_time_to_first_token_seconds_count") == 2
+    # the gauge counts live processes only: a worker marked dead drops out of it
+    assert metric_value(samples, "pipeline_openai_engine_requests_in_flight") == 5
+    multiprocess.mark_process_dead(workers[0].pid, shared_dir)
+    assert metric_value(exposed(), "pipeline_openai_engine_requests_in_flight") == 3
+
+
+@pytest.mark.parametrize(
+    ("workers", "cores", "expected"),
+    [(0, 2, 1), (0, 8, 2), (0, 16, 4), (0, 64, 4), (3, 2, 3)],
+)
+def test_workers_zero_is_a_quarter_of_the_cores_from_one_to_four(
+    monkeypatch, workers, cores, expected
+):
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
+    spec = dataclasses.replace(OpenAISpec(), workers=workers)
+    recipe = FrontendRecipe(spec, "m", "t", "e", "torch", True, True, True, "g", "u", "")
+    assert recipe.num_workers == expected
