@@ -23,6 +23,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,6 +62,8 @@ PROBE_WORK = Workload(num_requests=64, input_len=32, output_len=32, max_batch_si
 PROBE_RUNTIMES = [{}, {"overlap_scheduling": False}, {"use_cuda_graph": False}]
 # a run's own engine options, over the probe's runtime
 RUN_OPTIONS = {"llama8b_bf16_tp2_symm_mem": {"all_reduce": "auto"}}
+# BENCH_TRACE_RUNS=name,...: rank 0's torch.profiler tables of those runs, to BENCH_TRACE_DIR
+TRACED = set(filter(None, os.environ.get("BENCH_TRACE_RUNS", "").split(",")))
 # group -> [(name, shape, dtype, quant, tp, pp, workload, time limit s on 2x H100)]
 RUNS = {
     "probe": [
@@ -101,7 +104,13 @@ def build_limits(work: Workload) -> BuildSpec:
     )
 
 
-def measure(engine: LLMEngine, vocab_size: int, work: Workload, device: torch.device) -> dict:
+def measure(
+    engine: LLMEngine,
+    vocab_size: int,
+    work: Workload,
+    device: torch.device,
+    trace_dir: Path | None = None,
+) -> dict:
     """Batch-1 decode tok/s (median of 3, the launch's first delta excluded) and the offline run
     of work.num_requests prompts."""
     params = SamplingParams(max_tokens=work.output_len, ignore_eos=True)
@@ -116,13 +125,79 @@ def measure(engine: LLMEngine, vocab_size: int, work: Workload, device: torch.de
     prompts = prompts_for(vocab_size, work, work.num_requests, seed=2)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    result |= offline_throughput(engine, prompts, work, None)
+    with GpuBusy(device) as busy:
+        result |= offline_throughput(engine, prompts, work, None)
+    result["offline_gpu_util_pct"] = busy.means()
+    if trace_dir is not None:
+        result["trace"] = rank0_trace(engine, vocab_size, work, trace_dir)
     stats = engine.stats()
     return result | {
         "num_scheduler_steps": stats["num_scheduler_steps"],
         "num_kv_blocks": stats["num_total_blocks"],
         "num_preemptions": stats["num_preemptions"],
     }
+
+
+class GpuBusy:
+    """NVML utilisation (% of time a kernel ran) of every visible GPU, sampled at 10 Hz on a
+    thread while the block runs: do both GPUs of a TP / PP engine work?"""
+
+    def __init__(self, device: torch.device):
+        self.count = torch.cuda.device_count() if device.type == "cuda" else 0
+        self.samples: list[list[int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                self.samples.append([torch.cuda.utilization(i) for i in range(self.count)])
+            except Exception as exc:  # noqa: BLE001 - no NVML: said in the result
+                self.samples = [[f"unavailable: {exc!r}"]]
+                return
+
+    def __enter__(self) -> "GpuBusy":
+        if self.count:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self.count:
+            self._thread.join()
+
+    def means(self) -> list | None:
+        if not self.samples or isinstance(self.samples[0][0], str):
+            return self.samples[0] if self.samples else None
+        return [round(statistics.mean(col), 1) for col in zip(*self.samples, strict=True)]
+
+
+def rank0_trace(engine: LLMEngine, vocab_size: int, work: Workload, out: Path) -> dict:
+    """torch.profiler over an offline run of 64 requests on rank 0: its GPU's busy share and the
+    host calls it spent longest in (where rank 0 waits on the other ranks)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    small = Workload(
+        num_requests=64,
+        input_len=work.input_len,
+        output_len=work.output_len,
+        max_batch_size=work.max_batch_size,
+    )
+    prompts = prompts_for(vocab_size, small, small.num_requests, seed=3)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        offline_throughput(engine, prompts, small, None)
+        torch.cuda.synchronize()
+        wall_us = (time.perf_counter() - start) * 1e6
+    events = prof.key_averages()
+    gpu_us = sum(e.self_device_time_total for e in events)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "rank0_ops.txt").write_text(
+        events.table(sort_by="self_cpu_time_total", row_limit=30)
+        + "\n"
+        + events.table(sort_by="self_device_time_total", row_limit=30)
+    )
+    return {"wall_ms": round(wall_us / 1e3, 1), "gpu_busy_share": round(gpu_us / wall_us, 3)}
 
 
 def run_engine(
@@ -141,7 +216,9 @@ def run_engine(
     )
     load_s = time.perf_counter() - start
     try:
-        result = measure(engine, shape["vocab_size"], work, device)
+        trace_root = Path(os.environ.get("BENCH_TRACE_DIR", work_dir))
+        trace_dir = trace_root / f"trace-{name}" if name in TRACED else None
+        result = measure(engine, shape["vocab_size"], work, device, trace_dir)
     finally:
         engine.close()
         del engine

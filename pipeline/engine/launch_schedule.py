@@ -78,6 +78,22 @@ def run_launch(
     return tokens
 
 
+# a micro-batch of at least this many tokens keeps a stage's GEMMs compute-bound, so splitting
+# a launch into more micro-batches than stages costs no extra time reading weights
+MICRO_BATCH_MIN_TOKENS = 1024
+MICRO_BATCHES_PER_STAGE = 2
+
+
+def micro_batches(num_tokens: int, pp_size: int) -> int:
+    """How many micro-batches a launch of num_tokens runs through pp_size stages. With M of
+    them the pipeline takes (M + P - 1) / M of a stage's work: 2 stages and 2 micro-batches
+    leave each stage idle a third of a prefill launch, 4 a fifth. Decode-sized launches keep
+    one per stage: each extra micro-batch re-reads the stage's weights."""
+    return max(
+        pp_size, min(MICRO_BATCHES_PER_STAGE * pp_size, num_tokens // MICRO_BATCH_MIN_TOKENS)
+    )
+
+
 def split_micro_batches(num_tokens: list[int], num_batches: int) -> list[slice]:
     """Contiguous slices of the scheduled sequences, of about equal tokens (at most num_batches,
     none empty)."""

@@ -19,7 +19,13 @@ from pipeline.engine.cuda_graph_runner import CudaGraphRunner
 from pipeline.engine.engine_config import EngineConfig
 from pipeline.engine.host_buffers import PinnedRing
 from pipeline.engine.kv_cache_sizing import default_num_kv_blocks
-from pipeline.engine.launch_schedule import Stage, TakeTokens, run_launch, split_micro_batches
+from pipeline.engine.launch_schedule import (
+    Stage,
+    TakeTokens,
+    micro_batches,
+    run_launch,
+    split_micro_batches,
+)
 from pipeline.engine.layers.linear import kernel_counts
 from pipeline.engine.layers.sampler import Sampler, sampling_tensors
 from pipeline.engine.models import MODELS
@@ -105,6 +111,11 @@ class ModelRunner:
                 "build.torch.compile applies to CUDA-graph decode only; ignored on %s", self.device
             )
         self.num_scheduler_steps = config.num_scheduler_steps or self._auto_scheduler_steps()
+        if config.num_scheduler_steps is None and self.mapping.pp_size > 1:
+            # the stages' pipeline drains at the end of each launch (stage 0 waits for the last
+            # micro-batch's logits before the next launch's first forward): a 1-step launch
+            # kept each of 2 stages idle a third of the time
+            self.num_scheduler_steps = max(self.num_scheduler_steps, MAX_AUTO_SCHEDULER_STEPS)
         # auto: the engine adds steps, up to twice as many, while its host paces the device
         self.max_scheduler_steps = (
             min(MAX_AUTO_SCHEDULER_STEPS, 2 * self.num_scheduler_steps)
@@ -221,7 +232,8 @@ class ModelRunner:
         num_last = None if self._last_sampled is None else self._last_sampled.shape[0]
         slices = [slice(0, len(scheduled))]
         if self.mapping.pp_size > 1:
-            slices = split_micro_batches([e.num_tokens for e in scheduled], self.mapping.pp_size)
+            tokens = [e.num_tokens for e in scheduled]
+            slices = split_micro_batches(tokens, micro_batches(sum(tokens), self.mapping.pp_size))
         packed = [
             pack_step(
                 scheduled[part],

@@ -172,3 +172,19 @@ def test_tiny_quantized_tp2_greedy_tokens_equal_one_rank(tiny, algo):
     expected, _ = greedy(paths[1], TINY_PROMPTS, 24, **TINY_RUNTIME)
     tokens, _ = greedy(paths[2], TINY_PROMPTS, 24, **TINY_RUNTIME)
     assert tokens == expected
+
+
+def test_tiny_pp2_with_more_micro_batches_than_stages_equals_one_rank(tiny, monkeypatch):
+    """Prefill-sized launches run twice as many micro-batches as stages (rank 0 decides; the
+    others follow its headers): here every launch of 16 tokens runs 4."""
+    from pipeline.engine import launch_schedule
+
+    monkeypatch.setattr(launch_schedule, "MICRO_BATCH_MIN_TOKENS", 4)
+    assert launch_schedule.micro_batches(16, 2) == 4
+    root, (expected, _) = tiny
+    path = root / "engine-tp1-pp2"
+    if not path.is_dir():
+        path = engine_dir(root / "hf", root, TINY_BUILD, 1, 2)
+    tokens, stats = greedy(path, TINY_PROMPTS, 24, **TINY_RUNTIME)
+    assert tokens == expected
+    assert stats["num_free_blocks"] == stats["num_total_blocks"]

@@ -10,6 +10,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from pipeline.engine.launch_schedule import MICRO_BATCHES_PER_STAGE
 from pipeline.engine.parallel.launch_channel import LaunchChannel
 from pipeline.engine.parallel.mapping import Mapping, check_devices
 from pipeline.engine.parallel.stage_link import StageLink
@@ -104,7 +105,7 @@ def init_rank_groups(
         mapping=mapping,
         tp=tp,
         link=link,
-        channel=LaunchChannel(cpu_group, mapping.pp_size, device),
+        channel=LaunchChannel(cpu_group, MICRO_BATCHES_PER_STAGE * mapping.pp_size, device),
         cpu_group=cpu_group,
         all_reduce=tp.use_symm_mem(all_reduce, dtype, device),
         is_cuda=is_cuda,
