@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from packaging.version import Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -93,7 +94,7 @@ def all_reduce_table(tp: TensorParallel, device: torch.device, sizes: list[int])
     if is_cuda:
         from torch.distributed import _symmetric_memory as symm_mem
 
-        if hasattr(symm_mem, "enable_symm_mem_for_group"):
+        if Version(torch.__version__.split("+")[0]) < Version("2.9"):  # since: every group
             symm_mem.enable_symm_mem_for_group(group_name)
         try:
             symm = symm_mem.empty(max(sizes) // 2, dtype=torch.bfloat16, device=device)

@@ -113,9 +113,10 @@ class RuntimeOptions:
     num_scheduler_steps: int | None = None
     # tensor parallel all-reduce: nccl (captured in the CUDA graphs), auto (PyTorch's
     # symmetric-memory one-shot for messages up to 2 MiB where it passes a check at start, NCCL
-    # above), or symm_mem (fail if it does not run). nccl by default: the one-shot has not been
-    # measured at decode sizes on this engine yet (docs/perf/multi-gpu)
-    all_reduce: str = "nccl"
+    # above), or symm_mem (fail if it does not run). auto by default: on 2x H200 over NVLink the
+    # one-shot replayed from a CUDA graph took ~7 us a call at 16-64 KiB against NCCL's ~10 us,
+    # and an 8B-shape TP=2 batch-1 decode ran 3% faster (docs/perf/multi-gpu)
+    all_reduce: str = "auto"
     # a collective between ranks that takes longer fails the engine instead of waiting forever
     collective_timeout_s: float = 600.0
     # "module:function" (engine_dir, rank, device) -> tensors of that rank, instead of
@@ -142,7 +143,7 @@ class EngineConfig:
     compile: bool
     overlap_scheduling: bool
     num_scheduler_steps: int | None  # None: the model runner decides
-    all_reduce: str = "nccl"
+    all_reduce: str = "auto"
     collective_timeout_s: float = 600.0
     weights_loader: str | None = None
 

@@ -12,6 +12,7 @@ import logging
 
 import torch
 import torch.distributed as dist
+from packaging.version import Version
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ class SymmMemAllReduce:
         from torch.distributed import _symmetric_memory as symm_mem
 
         self.group_name = group.group_name
-        if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.9
+        if Version(torch.__version__.split("+")[0]) < Version("2.9"):  # since: every group
             symm_mem.enable_symm_mem_for_group(self.group_name)
         self.max_numel = max_bytes // dtype.itemsize
         self.dtype = dtype
