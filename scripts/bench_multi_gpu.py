@@ -61,7 +61,7 @@ PROBE_WORK = Workload(num_requests=64, input_len=32, output_len=32, max_batch_si
 # a probe's runtime options, in order: the runs take those of the first probe that finishes
 PROBE_RUNTIMES = [{}, {"overlap_scheduling": False}, {"use_cuda_graph": False}]
 # a run's own engine options, over the probe's runtime
-RUN_OPTIONS = {"llama8b_bf16_tp2_symm_mem": {"all_reduce": "auto"}}
+RUN_OPTIONS = {"llama8b_bf16_tp2_nccl": {"all_reduce": "nccl"}}
 # BENCH_TRACE_RUNS=name,...: rank 0's torch.profiler tables of those runs, to BENCH_TRACE_DIR
 TRACED = set(filter(None, os.environ.get("BENCH_TRACE_RUNS", "").split(",")))
 # group -> [(name, shape, dtype, quant, tp, pp, workload, time limit s on 2x H100)]
@@ -73,7 +73,7 @@ RUNS = {
     "8b": [
         ("llama8b_bf16_tp1", LLAMA_8B, "bfloat16", None, 1, 1, WORK, 60),
         ("llama8b_bf16_tp2", LLAMA_8B, "bfloat16", None, 2, 1, WORK, 75),
-        ("llama8b_bf16_tp2_symm_mem", LLAMA_8B, "bfloat16", None, 2, 1, WORK, 75),
+        ("llama8b_bf16_tp2_nccl", LLAMA_8B, "bfloat16", None, 2, 1, WORK, 75),
         ("llama8b_bf16_pp2", LLAMA_8B, "bfloat16", None, 1, 2, WORK, 75),
     ],
     "70b": [("llama70b_fp8_tp2", LLAMA_70B, "bfloat16", "FP8", 2, 1, WORK_70B, 180)],
