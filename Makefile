@@ -12,7 +12,7 @@ OVERRIDES := $(if $(MODEL),model=$(MODEL)) $(if $(QUANT),quant=$(QUANT)) \
 STAGE = $(PY) -m $(if $(filter 1,$(DOCKER)),pipeline.trtllm.container,pipeline) $(1) $(OVERRIDES)
 
 .PHONY: help setup convert fetch quantize build deploy serve bench profile sweep regress \
-	update-baseline test lint demo clean trtllm-image-check tune study
+	update-baseline test lint demo clean trtllm-image-check tune aiperf-setup study
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -63,6 +63,9 @@ trtllm-image-check: $(STAMP)  ## is build.trtllm.container_image here, holding b
 # two workers: half the tests wait on subprocesses (tritonserver, CLI stages), so 2 cores fit 2
 test: $(STAMP)  ## the test suite (unit + integration, real tritonserver; GPU tests skip on CPU)
 	$(PY) -m pytest -q -n 2
+
+aiperf-setup: $(STAMP)  ## NVIDIA's AIPerf (the `aiperf` extra) in a venv of its own, cached per version
+	$(PY) -m tests.integration.openai_api.aiperf_venv
 
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -29,10 +29,11 @@ C, CHAT = "/v1/completions", "/v1/chat/completions"
 
 
 @pytest.fixture(scope="package")
-def served_spec(session_workdir, smollm_engine_dir):
+def served_overrides(session_workdir, smollm_engine_dir) -> tuple[str, ...]:
+    """The package's config: the shared engine, a repository and ports of its own, an API key
+    and a limit of MAX_IN_FLIGHT engine requests in flight."""
     http, grpc, metrics, api = free_ports(4)
-    return make_spec(
-        "serve",
+    return (
         *SMOLLM_ENGINE_OVERRIDES,
         f"deploy.repo_dir={session_workdir / 'openai_model_repo'}",
         f"deploy.http_port={http}",
@@ -42,8 +43,12 @@ def served_spec(session_workdir, smollm_engine_dir):
         f"serve.openai.port={api}",
         f"serve.openai.api_key_env={KEY_ENV}",
         f"serve.openai.max_concurrent_requests={MAX_IN_FLIGHT}",
-        workdir=session_workdir,
     )
+
+
+@pytest.fixture(scope="package")
+def served_spec(session_workdir, served_overrides):
+    return make_spec("serve", *served_overrides, workdir=session_workdir)
 
 
 @pytest.fixture(scope="package")
