@@ -1,6 +1,7 @@
 """A loaded engine's accuracy at one batch size: the probes (probes.py) run batch_size rows at a
-time through the engine (cycled to fill the batch when there are fewer), and the flag that says a
-cell's accuracy moved from its batch-1 cell's beyond noise.
+time through the engine, and the flag that says a cell's accuracy moved from its batch-1 cell's
+beyond noise. Greedy prompts are cycled to fill the whole batch (cheap rows that check every
+requested token comes back); cloze items and perplexity windows run min(batch, items) at once.
 
 Cloze: every token but the item's choices is banned (bad_sequences), so greedy decoding returns
 the choice with the highest log-likelihood, and its log probability (logprobs=0) renormalised over
@@ -17,9 +18,9 @@ from pipeline.study.faults import RequestFault, no_fault
 from pipeline.study.probes import Probes
 
 
-def _rows(items: list, batch_size: int) -> list[list[int]]:
-    """Indices of `items` in batches of batch_size, cycled to at least one full batch."""
-    num_rows = max(len(items), batch_size)
+def _rows(items: list, batch_size: int, fill: bool) -> list[list[int]]:
+    """Indices of `items` in batches of batch_size; fill: cycled to at least one full batch."""
+    num_rows = max(len(items), batch_size) if fill else len(items)
     indices = [i % len(items) for i in range(num_rows)]
     return [indices[s : s + batch_size] for s in range(0, num_rows, batch_size)]
 
@@ -33,7 +34,8 @@ def cloze(engine, probes: Probes, batch_size: int, fault: RequestFault) -> dict:
     vocab_size = engine.model_runner.model.vocab_size
     picked: dict[int, int] = {}
     logprobs: dict[int, float] = {}
-    for batch in _rows(probes.cloze, batch_size):
+    # each row bans the whole vocabulary but its choices: not cycled, its cost grows with both
+    for batch in _rows(probes.cloze, batch_size, fill=False):
         prompts, params = [], []
         for i in batch:
             item = probes.cloze[i]
@@ -84,7 +86,7 @@ def perplexity(
 def greedy(engine, probes: Probes, batch_size: int, max_tokens: int, fault) -> dict:
     tokens: dict[int, list[int]] = {}
     num_requested = num_generated = 0
-    for batch in _rows(probes.greedy_prompts, batch_size):
+    for batch in _rows(probes.greedy_prompts, batch_size, fill=True):
         prompts, params = [], []
         for i in batch:
             p = SamplingParams(max_tokens=max_tokens, ignore_eos=True)

@@ -15,6 +15,14 @@ from pipeline.study.sampling import nvlink_method
 from pipeline.study.summary import comm_ratio, flag_accuracy, thresholds
 
 
+def command() -> str:
+    """The command line that ran the study (the CLI passes the stage as stage=study)."""
+    if "stage=study" not in sys.argv:
+        return "pipeline.stages.study.run() from Python"
+    args = [a for a in sys.argv[1:] if not a.startswith("+hydra.")]
+    return " ".join(["python -m pipeline", *("study" if a == "stage=study" else a for a in args)])
+
+
 def assemble(cells: list[dict], study, model: str, device: str, notes: list[str]) -> dict:
     flag_accuracy(cells, study.accuracy)
     limits = thresholds(cells)
@@ -23,7 +31,7 @@ def assemble(cells: list[dict], study, model: str, device: str, notes: list[str]
         "model": model,
         "device": device,
         "host": socket.gethostname(),
-        "command": " ".join(["python -m pipeline", *sys.argv[1:]]) or "python -m pipeline study",
+        "command": command(),
         "study": dataclasses.asdict(study),
         "sample_rate_hz": study.sample_rate_hz,
         "budget": study.budget,

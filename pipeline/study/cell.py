@@ -46,6 +46,19 @@ def cell_bench(bench, study, series, batch_size: int):
     )
 
 
+def _fits_kv(engine, facts, series, batch_size: int) -> None:
+    """batch_size sequences of the workload need their KV blocks at once; a cache that holds
+    fewer would run them in turns, which is not that batch size."""
+    total = engine.stats()["num_total_blocks"]
+    per_seq = blocks_per_sequence(series, facts)
+    if batch_size * per_seq > total:
+        raise CapacityExceeded(
+            "kv_capacity",
+            f"{batch_size} sequences x {per_seq} KV blocks > the cache's {total} blocks "
+            f"(it holds {total // per_seq} of this workload at once)",
+        )
+
+
 def _capacity_check(stats: dict, summary: dict, batch_size: int) -> None:
     if summary["num_errors"]:
         first = summary["error_messages"][0] if summary["error_messages"] else "?"
@@ -57,21 +70,40 @@ def _capacity_check(stats: dict, summary: dict, batch_size: int) -> None:
         raise CapacityExceeded(
             "kv_capacity", f"{stats['num_preemptions']} preemptions at batch {batch_size}"
         )
-    if stats.get("peak_running", batch_size) < batch_size:
-        raise CapacityExceeded(
-            "kv_capacity",
-            f"only {stats['peak_running']} of {batch_size} sequences fitted the KV cache at once "
-            f"({stats['num_total_blocks']} blocks)",
-        )
 
 
-def memory(stats: dict, facts, resources: dict, world_size: int) -> dict:
+def weights_bytes(engine_dir, facts) -> int:
+    """The rank files' bytes, or (synthetic weights: empty placeholders) the bytes the
+    checkpoint's unquantized shape holds."""
+    if facts.weights_bytes:
+        return facts.weights_bytes
+    from pipeline.bench.engine_facts import DTYPE_BYTES
+    from pipeline.engine_json import EngineJson
+
+    cfg = EngineJson.read(engine_dir).pretrained
+    h, heads = cfg["hidden_size"], cfg["num_attention_heads"]
+    head_dim = cfg.get("head_size") or h // heads
+    kv = cfg.get("num_key_value_heads") or heads
+    layer = h * head_dim * (2 * heads + 2 * kv) + 3 * h * cfg["intermediate_size"] + 2 * h
+    heads_out = 1 if cfg.get("share_embedding_table") or cfg.get("tie_word_embeddings") else 2
+    params = cfg["num_hidden_layers"] * layer + heads_out * cfg["vocab_size"] * h + h
+    return params * DTYPE_BYTES[cfg["dtype"]]
+
+
+def blocks_per_sequence(series, facts) -> int:
+    return -(-(series.input_len + series.output_len - 1) // facts.tokens_per_block)
+
+
+def memory(stats: dict, facts, resources: dict, series, batch_size: int) -> dict:
     """GiB: weights, KV cache reserved and used, the peak seen (every GPU, else every rank's
     RSS), and on GPUs what is left of the peak: activations, workspaces, CUDA context."""
     gib = 2**30
     total = stats.get("num_total_blocks", 0)
     kv_reserved = total * facts.kv_bytes_per_block / gib
-    kv_used = (total - stats.get("min_free_blocks", total)) * facts.kv_bytes_per_block / gib
+    # what the batch holds at its longest (the engine's stats, read between launches of
+    # several steps, can miss the peak)
+    kv_used = batch_size * blocks_per_sequence(series, facts) * facts.kv_bytes_per_block / gib
+    world_size = series.tp_size * series.pp_size
     gpus = [v["mem_used_bytes_max"] for k, v in resources.items() if k.startswith("gpu")]
     gpus = [v for v in gpus[:world_size]] if gpus else []
     rss = [v["rss_bytes_max"] for k, v in resources.items() if "rss_bytes_max" in v]
@@ -117,12 +149,13 @@ def measure_cell(ctx, batch_size: int) -> dict:
     cell |= {"mapping": series.mapping, "kernels": series.kernels, "workload": series.workload}
     start = time.perf_counter()
     try:
+        _fits_kv(ctx.target.engine, ctx.facts, series, batch_size)
         summary, stats, resources, delta = _timed(
             ctx.target, bench, workload, ctx.sampler, ctx.origin_s, ctx.comm, label
         )
         cell |= {"timing": {k: summary[k] for k in TIMING_KEYS}, "engine_stats": stats}
         cell["resources"] = resources
-        cell["memory"] = memory(stats, ctx.facts, resources, series.tp_size * series.pp_size)
+        cell["memory"] = memory(stats, ctx.facts, resources, series, batch_size)
         cell["comm"] = per_token(delta, summary["num_output_tokens"], ctx.comm.is_complete)
         _capacity_check(stats, summary, batch_size)
     except Exception as exc:  # the point of the study: a batch that does not fit is a result

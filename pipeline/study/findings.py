@@ -125,6 +125,7 @@ def accuracy_finding(cells: list[dict]) -> dict:
         "unreported",
         "ours": ours,
         "agrees": None,
+        "verdict": "flagged here" if flagged else "no drop here" if judged else "not measured",
         "why": WHY["accuracy"],
     }
 

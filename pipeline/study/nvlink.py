@@ -19,12 +19,20 @@ FIELDS = ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", "NVML_FI_DEV_NVLINK_THROUGHPU
 MAX_LINKS = 18
 
 
-def _field_counters(handle) -> tuple[int, int] | None:
-    ids = [(getattr(pynvml, name), ALL_LINKS) for name in FIELDS]
-    values = pynvml.nvmlDeviceGetFieldValues(handle, ids)
+def _fields(handle, scope: int) -> tuple[int, int] | None:
+    values = pynvml.nvmlDeviceGetFieldValues(handle, [(getattr(pynvml, f), scope) for f in FIELDS])
     if any(v.nvmlReturn != pynvml.NVML_SUCCESS for v in values):
         return None
     return values[0].value.ullVal * 1024, values[1].value.ullVal * 1024  # KiB -> bytes
+
+
+def _field_counters(handle) -> tuple[int, int] | None:
+    """All links at once (scope UINT_MAX), else the sum of the links that answer."""
+    total = _fields(handle, ALL_LINKS)
+    if total is not None:
+        return total
+    links = [c for c in (_fields(handle, link) for link in range(MAX_LINKS)) if c is not None]
+    return (sum(c[0] for c in links), sum(c[1] for c in links)) if links else None
 
 
 def _utilization_counters(handle) -> tuple[int, int] | None:

@@ -153,7 +153,9 @@ def comm_section(ratio: dict | None, nvlink: str) -> list[str]:
 def findings_section(findings: list[dict]) -> list[str]:
     lines = ["| finding | paper | ours | agree? | why they may differ |", "|---|---|---|---|---|"]
     for f in findings:
-        verdict = {True: "yes", False: "no", None: "not measurable"}[f["agrees"]]
+        verdict = (
+            f.get("verdict") or {True: "yes", False: "no", None: "not measurable"}[f["agrees"]]
+        )
         lines.append(f"| {f['title']} | {f['paper']} | {f['ours']} | {verdict} | {f['why']} |")
     return lines
 

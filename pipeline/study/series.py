@@ -137,9 +137,16 @@ class SeriesContext:
     probes: object  # Probes
 
 
+def _facts(engine_dir: Path):
+    from pipeline.bench.engine_facts import EngineFacts
+    from pipeline.study.cell import weights_bytes
+
+    facts = EngineFacts.read(engine_dir)
+    return dataclasses.replace(facts, weights_bytes=weights_bytes(engine_dir, facts))
+
+
 def _load(job: SeriesJob, sampler, origin_s: float) -> SeriesContext:
     from pipeline.bench.direct_target import DirectTarget
-    from pipeline.bench.engine_facts import EngineFacts
     from pipeline.bench.runner import prompt_maker
     from pipeline.bench.session import phase
     from pipeline.study.comm_bytes import CollectiveBytes
@@ -158,7 +165,7 @@ def _load(job: SeriesJob, sampler, origin_s: float) -> SeriesContext:
         origin_s,
         CollectiveBytes(target.engine),
         prompt_maker(job.engine_dir),
-        EngineFacts.read(job.engine_dir),
+        _facts(job.engine_dir),
         Probes.read(job.probes_path),
     )
 
