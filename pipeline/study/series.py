@@ -147,8 +147,8 @@ def _facts(engine_dir: Path):
 
 def _load(job: SeriesJob, sampler, origin_s: float) -> SeriesContext:
     from pipeline.bench.direct_target import DirectTarget
-    from pipeline.bench.runner import prompt_maker
     from pipeline.bench.session import phase
+    from pipeline.bench.workload import PromptMaker
     from pipeline.study.comm_bytes import CollectiveBytes
     from pipeline.study.probes import Probes
 
@@ -164,7 +164,7 @@ def _load(job: SeriesJob, sampler, origin_s: float) -> SeriesContext:
         sampler,
         origin_s,
         CollectiveBytes(target.engine),
-        prompt_maker(job.engine_dir),
+        PromptMaker(target.engine.tokenizer),  # the engine dir's own (synthetic ones too)
         _facts(job.engine_dir),
         Probes.read(job.probes_path),
     )
