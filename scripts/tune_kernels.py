@@ -16,6 +16,8 @@ and trace plots after each step.
 
 import argparse
 import gc
+import json
+import multiprocessing
 import shutil
 import tempfile
 import time
@@ -120,6 +122,33 @@ def engine_with_configs(engine_dir: Path, items, cache_path: Path, out: Path) ->
     return out, lookup.write(out)
 
 
+def _instruction_child(engine_dir: Path, search, options, out: Path) -> None:
+    from pipeline.tune.instruction_run import search_schedule
+
+    item = engine_items(engine_dir, replace(search, kernels=("varlen_attention",)))[0]
+    found = search_schedule(item, search, options, out)
+    (out / "instructions.json").write_text(json.dumps(found, default=str))
+
+
+def instruction_search(engine_dir: Path, search, options, out: Path) -> dict:
+    """The SIP search in a process of its own: a reordered schedule that faults on the GPU
+    (a misaligned address was seen) leaves that process's CUDA context unusable, and the engine
+    runs that follow need this one's."""
+    (out / "instructions.json").unlink(missing_ok=True)
+    child = multiprocessing.get_context("spawn").Process(
+        target=_instruction_child, args=(engine_dir, search, options, out)
+    )
+    child.start()
+    child.join()
+    if child.exitcode == 0 and (out / "instructions.json").is_file():
+        return json.loads((out / "instructions.json").read_text())
+    return {
+        "error": f"the instruction search's process exited with code {child.exitcode} (a "
+        f"candidate schedule faulted on the GPU; its error is in the log)",
+        "level": "PTX",
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -176,14 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         results["cache_reuse"] = cache_reuse(items, options, cache_path)
         write_outputs(results, args.out)
         if not args.skip_instructions:
-            from pipeline.tune.instruction_run import search_schedule
-
-            results["instructions"] = search_schedule(
-                engine_items(engine_dir, replace(search, kernels=("varlen_attention",)))[0],
-                search,
-                options,
-                args.out,
-            )
+            results["instructions"] = instruction_search(engine_dir, search, options, args.out)
             write_outputs(results, args.out)
         if not args.skip_engine:
             gc.collect()

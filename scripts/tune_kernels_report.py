@@ -81,7 +81,8 @@ def markdown(results: dict) -> str:
             f"{reuse['num_items']} items from the cache, {reuse['num_trials']} trials.",
         ]
     if instructions := results.get("instructions"):
-        lines += ["", "## Instruction schedules (SIP, PTX level)", "", instructions["summary"]]
+        text = instructions.get("summary") or instructions["error"]
+        lines += ["", "## Instruction schedules (SIP, PTX level)", "", text]
     if engine := results.get("engine"):
         lines += ["", "## Engine with and without the cache (512 x 128/128, batch-1)", ""]
         lines += engine_table(engine)

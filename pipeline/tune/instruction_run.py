@@ -32,6 +32,14 @@ def search_schedule(item: KernelItem, search, options, out_dir: Path) -> dict:
     timer = KernelTimer(device, search.launches_per_sample, search.flush_l2)
     with tempfile.TemporaryDirectory(prefix="ptx_schedules_") as tmp:
         space = InstructionSpace(item, device, search, timer, Path(tmp))
+        if mismatch := space.control_mismatch():
+            summary = (
+                f"{space.name}: not searched: the kernel's own PTX rebuilt through Triton's "
+                f"ir_override already fails the reference check ({mismatch}), so no schedule's "
+                f"result could be told from the rebuild's. Level: {LEVEL}."
+            )
+            (out_dir / "instruction_schedule.txt").write_text(summary + "\n")
+            return {"summary": summary, "level": "PTX"}
         result = Annealer(options).run(space)
         num_sass = len({t.settings["sass"] for t in result.trials})
     row = {"item": space.name, **result.to_dict()}

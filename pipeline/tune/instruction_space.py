@@ -11,6 +11,7 @@ else it is drawn again: every trial measures different machine code.
 """
 
 import hashlib
+import logging
 import random
 import subprocess
 import tempfile
@@ -22,6 +23,8 @@ from pipeline.engine.kernels.tuned_configs import TUNED
 from pipeline.tune.kernel_items import KernelItem
 from pipeline.tune.kernel_space import PROBLEMS
 from pipeline.tune.ptx_schedule import PtxKernel
+
+log = logging.getLogger(__name__)
 
 MOVES_PER_STEP = 16
 MAX_DRAWS = 8  # neighbours drawn before settling for one with the incumbent's SASS
@@ -123,8 +126,8 @@ class InstructionSpace:
         displaced = sum(a != b for a, b in zip(order, self.initial(), strict=True))
         return {"statements_moved": displaced, "sass": self.sass(order)}
 
-    def _launch_config(self, order: tuple) -> dict:
-        if order == self.initial():
+    def _launch_config(self, order: tuple, override: bool = False) -> dict:
+        if order == self.initial() and not override:
             return self.config
         text = self.kernel.render(order)
         path = self.work_dir / f"{hashlib.sha256(text.encode()).hexdigest()[:20]}.ptx"
@@ -134,6 +137,17 @@ class InstructionSpace:
 
     def check(self, order: tuple) -> str | None:
         with TUNED.trying(self.item.kernel, self.item.shape, self._launch_config(order)):
+            outputs = self.problem.run()
+        torch.cuda.synchronize(self.device)
+        return self.problem.mismatch(outputs)
+
+    def control_mismatch(self) -> str | None:
+        """The kernel's own, unmoved PTX rebuilt through ir_override against the reference:
+        a failure here is the rebuild path's, not a schedule's."""
+        log.info("tune: control: the unmoved PTX through ir_override")
+        with TUNED.trying(
+            self.item.kernel, self.item.shape, self._launch_config(self.initial(), override=True)
+        ):
             outputs = self.problem.run()
         torch.cuda.synchronize(self.device)
         return self.problem.mismatch(outputs)
