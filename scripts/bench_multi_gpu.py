@@ -76,6 +76,10 @@ RUNS = {
         ("llama8b_bf16_tp2_nccl", LLAMA_8B, "bfloat16", None, 2, 1, WORK, 75),
         ("llama8b_bf16_pp2", LLAMA_8B, "bfloat16", None, 1, 2, WORK, 75),
     ],
+    "pp": [
+        ("llama8b_bf16_tp1", LLAMA_8B, "bfloat16", None, 1, 1, WORK, 60),
+        ("llama8b_bf16_pp2", LLAMA_8B, "bfloat16", None, 1, 2, WORK, 75),
+    ],
     "70b": [("llama70b_fp8_tp2", LLAMA_70B, "bfloat16", "FP8", 2, 1, WORK_70B, 180)],
 }
 TINY_RUNS = {
