@@ -101,9 +101,10 @@ def parse_statement(text: str) -> Statement:
     body = text.strip()
     if not body or body.startswith("//") or body.startswith(".loc"):
         return Statement(text, "trivia")
-    if body.endswith(":") or body in ("{", "}") or body.startswith("."):
+    code = re.sub(r"//[^\n]*", "", body).strip()  # LLVM labels carry a trailing comment
+    if code.endswith(":") or code in ("{", "}") or code.startswith("."):
         return Statement(text, "barrier")  # label, scope, declaration or directive
-    code = re.sub(r"//[^\n]*", "", body).rstrip(";").strip()
+    code = code.rstrip(";").strip()
     guard = GUARD.match(code)
     uses = {guard.group(1)} if guard else set()
     code = code[guard.end() :] if guard else code
