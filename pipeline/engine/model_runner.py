@@ -5,7 +5,6 @@ worker ranks, packs each launch and sends it to them, samples and shares the sam
 worker's runner follows (follow()). Every rank builds its model, KV cache and graphs in step."""
 
 import logging
-import math
 import weakref
 from types import ModuleType
 
@@ -26,6 +25,7 @@ from pipeline.engine.launch_schedule import (
     run_launch,
     split_micro_batches,
 )
+from pipeline.engine.launch_steps import launch_steps
 from pipeline.engine.layers.linear import kernel_counts
 from pipeline.engine.layers.sampler import Sampler, sampling_tensors
 from pipeline.engine.models import MODELS
@@ -42,12 +42,6 @@ from pipeline.engine.step_inputs import PackedStep, StepInputs, pack_step, part_
 
 logger = logging.getLogger(__name__)
 
-# GPU time a launch should cover when num_scheduler_steps is unset: enough to hide the host's
-# part of a launch (longer beside a server's processes), no more, since a longer launch holds
-# back requests that arrive meanwhile. Tuned on the H100 with SmolLM2 served (3 steps a launch
-# beat 2 and 4; docs/design.md, "Launches: several steps each")
-AUTO_LAUNCH_GPU_MS = 2.8
-MAX_AUTO_SCHEDULER_STEPS = 8
 FAILURE_WAIT_S = 5.0  # after a collective's error, how long to wait for a worker's exit code
 
 
@@ -110,17 +104,10 @@ class ModelRunner:
             logger.warning(
                 "build.torch.compile applies to CUDA-graph decode only; ignored on %s", self.device
             )
-        self.num_scheduler_steps = config.num_scheduler_steps or self._auto_scheduler_steps()
-        if config.num_scheduler_steps is None and self.mapping.pp_size > 1:
-            # the stages' pipeline drains at the end of each launch (stage 0 waits for the last
-            # micro-batch's logits before the next launch's first forward): a 1-step launch
-            # kept each of 2 stages idle a third of the time
-            self.num_scheduler_steps = max(self.num_scheduler_steps, MAX_AUTO_SCHEDULER_STEPS)
-        # auto: the engine adds steps, up to twice as many, while its host paces the device
-        self.max_scheduler_steps = (
-            min(MAX_AUTO_SCHEDULER_STEPS, 2 * self.num_scheduler_steps)
-            if config.num_scheduler_steps is None and self.graphs is not None
-            else self.num_scheduler_steps
+        self.num_scheduler_steps, self.max_scheduler_steps = launch_steps(
+            config.num_scheduler_steps,
+            self._decode_ms() if config.num_scheduler_steps is None else None,
+            self.mapping.pp_size,
         )
         mapping, is_pp = self.mapping, self.mapping.pp_size > 1
         self.stage = Stage(
@@ -166,18 +153,16 @@ class ModelRunner:
             f"{list(mapping.layers(m.num_layers))[-1]}, all-reduce: {self.ranks.all_reduce})",
         )
 
-    def _auto_scheduler_steps(self) -> int:
-        """Steps a launch runs unless num_scheduler_steps is set: the fewest decode steps that
-        cover AUTO_LAUNCH_GPU_MS at the largest batch (1 without CUDA graphs). A small model's step
-        is shorter than the host's work for it, which then paced every step; a large one's covers
-        it alone, and more steps would only hold back new requests' first tokens."""
+    def _decode_ms(self) -> float | None:
+        """A decode step's GPU time at the largest batch (None without CUDA graphs), which sets
+        the steps a launch runs (launch_steps.py)."""
         if self.graphs is None:
-            return 1
+            return None
         step_ms = self.graphs.decode_ms()
         logger.info(
             "a decode step at batch %d: %.2f ms on the GPU", self.graphs.max_batch_size, step_ms
         )
-        return steps_to_fill_launch(step_ms)
+        return step_ms
 
     def _kv_shape(self, num_blocks: int) -> tuple[int, ...]:
         layers, block_size, kv_heads, head_dim = self.kv_layout
@@ -399,9 +384,3 @@ def _drop_triton_kernels(model: torch.nn.Module) -> None:
         for name, value in list(vars(module).items()):
             if isinstance(value, ModuleType):
                 setattr(module, name, None)
-
-
-def steps_to_fill_launch(step_ms: float) -> int:
-    """The fewest decode steps of step_ms each that cover AUTO_LAUNCH_GPU_MS (at most
-    MAX_AUTO_SCHEDULER_STEPS)."""
-    return min(MAX_AUTO_SCHEDULER_STEPS, math.ceil(AUTO_LAUNCH_GPU_MS / step_ms))
