@@ -128,3 +128,21 @@ def check_free(spec: OpenAISpec) -> None:
                 f"serve: {spec.host}:{spec.port} is not free for the OpenAI frontend "
                 f"({exc.strerror}); set serve.openai.port to a free port"
             ) from None
+
+
+class ServesRecipe:
+    """What a running frontend (one thread, or worker processes) tells its callers."""
+
+    recipe: FrontendRecipe
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.recipe.spec.host}:{self.recipe.spec.port}"
+
+    @property
+    def model_name(self) -> str:
+        return self.recipe.model_name
+
+    @property
+    def api_key(self) -> str:
+        return self.recipe.api_key

@@ -14,7 +14,12 @@ import uvicorn
 
 from pipeline.errors import StageError
 from pipeline.openai_api.app import build_app
-from pipeline.openai_api.recipe import FrontendRecipe, check_free, uvicorn_config
+from pipeline.openai_api.recipe import (
+    FrontendRecipe,
+    ServesRecipe,
+    check_free,
+    uvicorn_config,
+)
 from pipeline.openai_api.workers import FrontendWorkers
 from pipeline.specs.deploy import DeploySpec
 from pipeline.specs.serve import OpenAISpec
@@ -24,7 +29,7 @@ STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 
 
-class OpenAIServer:
+class OpenAIServer(ServesRecipe):
     """One frontend in a thread of this process."""
 
     def __init__(self, recipe: FrontendRecipe):
@@ -32,18 +37,6 @@ class OpenAIServer:
         self.frontend = recipe.frontend()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.recipe.spec.host}:{self.recipe.spec.port}"
-
-    @property
-    def model_name(self) -> str:
-        return self.recipe.model_name
-
-    @property
-    def api_key(self) -> str:
-        return self.recipe.api_key
 
     def __enter__(self) -> "OpenAIServer":
         check_free(self.recipe.spec)

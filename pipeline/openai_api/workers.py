@@ -27,7 +27,12 @@ from pipeline.errors import StageError
 from pipeline.openai_api.admission import Admission
 from pipeline.openai_api.app import build_app
 from pipeline.openai_api.metrics import FrontendMetrics, write_to_shared_dir
-from pipeline.openai_api.recipe import FrontendRecipe, check_free, uvicorn_config
+from pipeline.openai_api.recipe import (
+    FrontendRecipe,
+    ServesRecipe,
+    check_free,
+    uvicorn_config,
+)
 from pipeline.specs.serve import OpenAISpec
 
 log = logging.getLogger(__name__)
@@ -37,7 +42,7 @@ MAX_RESTARTS = 5  # in the pool's life: past it a worker that dies stays down
 PARENT_POLL_S = 1.0
 
 
-class FrontendWorkers:
+class FrontendWorkers(ServesRecipe):
     def __init__(self, recipe: FrontendRecipe, num_workers: int):
         self.recipe, self.num_workers = recipe, num_workers
         self._context = multiprocessing.get_context("spawn")
@@ -49,18 +54,6 @@ class FrontendWorkers:
         self._stopping = False
         self._watcher: threading.Thread | None = None
         self._num_restarts = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.recipe.spec.host}:{self.recipe.spec.port}"
-
-    @property
-    def model_name(self) -> str:
-        return self.recipe.model_name
-
-    @property
-    def api_key(self) -> str:
-        return self.recipe.api_key
 
     @property
     def pids(self) -> list[int]:
