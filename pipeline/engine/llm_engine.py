@@ -22,7 +22,6 @@ from pipeline.engine.phase_range import phase
 from pipeline.engine.request_limits import RequestLimits
 from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.scheduler import ScheduledSequence, Scheduler
-from pipeline.engine.scoring import prompt_logits
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.weights import load_rank_weights
 
@@ -227,7 +226,12 @@ class LLMEngine:
         return launched
 
     def _is_model_healthy(self) -> bool:
-        """One token through the model on a scratch KV cache gives finite logits."""
+        """One token through the model on a scratch KV cache gives finite logits. Never, after
+        a failed launch, for a multi-rank engine: the other ranks may have run that launch's
+        collectives past the point where rank 0 failed, so they are out of step (restart)."""
+        if self.model_runner.mapping.world_size > 1:
+            logger.error("engine: a launch failed on a multi-rank engine: its ranks restart")
+            return False
         try:
             return bool(torch.isfinite(self.prompt_logits([[0]])).all())
         except Exception:  # noqa: BLE001 - any failure here means it is not
@@ -327,11 +331,7 @@ class LLMEngine:
     def prompt_logits(self, token_ids: list[list[int]]) -> torch.Tensor:
         """Logits [B, S, V] for B equal-length prompts, as one prefill of this engine's model
         (on a scratch KV cache: safe while requests are running)."""
-        runner = self.model_runner
-        runner.require_single_rank("prompt_logits")
-        layers, _, kv_heads, head_dim = runner.kv_layout
-        ids = torch.tensor(token_ids, device=runner.device)
-        return prompt_logits(runner.model, ids, layers, kv_heads, head_dim, runner.kv_dtype)
+        return self.model_runner.prompt_logits(torch.tensor(token_ids, dtype=torch.int64))
 
     def close(self) -> None:
         """Stop the worker ranks of a tensor / pipeline parallel engine (nothing for one rank)."""

@@ -6,7 +6,6 @@ worker's runner follows (follow()). Every rank builds its model, KV cache and gr
 
 import logging
 import weakref
-from types import ModuleType
 
 import numpy as np
 import torch
@@ -29,7 +28,7 @@ from pipeline.engine.launch_steps import launch_steps
 from pipeline.engine.layers.linear import kernel_counts
 from pipeline.engine.layers.sampler import Sampler, sampling_tensors
 from pipeline.engine.models import MODELS
-from pipeline.engine.parallel.launch_channel import LAUNCH, STOP
+from pipeline.engine.parallel.launch_channel import LAUNCH, SCORE, STOP
 from pipeline.engine.parallel.mapping import Mapping, rank_device
 from pipeline.engine.parallel.rank_groups import RankGroups, join_ranks
 from pipeline.engine.parallel.tensor_parallel import SINGLE
@@ -38,7 +37,15 @@ from pipeline.engine.phase_range import phase
 from pipeline.engine.quant.kv_cache import kv_cache_dtype
 from pipeline.engine.sampled_tokens import SampledTokens
 from pipeline.engine.scheduler import ScheduledSequence
-from pipeline.engine.step_inputs import PackedStep, StepInputs, pack_step, part_sizes, unpack_step
+from pipeline.engine.scoring import prompt_logits
+from pipeline.engine.step_inputs import (
+    HEADER_LEN,
+    PackedStep,
+    StepInputs,
+    pack_step,
+    part_sizes,
+    unpack_step,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +104,7 @@ class ModelRunner:
         self._last_sampled: torch.Tensor | None = None  # [S] the last launched step's tokens
         self.graphs = None
         if config.compile and self.device.type == "cuda":
-            _drop_triton_kernels(self.model)
+            kernels.drop_triton_kernels(self.model)
         if config.use_cuda_graph and self.device.type == "cuda":
             self.graphs = self._capture_graphs(config)
         elif config.compile:
@@ -324,6 +331,10 @@ class ModelRunner:
             command, headers, body = channel.recv()
             if command == STOP:
                 break
+            if command == SCORE:
+                self._prompt_logits(body.view(int(headers[0][0]), -1))
+                channel.copied()
+                continue
             if self.stage.link is not None:
                 self.stage.link.settle()
             packed = body.to(self.device, non_blocking=True)
@@ -343,12 +354,24 @@ class ModelRunner:
 
         return receive
 
-    def require_single_rank(self, what: str) -> None:
-        if self.mapping.world_size > 1:
+    @torch.inference_mode()
+    def prompt_logits(self, ids: torch.Tensor) -> torch.Tensor:
+        """Logits [B, S, V] of B equal-length prompts (ids [B, S] int64, host), one prefill on
+        a scratch KV cache; tensor-parallel ranks run it too (rank 0 sends the ids)."""
+        if self.mapping.pp_size > 1:
             raise RuntimeError(
-                f"engine: {what} runs on a single-rank engine only (this one has tp_size="
-                f"{self.mapping.tp_size}, pp_size={self.mapping.pp_size})"
+                f"engine: prompt logits need every layer on one rank; this engine has "
+                f"pp_size={self.mapping.pp_size} (convert with parallel.pp_size=1)"
             )
+        if self.ranks is not None:  # header: the number of prompts
+            header = np.pad([ids.shape[0]], (0, HEADER_LEN - 1)).astype(np.int64)
+            self.ranks.channel.send(SCORE, [header], ids.reshape(-1).contiguous())
+        return self._prompt_logits(ids)
+
+    def _prompt_logits(self, ids: torch.Tensor) -> torch.Tensor:
+        layers, _, kv_heads, head_dim = self.kv_layout
+        ids = ids.to(self.device)
+        return prompt_logits(self.model, ids, layers, kv_heads, head_dim, self.kv_dtype)
 
     def close(self) -> None:
         """Stop the worker ranks and leave the process group (rank 0)."""
@@ -375,12 +398,3 @@ def _recorded_event() -> torch.cuda.Event:
     event = torch.cuda.Event()
     event.record()
     return event
-
-
-def _drop_triton_kernels(model: torch.nn.Module) -> None:
-    """Layers fall back to their plain-PyTorch ops, which inductor fuses itself: our Triton
-    kernels inside a compiled graph crashed inductor's autotuning (illegal address, H100)."""
-    for module in model.modules():
-        for name, value in list(vars(module).items()):
-            if isinstance(value, ModuleType):
-                setattr(module, name, None)

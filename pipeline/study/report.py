@@ -1,7 +1,7 @@
 """study.md: every cell's measurements, the thresholds, the accuracy flags, the TP vs PP bytes,
 the paper's findings against ours, and the recommendation. A column appears when some cell has
 it measured (GPU columns need NVML); a cell without a value says why ("-" for a batch that did
-not fit, "multi-rank" for perplexity, which single-rank engines score)."""
+not fit, "pipeline" for perplexity, which engines without pipeline stages score)."""
 
 import math
 import statistics
@@ -32,7 +32,7 @@ def _cpu(cell: dict) -> str | None:
 
 def _ppl(cell: dict) -> str:
     ppl = cell["accuracy"]["ppl"]
-    return "multi-rank" if ppl is None else _num(ppl, 4)
+    return "pipeline" if ppl is None else _num(ppl, 4)
 
 
 def _flag(cell: dict) -> str:

@@ -188,3 +188,37 @@ def test_tiny_pp2_with_more_micro_batches_than_stages_equals_one_rank(tiny, monk
     tokens, stats = greedy(path, TINY_PROMPTS, 24, **TINY_RUNTIME)
     assert tokens == expected
     assert stats["num_free_blocks"] == stats["num_total_blocks"]
+
+
+def test_tiny_tp2_prompt_logits_equal_one_rank_and_pp2_says_why_not(tiny):
+    """Prompt logits (perplexity) run on every tensor-parallel rank, in order with the
+    launches; a pipeline-parallel engine refuses them by name."""
+    root, _ = tiny
+    prompts = [[5, 17, 3, 99, 42, 8], [100, 2, 7, 7, 61, 1]]
+    one = LLMEngine.from_engine_dir(root / "engine-tp1-pp1", device="cpu")
+    try:
+        expected = one.prompt_logits(prompts)
+    finally:
+        one.close()
+    path = root / "engine-tp2-pp1"
+    if not path.is_dir():
+        path = engine_dir(root / "hf", root, TINY_BUILD, 2, 1)
+    engine = LLMEngine.from_engine_dir(path, device="cpu", **TINY_RUNTIME)
+    try:
+        engine.add_request(TINY_PROMPTS[2], SamplingParams(max_tokens=4, ignore_eos=True))
+        engine.step()  # a launch in flight: the ranks take the ids in order with it
+        logits = engine.prompt_logits(prompts)
+        while engine.has_unfinished():
+            engine.step()
+    finally:
+        engine.close()
+    torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
+    path = root / "engine-tp1-pp2"
+    if not path.is_dir():
+        path = engine_dir(root / "hf", root, TINY_BUILD, 1, 2)
+    engine = LLMEngine.from_engine_dir(path, device="cpu")
+    try:
+        with pytest.raises(RuntimeError, match="pp_size=2"):
+            engine.prompt_logits(prompts)
+    finally:
+        engine.close()

@@ -39,3 +39,12 @@ def load(name: str, device: torch.device | str) -> ModuleType | None:
     if not is_available(device):
         return None
     return importlib.import_module(f"pipeline.engine.kernels.{name}")
+
+
+def drop_triton_kernels(model: torch.nn.Module) -> None:
+    """Layers fall back to their plain-PyTorch ops, which inductor fuses itself: our Triton
+    kernels inside a compiled graph crashed inductor's autotuning (illegal address, H100)."""
+    for module in model.modules():
+        for name, value in list(vars(module).items()):
+            if isinstance(value, ModuleType):
+                setattr(module, name, None)

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from pipeline.engine.host_buffers import PinnedRing
 from pipeline.engine.step_inputs import HEADER_LEN
 
-LAUNCH, STOP = 1, 2
+LAUNCH, STOP, SCORE = 1, 2, 3  # SCORE: prompt logits (ModelRunner.prompt_logits)
 _COMMAND, _NUM_BATCHES, _BODY_LEN = range(3)
 
 

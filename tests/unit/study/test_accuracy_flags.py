@@ -44,7 +44,7 @@ def test_missing_tokens_and_a_perplexity_shift_are_flagged():
     flags = accuracy_flags(base, result([True] * 10, ppl=10.5, generated=16), opts)
     assert flags[0] == "greedy requests returned 16 of 64 requested tokens"
     assert "perplexity 10.500 vs 10.000" in flags[1]
-    # multi-rank cells have no perplexity: nothing to compare, nothing flagged for it
+    # pipeline-parallel cells have no perplexity: nothing to compare, nothing flagged for it
     assert accuracy_flags(base, result([True] * 10, ppl=None), opts) == []
 
 
