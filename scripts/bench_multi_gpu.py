@@ -23,6 +23,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -303,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    args.work_dir = str(out / "work" if args.tiny else Path("/tmp/bench_multi_gpu"))
+    scratch = Path(tempfile.gettempdir()) / "bench_multi_gpu"  # the GPU host's disk, not OUT
+    args.work_dir = str(out / "work" if args.tiny else scratch)
     work_dir = Path(args.work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     results = {"torch": torch.__version__, "engines": {}}

@@ -90,7 +90,11 @@ def markdown(results: dict) -> str:
 
 
 def write_outputs(results: dict, out: Path) -> None:
-    (out / "tune_kernels.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    """The JSON names files under `out` as OUT/..., not by the GPU host's paths."""
+    text = json.dumps(results, indent=1, default=str)
+    for prefix in {str(out.resolve()), str(out)}:
+        text = text.replace(json.dumps(prefix)[1:-1], "OUT")
+    (out / "tune_kernels.json").write_text(text + "\n")
     (out / "tune_kernels.md").write_text(markdown(results))
     rows = [r["anneal"] for r in results.get("strategies", {}).values() if "trials" in r["anneal"]]
     if instructions := results.get("instructions"):
