@@ -86,6 +86,37 @@ CLIENT_NAMES = {
 }
 
 
+# the ensemble's client inputs the tensorrt_llm model takes as they come (upstream's renames)
+LLM_DIRECT_INPUTS = {
+    "runtime_top_k": "top_k",
+    "runtime_top_p": "top_p",
+    "temperature": "temperature",
+    "seed": "seed",
+    "streaming": "stream",
+    "exclude_input_in_output": "exclude_input_in_output",
+    "num_return_sequences": "num_return_sequences",
+    "beam_width": "beam_width",
+    "len_penalty": "length_penalty",
+    "repetition_penalty": "repetition_penalty",
+    "min_tokens": "min_tokens",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+    "return_log_probs": "return_log_probs",
+    "return_context_logits": "return_context_logits",
+    "return_generation_logits": "return_generation_logits",
+    "return_perf_metrics": "return_perf_metrics",
+    "return_num_input_tokens": "return_num_input_tokens",
+    "return_num_output_tokens": "return_num_output_tokens",
+    "prompt_embedding_table": "prompt_embedding_table",
+    "prompt_vocab_size": "prompt_vocab_size",
+    "lora_task_id": "lora_task_id",
+    "lora_weights": "lora_weights",
+    "lora_config": "lora_config",
+    "guided_decoding_guide_type": "guided_decoding_guide_type",
+    "guided_decoding_guide": "guided_decoding_guide",
+}
+
+
 def check_inputs(arrays: dict[str, np.ndarray]) -> None:
     """Raise ValueError naming every input whose value is not a finite number in its range."""
     problems = []
@@ -101,3 +132,15 @@ def check_inputs(arrays: dict[str, np.ndarray]) -> None:
                 problems.append(f"{name}={value!r}{client} is outside {allowed.describe()}")
     if problems:
         raise ValueError("; ".join(problems))
+
+
+def decode_utf8(value, name: str) -> str:
+    """A string input's value as text; ValueError naming the input when it is not UTF-8."""
+    if not isinstance(value, bytes):
+        return str(value)
+    try:
+        return value.decode()
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"{name}: byte {exc.start} is not valid UTF-8 ({exc.reason}); send UTF-8 text"
+        ) from None

@@ -9,6 +9,8 @@ models declare the subset the pipeline drives.
 
 from dataclasses import dataclass, replace
 
+from pipeline.triton_repo.input_checks import LLM_DIRECT_INPUTS
+
 
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
@@ -259,35 +261,6 @@ PREPROCESSING_STEP = (
         "OUT_PROMPT_TABLE_EXTRA_IDS": "_OUT_PROMPT_TABLE_EXTRA_IDS",
     },
 )
-# the ensemble's client inputs the tensorrt_llm model takes as they come (upstream's renames)
-LLM_DIRECT_INPUTS = {
-    "runtime_top_k": "top_k",
-    "runtime_top_p": "top_p",
-    "temperature": "temperature",
-    "seed": "seed",
-    "streaming": "stream",
-    "exclude_input_in_output": "exclude_input_in_output",
-    "num_return_sequences": "num_return_sequences",
-    "beam_width": "beam_width",
-    "len_penalty": "length_penalty",
-    "repetition_penalty": "repetition_penalty",
-    "min_tokens": "min_tokens",
-    "presence_penalty": "presence_penalty",
-    "frequency_penalty": "frequency_penalty",
-    "return_log_probs": "return_log_probs",
-    "return_context_logits": "return_context_logits",
-    "return_generation_logits": "return_generation_logits",
-    "return_perf_metrics": "return_perf_metrics",
-    "return_num_input_tokens": "return_num_input_tokens",
-    "return_num_output_tokens": "return_num_output_tokens",
-    "prompt_embedding_table": "prompt_embedding_table",
-    "prompt_vocab_size": "prompt_vocab_size",
-    "lora_task_id": "lora_task_id",
-    "lora_weights": "lora_weights",
-    "lora_config": "lora_config",
-    "guided_decoding_guide_type": "guided_decoding_guide_type",
-    "guided_decoding_guide": "guided_decoding_guide",
-}
 LLM_STEP_INPUTS = {
     "input_ids": "_INPUT_ID",
     "input_lengths": "_REQUEST_INPUT_LEN",

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.engine import SamplingParams
-from pipeline.triton_repo.input_checks import check_inputs
+from pipeline.triton_repo.input_checks import check_inputs, decode_utf8
 from pipeline.triton_repo.torch_unsupported import refuse_unsupported
 
 
@@ -128,19 +128,7 @@ def _strings(arrays: dict[str, np.ndarray], name: str) -> list[str]:
     values = arrays[name]
     if values.ndim > 1 and values.shape[0] != 1:
         raise ValueError(f"{name}: batch size {values.shape[0]}: send one prompt per request")
-    return [_utf8(v, name) for v in values.reshape(-1)]
-
-
-def _utf8(value, name: str) -> str:
-    """A string input's value as text; ValueError naming the input when it is not UTF-8."""
-    if not isinstance(value, bytes):
-        return str(value)
-    try:
-        return value.decode()
-    except UnicodeDecodeError as exc:
-        raise ValueError(
-            f"{name}: byte {exc.start} is not valid UTF-8 ({exc.reason}); send UTF-8 text"
-        ) from None
+    return [decode_utf8(v, name) for v in values.reshape(-1)]
 
 
 def _prompt(arrays: dict[str, np.ndarray], encoder: TextEncoder | None) -> list[int]:

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from input_checks import ALLOWED, check_inputs  # copied beside this file by the deploy stage
+from input_checks import ALLOWED, check_inputs, decode_utf8  # copied beside this file by deploy
 from transformers import AutoTokenizer
 
 # Triton 2.51 checks required inputs by their number only, so one left out can still arrive here
@@ -31,16 +31,7 @@ CLIENT_NAMES = {
 
 
 def _text(value, name: str) -> str:
-    """A string input's value; ValueError naming the input when it is not UTF-8."""
-    if not isinstance(value, bytes):
-        return str(value)
-    try:
-        return value.decode()
-    except UnicodeDecodeError as exc:
-        raise ValueError(
-            f"{name} (the ensemble's {CLIENT_NAMES.get(name, name)}): byte {exc.start} is not "
-            f"valid UTF-8 ({exc.reason}); send UTF-8 text"
-        ) from None
+    return decode_utf8(value, f"{name} (the ensemble's {CLIENT_NAMES.get(name, name)})")
 
 
 def _strings(tensor) -> list[list[str]]:

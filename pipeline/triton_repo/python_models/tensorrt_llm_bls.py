@@ -25,7 +25,10 @@ import uuid
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from input_checks import check_inputs  # copied beside this file by the deploy stage
+from input_checks import (  # copied beside this file by the deploy stage
+    LLM_DIRECT_INPUTS,
+    check_inputs,
+)
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 PREPROCESSING_INPUTS = {
@@ -54,34 +57,7 @@ PREPROCESSED = {
 # Triton 2.51 checks required inputs by their number only: one left out can still arrive
 REQUIRED_INPUTS = ("text_input", "max_tokens")
 # client input -> the LLM model's (upstream's BLS's renames)
-LLM_INPUTS = {
-    "top_k": "runtime_top_k",
-    "top_p": "runtime_top_p",
-    "temperature": "temperature",
-    "seed": "seed",
-    "stream": "streaming",
-    "exclude_input_in_output": "exclude_input_in_output",
-    "num_return_sequences": "num_return_sequences",
-    "beam_width": "beam_width",
-    "length_penalty": "len_penalty",
-    "repetition_penalty": "repetition_penalty",
-    "min_tokens": "min_tokens",
-    "presence_penalty": "presence_penalty",
-    "frequency_penalty": "frequency_penalty",
-    "return_log_probs": "return_log_probs",
-    "return_context_logits": "return_context_logits",
-    "return_generation_logits": "return_generation_logits",
-    "return_perf_metrics": "return_perf_metrics",
-    "return_num_input_tokens": "return_num_input_tokens",
-    "return_num_output_tokens": "return_num_output_tokens",
-    "prompt_embedding_table": "prompt_embedding_table",
-    "prompt_vocab_size": "prompt_vocab_size",
-    "lora_task_id": "lora_task_id",
-    "lora_weights": "lora_weights",
-    "lora_config": "lora_config",
-    "guided_decoding_guide_type": "guided_decoding_guide_type",
-    "guided_decoding_guide": "guided_decoding_guide",
-}
+LLM_INPUTS = {client: llm for llm, client in LLM_DIRECT_INPUTS.items()}
 # upstream's BLS inputs for models the pipeline does not deploy -> what is missing
 NOT_DEPLOYED = {
     "image_input": "a multimodal encoder",

@@ -102,6 +102,17 @@ def engine_gauges(triton) -> dict[str, float]:
     return {n: metric_value(samples, f"pipeline_engine_{n}") for n in names}
 
 
+def engine_idle_again(triton, idle: dict[str, float], timeout_s: float = 60) -> dict[str, float]:
+    """The engine's gauges once nothing runs and every KV block is free again (or at timeout)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = engine_gauges(triton)
+        done = now["running_requests"] == 0 and now["free_kv_blocks"] == idle["free_kv_blocks"]
+        if done or time.monotonic() > deadline:
+            return now
+        time.sleep(0.2)
+
+
 def frontend_in_flight(api) -> float:
     samples = parse_metrics(requests.get(f"{api.url}/metrics", timeout=30).text)
     return metric_value(samples, "pipeline_openai_engine_requests_in_flight")
@@ -138,12 +149,7 @@ def test_streams_past_the_limit_get_429_and_disconnected_ones_are_cancelled(
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limit_exceeded"
     for response, _ in streams:
         response.close()  # the client hangs up mid-stream
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        now = engine_gauges(triton)
-        if now["running_requests"] == 0 and now["free_kv_blocks"] == idle["free_kv_blocks"]:
-            break
-        time.sleep(0.2)
+    now = engine_idle_again(triton, idle)
     assert now["free_kv_blocks"] == idle["free_kv_blocks"]
     assert now["generated_tokens"] - idle["generated_tokens"] < MAX_IN_FLIGHT * max_tokens
     assert frontend_in_flight(api) == 0

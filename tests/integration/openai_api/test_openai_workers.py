@@ -28,7 +28,10 @@ from tests.integration.openai_api.conftest import (
     grpc_answer,
     post,
 )
-from tests.integration.openai_api.test_openai_errors_and_limits import engine_gauges
+from tests.integration.openai_api.test_openai_errors_and_limits import (
+    engine_gauges,
+    engine_idle_again,
+)
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 NUM_WORKERS = 2
@@ -114,12 +117,7 @@ def test_streams_on_both_workers_share_one_limit_and_are_cancelled_when_dropped(
         assert refused.status_code == 429, refused.text
     for conn in streams:
         conn.close()  # the client hangs up mid-stream
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        now = engine_gauges(triton)
-        if now["running_requests"] == 0 and now["free_kv_blocks"] == idle["free_kv_blocks"]:
-            break
-        time.sleep(0.2)
+    now = engine_idle_again(triton, idle)
     assert now["free_kv_blocks"] == idle["free_kv_blocks"]
     assert now["generated_tokens"] - idle["generated_tokens"] < MAX_IN_FLIGHT * max_tokens
     samples = parse_metrics(requests.get(f"{pool.url}/metrics", timeout=30).text)
