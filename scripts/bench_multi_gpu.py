@@ -15,6 +15,7 @@ with a tiny shape (the unit test). Needs torch + transformers, not hydra/modelop
 """
 
 import argparse
+import contextlib
 import faulthandler
 import json
 import logging
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pipeline.engine import LLMEngine, SamplingParams  # noqa: E402
 from pipeline.specs.build import BuildSpec  # noqa: E402
 from scripts.engine_run import Workload, free_memory, offline_throughput, prompts_for  # noqa: E402
-from scripts.gpu_activity import GpuBusy, rank0_trace  # noqa: E402
+from scripts.gpu_activity import gpu_sampler, rank0_trace, util_means  # noqa: E402
 from scripts.model_shapes import LLAMA_8B, TINY, write_tokenizer  # noqa: E402
 from scripts.synthetic_weights import HOOK, checkpoint_config, write_engine  # noqa: E402
 
@@ -130,9 +131,10 @@ def measure(
     prompts = prompts_for(vocab_size, work, work.num_requests, seed=2)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    with GpuBusy(device) as busy:
+    sampler = gpu_sampler(device)
+    with sampler or contextlib.nullcontext():
         result |= offline_throughput(engine, prompts, work, None)
-    result["offline_gpu_util_pct"] = busy.means()
+    result["offline_gpu_util_pct"] = util_means(sampler)
     if trace_dir is not None:
         result["trace"] = rank0_trace(engine, vocab_size, work, trace_dir)
     stats = engine.stats()

@@ -1,49 +1,32 @@
-"""What the GPUs did during a benchmark run: NVML busy share of every visible GPU, and rank 0's
+"""What the GPUs did during a benchmark run: NVML utilisation of every visible GPU, and rank 0's
 torch.profiler tables (where its host waited on other ranks)."""
 
-import statistics
-import threading
 import time
 from pathlib import Path
 
 import torch
 
 from pipeline.engine import LLMEngine
+from pipeline.profiler.sampler import Sampler, summarize_samples
 from scripts.engine_run import Workload, offline_throughput, prompts_for
 
 
-class GpuBusy:
-    """NVML utilisation (% of time a kernel ran) of every visible GPU, sampled at 10 Hz on a
-    thread while the block runs: do both GPUs of a TP / PP engine work?"""
+def gpu_sampler(device: torch.device) -> Sampler | None:
+    """pipeline.profiler's NVML sampler at 10 Hz for a CUDA run (None on the CPU): do both GPUs
+    of a TP / PP engine work?"""
+    if device.type != "cuda":
+        return None
+    from pipeline.profiler.nvml_source import NvmlSource
 
-    def __init__(self, device: torch.device):
-        self.count = torch.cuda.device_count() if device.type == "cuda" else 0
-        self.samples: list[list[int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+    return Sampler([NvmlSource()], 10.0, time.perf_counter())
 
-    def _loop(self) -> None:
-        while not self._stop.wait(0.1):
-            try:
-                self.samples.append([torch.cuda.utilization(i) for i in range(self.count)])
-            except Exception as exc:  # noqa: BLE001 - no NVML: said in the result
-                self.samples = [[f"unavailable: {exc!r}"]]
-                return
 
-    def __enter__(self) -> "GpuBusy":
-        if self.count:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self.count:
-            self._thread.join()
-
-    def means(self) -> list | None:
-        if not self.samples or isinstance(self.samples[0][0], str):
-            return self.samples[0] if self.samples else None
-        return [round(statistics.mean(col), 1) for col in zip(*self.samples, strict=True)]
+def util_means(sampler: Sampler | None) -> list[float] | None:
+    """Each GPU's mean NVML utilisation (% of time a kernel ran) over the sampled run."""
+    if sampler is None:
+        return None
+    summary = summarize_samples(sampler.samples)
+    return [round(summary[d]["util_pct_mean"], 1) for d in sorted(summary) if d.startswith("gpu")]
 
 
 def rank0_trace(engine: LLMEngine, vocab_size: int, work: Workload, out: Path) -> dict:
