@@ -31,8 +31,9 @@ class StageLink:
         self._sends: list[dist.Work] = []
 
     def _send(self, t: torch.Tensor, to: tuple[int, dist.ProcessGroup]) -> None:
+        """t: a tensor of this send's own (the caller copies)."""
         peer, group = to
-        self._sends.append(dist.isend(t.clone(), peer, group=group))
+        self._sends.append(dist.isend(t, peer, group=group))
 
     def _recv(self, t: torch.Tensor, frm: tuple[int, dist.ProcessGroup]) -> torch.Tensor:
         peer, group = frm
@@ -41,7 +42,7 @@ class StageLink:
 
     def send_hidden(self, hidden: torch.Tensor) -> None:
         # [T, 2, hidden]: the stage's output and residual
-        self._send(hidden, self.next)
+        self._send(hidden.clone(), self.next)
 
     def recv_hidden(self, num_rows: int) -> torch.Tensor:
         buf = torch.empty(num_rows, 2, self.hidden_size, dtype=self.dtype, device=self.device)
@@ -51,7 +52,7 @@ class StageLink:
         # [S, vocab] float32, sent in the model's dtype: the head computed them in it, so the
         # round trip is exact, and a decode step of 256 rows x 128k vocabulary sends 64 MiB, not
         # 128 (rank 0's receive kernel held its GPU for ~0.85 ms a micro-batch on 2x H200)
-        self._send(logits.to(self.dtype), self.logits)
+        self._send(logits.to(self.dtype, copy=True), self.logits)  # one copy, cast in it
 
     def recv_logits(self, num_rows: int) -> torch.Tensor:
         buf = torch.empty(num_rows, self.vocab_size, dtype=self.dtype, device=self.device)
