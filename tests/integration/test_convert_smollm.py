@@ -1,6 +1,7 @@
 """fetch + convert on the real SmolLM2 weights, through the stages and the CLI."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -81,7 +82,8 @@ def test_corrupted_input_fails_and_keeps_previous_checkpoint(
     session_workdir, smollm_hf_dir, smollm_ckpt_dir, tmp_path
 ):
     workdir = tmp_path / "w"
-    shutil.copytree(session_workdir / "smollm2-135m", workdir / "smollm2-135m", symlinks=True)
+    for stage_dir in (smollm_hf_dir, smollm_ckpt_dir):  # hard links: GBs are not copied
+        shutil.copytree(stage_dir, workdir / "smollm2-135m" / stage_dir.name, copy_function=os.link)
     fetched = workdir / "smollm2-135m" / smollm_hf_dir.name
     ckpt = workdir / "smollm2-135m" / smollm_ckpt_dir.name
     before = (ckpt / "rank0.safetensors").stat().st_mtime_ns

@@ -10,6 +10,7 @@ counts tokens as the server reports them (--use-server-token-count); the bench s
 import json
 import os
 import subprocess
+import tempfile
 
 import pytest
 
@@ -65,9 +66,13 @@ def run_aiperf(python, api, model_name: str, tokenizer_dir: str, out_dir) -> dic
     # a local directory never goes to the hub anyway
     offline = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
     env = {k: v for k, v in os.environ.items() if k not in offline}
-    done = subprocess.run(
-        argv, capture_output=True, text=True, timeout=AIPERF_TIMEOUT_S, env=env, check=False
-    )
+    # AIPerf leaves its scratch dirs (aiperf_mmap_*) in TMPDIR; a short path, as its ZMQ IPC
+    # sockets live there too and a socket path has at most 107 characters
+    with tempfile.TemporaryDirectory(prefix="aiperf-") as scratch:
+        env["TMPDIR"] = scratch
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=AIPERF_TIMEOUT_S, env=env, check=False
+        )
     assert done.returncode == 0, f"aiperf exited {done.returncode}:\n{done.stdout[-3000:]}"
     export = json.loads((out_dir / "profile_export_aiperf.json").read_text())
     return {
