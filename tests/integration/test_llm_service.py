@@ -381,7 +381,9 @@ def test_a_lane_sends_a_final_response_before_others_first_ones(smollm_engine_di
         svc.generate(arrays(prompts[1], streaming=True), "b")
         svc.generate(arrays(prompts[2], streaming=False, max_tokens=2), "w")
         deadline = time.monotonic() + 60
-        while svc._lanes[0].qsize() < 2:  # b's first and w's final, behind a's held send
+        # a's send taken off the lane and held there, then b's first and w's final queued:
+        # waiting on the queue alone also passes while a's first still sits in it beside b's
+        while recorder.in_flight < 1 or svc._lanes[0].qsize() < 2:
             assert time.monotonic() < deadline
             time.sleep(0.01)
         recorder.gate.set()
