@@ -37,7 +37,7 @@ from pipeline.engine.phase_range import phase
 from pipeline.engine.quant.kv_cache import kv_cache_dtype
 from pipeline.engine.sampled_tokens import SampledTokens
 from pipeline.engine.scheduler import ScheduledSequence
-from pipeline.engine.scoring import prompt_logits
+from pipeline.engine.scoring import stage_prompt_logits
 from pipeline.engine.step_inputs import (
     HEADER_LEN,
     PackedStep,
@@ -357,21 +357,18 @@ class ModelRunner:
     @torch.inference_mode()
     def prompt_logits(self, ids: torch.Tensor) -> torch.Tensor:
         """Logits [B, S, V] of B equal-length prompts (ids [B, S] int64, host), one prefill on
-        a scratch KV cache; tensor-parallel ranks run it too (rank 0 sends the ids)."""
-        if self.mapping.pp_size > 1:
-            raise RuntimeError(
-                f"engine: prompt logits need every layer on one rank; this engine has "
-                f"pp_size={self.mapping.pp_size} (convert with parallel.pp_size=1)"
-            )
+        a scratch KV cache; the other ranks run it too (rank 0 sends the ids), each stage its
+        layers, in order with the launches."""
         if self.ranks is not None:  # header: the number of prompts
             header = np.pad([ids.shape[0]], (0, HEADER_LEN - 1)).astype(np.int64)
             self.ranks.channel.send(SCORE, [header], ids.reshape(-1).contiguous())
         return self._prompt_logits(ids)
 
-    def _prompt_logits(self, ids: torch.Tensor) -> torch.Tensor:
+    def _prompt_logits(self, ids: torch.Tensor) -> torch.Tensor | None:
         layers, _, kv_heads, head_dim = self.kv_layout
-        ids = ids.to(self.device)
-        return prompt_logits(self.model, ids, layers, kv_heads, head_dim, self.kv_dtype)
+        return stage_prompt_logits(
+            self.model, self.stage, ids, self.device, layers, kv_heads, head_dim, self.kv_dtype
+        )
 
     def close(self) -> None:
         """Stop the worker ranks and leave the process group (rank 0)."""

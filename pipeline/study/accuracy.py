@@ -6,8 +6,8 @@ requested token comes back); cloze items and perplexity windows run min(batch, i
 Cloze: every token but the item's choices is banned (bad_sequences), so greedy decoding returns
 the choice with the highest log-likelihood, and its log probability (logprobs=0) renormalised over
 the choices. It runs through the serving path: any mapping, any kernel mode. Perplexity scores
-whole windows in one prefill (LLMEngine.prompt_logits), which engines without pipeline stages
-run (every tensor-parallel rank takes part)."""
+whole windows in one prefill (LLMEngine.prompt_logits), on every rank: tensor-parallel ranks
+together, pipeline stages one after the other."""
 
 import math
 
@@ -109,12 +109,11 @@ def measure_accuracy(
     engine, probes: Probes, batch_size: int, accuracy, fault: RequestFault | None = None
 ) -> dict:
     fault = fault or no_fault
-    scores = engine.model_runner.mapping.pp_size == 1  # no rank holds a PP engine's layers whole
     ppl_batch = min(batch_size, len(probes.ppl_windows))
     return {
         "cloze": cloze(engine, probes, batch_size, fault),
-        "ppl": perplexity(engine, probes, batch_size, ppl_batch, fault) if scores else None,
-        "ppl_batch_size": ppl_batch if scores else None,
+        "ppl": perplexity(engine, probes, batch_size, ppl_batch, fault),
+        "ppl_batch_size": ppl_batch,
         "greedy": greedy(engine, probes, batch_size, accuracy.greedy_max_tokens, fault),
     }
 

@@ -1,7 +1,7 @@
 """study.md: every cell's measurements, the thresholds, the accuracy flags, the TP vs PP bytes,
 the paper's findings against ours, and the recommendation. A column appears when some cell has
-it measured (GPU columns need NVML); a cell without a value says why ("-" for a batch that did
-not fit, "pipeline" for perplexity, which engines without pipeline stages score)."""
+it measured (GPU columns need NVML); a cell without a value shows "-" (a batch that did not
+fit, or a value that was not measured)."""
 
 import math
 import statistics
@@ -31,8 +31,7 @@ def _cpu(cell: dict) -> str | None:
 
 
 def _ppl(cell: dict) -> str:
-    ppl = cell["accuracy"]["ppl"]
-    return "pipeline" if ppl is None else _num(ppl, 4)
+    return _num(cell["accuracy"]["ppl"], 4)
 
 
 def _flag(cell: dict) -> str:

@@ -190,35 +190,31 @@ def test_tiny_pp2_with_more_micro_batches_than_stages_equals_one_rank(tiny, monk
     assert stats["num_free_blocks"] == stats["num_total_blocks"]
 
 
-def test_tiny_tp2_prompt_logits_equal_one_rank_and_pp2_says_why_not(tiny):
-    """Prompt logits (perplexity) run on every tensor-parallel rank, in order with the
-    launches; a pipeline-parallel engine refuses them by name."""
-    root, _ = tiny
+@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2)])
+def test_tiny_split_prompt_logits_equal_one_rank_with_a_launch_in_flight(tiny, tp, pp):
+    """Prompt logits (perplexity) run on every rank in order with the launches: tensor-parallel
+    ranks together, pipeline stages in turn, the last stage's logits sent back to rank 0."""
+    root, (greedy_tokens, _) = tiny
     prompts = [[5, 17, 3, 99, 42, 8], [100, 2, 7, 7, 61, 1]]
     one = LLMEngine.from_engine_dir(root / "engine-tp1-pp1", device="cpu")
     try:
         expected = one.prompt_logits(prompts)
     finally:
         one.close()
-    path = root / "engine-tp2-pp1"
+    path = root / f"engine-tp{tp}-pp{pp}"
     if not path.is_dir():
-        path = engine_dir(root / "hf", root, TINY_BUILD, 2, 1)
+        path = engine_dir(root / "hf", root, TINY_BUILD, tp, pp)
     engine = LLMEngine.from_engine_dir(path, device="cpu", **TINY_RUNTIME)
     try:
-        engine.add_request(TINY_PROMPTS[2], SamplingParams(max_tokens=4, ignore_eos=True))
-        engine.step()  # a launch in flight: the ranks take the ids in order with it
+        running = engine.add_request(TINY_PROMPTS[2], SamplingParams(max_tokens=4, ignore_eos=True))
+        # a launch in flight: the ranks take the ids in order with it
+        tokens = [t for d in engine.step() if d.request_id == running for t in d.token_ids]
         logits = engine.prompt_logits(prompts)
         while engine.has_unfinished():
-            engine.step()
+            tokens += [t for d in engine.step() if d.request_id == running for t in d.token_ids]
+        again = engine.prompt_logits(prompts)  # the stages' links carry on after a score
     finally:
         engine.close()
     torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
-    path = root / "engine-tp1-pp2"
-    if not path.is_dir():
-        path = engine_dir(root / "hf", root, TINY_BUILD, 1, 2)
-    engine = LLMEngine.from_engine_dir(path, device="cpu")
-    try:
-        with pytest.raises(RuntimeError, match="pp_size=2"):
-            engine.prompt_logits(prompts)
-    finally:
-        engine.close()
+    torch.testing.assert_close(again, expected, rtol=1e-4, atol=1e-4)
+    assert tokens == greedy_tokens[2][:4]  # scoring did not disturb the running request
