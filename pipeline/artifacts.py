@@ -8,6 +8,7 @@ Up to date means made from the same inputs and still holding what the manifest s
 (`verify_outputs`, for the artifact and its upstream ones); a file changed since is an error.
 """
 
+import errno
 import json
 import logging
 import os
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import temp_dirs
-from pipeline.errors import ArtifactError, GateFailed
+from pipeline.errors import ArtifactError, GateFailed, StageError
 from pipeline.manifest import (  # noqa: F401  (stages import these from here)
     MANIFEST,
     Manifest,
@@ -156,8 +157,10 @@ def produce_artifact(request: StageRequest, producer: Callable[[Path], dict | No
     except GateFailed as exc:
         status, gate_error = "failed", exc
         extra = getattr(exc, "extra", {}) or {}
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _out_of_space(request, exc) from None
         raise
     stats = files_stat(tmp)  # before hashing: a file changed meanwhile gets re-hashed next time
     manifest = Manifest(
@@ -181,6 +184,17 @@ def produce_artifact(request: StageRequest, producer: Callable[[Path], dict | No
     if gate_error is not None:
         raise gate_error
     return target
+
+
+def _out_of_space(request: StageRequest, exc: OSError) -> StageError:
+    workdir = Path(request.workdir).resolve()
+    free_gb = shutil.disk_usage(workdir).free / 1e9
+    return StageError(
+        f"{request.stage}: no space left on the disk of workdir={workdir} ({free_gb:.1f} GB free "
+        f"once this stage's partial output was removed) while writing "
+        f"{exc.filename or 'its output'}; earlier artifacts are intact. Free space there, or set "
+        f"workdir= to a directory on a larger disk"
+    )
 
 
 def _swap_into_place(tmp: Path, target: Path) -> None:

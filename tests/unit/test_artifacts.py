@@ -1,5 +1,6 @@
 """Artifact store: up-to-date skip, force, atomic swap, failures keep the old artifact."""
 
+import errno
 import json
 import os
 
@@ -7,7 +8,7 @@ import pytest
 
 from pipeline import manifest as manifest_module
 from pipeline.artifacts import Manifest, StageRequest, produce_artifact, verify_outputs
-from pipeline.errors import ArtifactError, GateFailed
+from pipeline.errors import ArtifactError, GateFailed, StageError
 
 
 def _request(tmp_path, **kw):
@@ -53,6 +54,23 @@ def test_failure_leaves_previous_artifact_and_no_temp_dirs(tmp_path):
         produce_artifact(_request(tmp_path, force=True), broken)
     assert (good / "data.txt").read_text() == "good"
     assert Manifest.read(good).status == "ok"
+    assert [p.name for p in good.parent.iterdir()] == [good.name]
+
+
+def test_a_full_disk_is_one_clear_error_and_leaves_the_previous_artifact(tmp_path):
+    good = produce_artifact(_request(tmp_path), _writer("good", []))
+
+    def fills_the_disk(out):
+        (out / "rank0.safetensors").write_bytes(b"half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out / "rank0.safetensors"))
+
+    with pytest.raises(StageError) as err:
+        produce_artifact(_request(tmp_path, force=True), fills_the_disk)
+    message = str(err.value)
+    assert message.startswith("s: no space left on the disk of workdir=")
+    assert "rank0.safetensors" in message and "GB free" in message and "workdir=" in message
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+    assert (good / "data.txt").read_text() == "good"
     assert [p.name for p in good.parent.iterdir()] == [good.name]
 
 
