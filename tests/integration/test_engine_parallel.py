@@ -190,7 +190,7 @@ def test_tiny_pp2_with_more_micro_batches_than_stages_equals_one_rank(tiny, monk
     assert stats["num_free_blocks"] == stats["num_total_blocks"]
 
 
-@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2)])
+@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2), (2, 2)])
 def test_tiny_split_prompt_logits_equal_one_rank_with_a_launch_in_flight(tiny, tp, pp):
     """Prompt logits (perplexity) run on every rank in order with the launches: tensor-parallel
     ranks together, pipeline stages in turn, the last stage's logits sent back to rank 0."""
