@@ -9,6 +9,7 @@ logits before the next launch's first forward), and a 1-step launch kept each of
 third of the time."""
 
 import math
+from collections.abc import Callable
 
 AUTO_LAUNCH_GPU_MS = 2.8
 MAX_AUTO_SCHEDULER_STEPS = 8
@@ -20,13 +21,19 @@ def steps_to_fill_launch(step_ms: float) -> int:
     return min(MAX_AUTO_SCHEDULER_STEPS, math.ceil(AUTO_LAUNCH_GPU_MS / step_ms))
 
 
-def launch_steps(configured: int | None, decode_ms: float | None, pp_size: int) -> tuple[int, int]:
+def launch_steps(
+    configured: int | None, pp_size: int, decode_ms: Callable[[], float | None]
+) -> tuple[int, int]:
     """(steps a launch, the most the engine may grow it to while its host paces the device).
-    configured: num_scheduler_steps (None: auto); decode_ms: a decode step's GPU time at the
-    largest batch (None without CUDA graphs: 1 step, the host syncs every step anyway)."""
+    configured: num_scheduler_steps (None: auto); decode_ms: measures a decode step's GPU time
+    at the largest batch (None without CUDA graphs: 1 step, the host syncs every step anyway),
+    called only when the count depends on it."""
     if configured is not None:
         return configured, configured
-    steps = 1 if decode_ms is None else steps_to_fill_launch(decode_ms)
     if pp_size > 1:
-        steps = MAX_AUTO_SCHEDULER_STEPS
-    return steps, steps if decode_ms is None else min(MAX_AUTO_SCHEDULER_STEPS, 2 * steps)
+        return MAX_AUTO_SCHEDULER_STEPS, MAX_AUTO_SCHEDULER_STEPS
+    step_ms = decode_ms()
+    if step_ms is None:
+        return 1, 1
+    steps = steps_to_fill_launch(step_ms)
+    return steps, min(MAX_AUTO_SCHEDULER_STEPS, 2 * steps)

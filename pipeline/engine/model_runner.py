@@ -112,9 +112,7 @@ class ModelRunner:
                 "build.torch.compile applies to CUDA-graph decode only; ignored on %s", self.device
             )
         self.num_scheduler_steps, self.max_scheduler_steps = launch_steps(
-            config.num_scheduler_steps,
-            self._decode_ms() if config.num_scheduler_steps is None else None,
-            self.mapping.pp_size,
+            config.num_scheduler_steps, self.mapping.pp_size, self._decode_ms
         )
         mapping, is_pp = self.mapping, self.mapping.pp_size > 1
         self.stage = Stage(

@@ -42,4 +42,12 @@ def test_a_launch_covers_2_8_ms_of_gpu_time_with_the_fewest_steps(step_ms, steps
     ],
 )
 def test_launch_steps_and_their_ceiling(configured, decode_ms, pp_size, expected):
-    assert launch_steps(configured, decode_ms, pp_size) == expected
+    measured = []
+
+    def measure():
+        measured.append(decode_ms)
+        return decode_ms
+
+    assert launch_steps(configured, pp_size, measure) == expected
+    # the GPU is timed only when the count depends on it
+    assert len(measured) == (configured is None and pp_size == 1)
