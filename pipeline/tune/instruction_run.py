@@ -81,7 +81,7 @@ def tune_instructions(spec, engine_dir: Path, out_dir: Path) -> dict:
         )
     found = search_schedule(items[-1], kernel_search, spec.tune.anneal, out_dir)
     return {
-        "items": [found["search"]],
+        "items": [found["search"]] if "search" in found else [],  # none: the control failed
         "unit": UNIT,
         "sections": {"Instruction schedules": found["summary"]},
     }

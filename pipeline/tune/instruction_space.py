@@ -135,8 +135,9 @@ class InstructionSpace:
             path.write_text(text)
         return {**self.config, "ir_override": str(path)}
 
-    def check(self, order: tuple) -> str | None:
-        with TUNED.trying(self.item.kernel, self.item.shape, self._launch_config(order)):
+    def check(self, order: tuple, override: bool = False) -> str | None:
+        """override: the unmoved order too goes through ir_override (the control)."""
+        with TUNED.trying(self.item.kernel, self.item.shape, self._launch_config(order, override)):
             outputs = self.problem.run()
         torch.cuda.synchronize(self.device)
         return self.problem.mismatch(outputs)
@@ -145,12 +146,7 @@ class InstructionSpace:
         """The kernel's own, unmoved PTX rebuilt through ir_override against the reference:
         a failure here is the rebuild path's, not a schedule's."""
         log.info("tune: control: the unmoved PTX through ir_override")
-        with TUNED.trying(
-            self.item.kernel, self.item.shape, self._launch_config(self.initial(), override=True)
-        ):
-            outputs = self.problem.run()
-        torch.cuda.synchronize(self.device)
-        return self.problem.mismatch(outputs)
+        return self.check(self.initial(), override=True)
 
     def measure(self, order: tuple, repeats: int) -> list[float]:
         with TUNED.trying(self.item.kernel, self.item.shape, self._launch_config(order)):

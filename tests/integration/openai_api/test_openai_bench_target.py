@@ -25,7 +25,7 @@ def test_bench_openai_streams_count_the_tokens_the_grpc_path_counts(api, triton,
     load |= {"seed": 0, "origin_s": time.perf_counter()}
     summaries = {}
     for name, streams in (
-        ("openai", OpenAIStreams(api.url, api.frontend.model.name, 120, API_KEY)),
+        ("openai", OpenAIStreams(api.url, api.model_name, 120, API_KEY)),
         ("server", GrpcStreams(triton.endpoints.grpc_url, 120)),
     ):
         streams.wait_ready(60)
