@@ -2,14 +2,18 @@
 
 With several frontend processes on one port (workers.py) each writes its values to files in a
 directory they share (prometheus_client's multiprocess mode) and /metrics, whichever process
-answers it, sums the directory: counters and histograms over all processes, the gauge of
-requests in flight over the live ones.
+answers it, sums the directory: counters and histograms over all processes. The gauge of
+requests in flight is read from the admission (admission.Admission), which already counts them
+for every process on the port.
 """
 
 import os
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, values
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
+
+from pipeline.openai_api.admission import Admission
 
 # seconds: CPU serving (hundreds of ms to seconds) through GPU serving (ms)
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -23,23 +27,34 @@ def write_to_shared_dir(path: str) -> None:
     values.ValueClass = values.get_value_class()
 
 
+class InFlight:
+    """A collector: the admission's engine requests in flight, when scraped."""
+
+    def __init__(self, admission: Admission):
+        self.admission = admission
+
+    def collect(self):
+        yield GaugeMetricFamily(
+            "pipeline_openai_engine_requests_in_flight",
+            "engine requests (choices) running for the frontend now",
+            value=self.admission.num_in_flight,
+        )
+
+
 class FrontendMetrics:
-    def __init__(self, shared_dir: str | None = None):
-        """shared_dir: the directory of write_to_shared_dir, called before; None: this process
-        alone."""
-        self.shared_dir = shared_dir
+    def __init__(self, admission: Admission, shared_dir: str | None = None):
+        """shared_dir: where the processes on the port write their values (write_to_shared_dir);
+        None: this process alone."""
+        if shared_dir is not None:
+            write_to_shared_dir(shared_dir)
+        self.shared_dir, self.in_flight = shared_dir, InFlight(admission)
         self.registry = CollectorRegistry()
+        self.registry.register(self.in_flight)
         self.requests = Counter(
             "pipeline_openai_requests",
             "HTTP requests answered, by endpoint and status",
             ["endpoint", "status"],
             registry=self.registry,
-        )
-        self.in_flight = Gauge(
-            "pipeline_openai_engine_requests_in_flight",
-            "engine requests (choices) running for the frontend now",
-            registry=self.registry,
-            multiprocess_mode="livesum",
         )
         self.prompt_tokens = Counter(
             "pipeline_openai_prompt_tokens",
@@ -69,5 +84,6 @@ class FrontendMetrics:
         if self.shared_dir is None:
             return generate_latest(self.registry)
         registry = CollectorRegistry()
+        registry.register(self.in_flight)
         MultiProcessCollector(registry, path=self.shared_dir)
         return generate_latest(registry)

@@ -3,20 +3,19 @@ plain values only, so that a spawned worker process (workers.py) builds the same
 serve stage's own thread does."""
 
 import os
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvicorn
 
-from pipeline.errors import StageError
+from pipeline.engine.request_limits import RequestLimits
 from pipeline.openai_api.admission import Admission
 from pipeline.openai_api.metrics import FrontendMetrics
 from pipeline.openai_api.routes import Frontend
-from pipeline.openai_api.served_model import ServedModel, read_limits
+from pipeline.openai_api.served_model import ServedModel
 from pipeline.openai_api.triton_llm import TritonLLM
-from pipeline.specs.deploy import DeploySpec
+from pipeline.server.triton_server import check_port_free
 from pipeline.specs.serve import OpenAISpec
 
 # frontend processes at most when serve.openai.workers=0 (auto): each holds a tokenizer and a
@@ -29,47 +28,14 @@ class FrontendRecipe:
     spec: OpenAISpec
     model_name: str  # the `model` id clients send
     tokenizer_dir: str
-    engine_dir: str
+    limits: RequestLimits  # read once, by the process that starts the frontend
     backend: str
-    chunked_prefill: bool
     add_special_tokens: bool
     skip_special_tokens: bool
     grpc_url: str
     engine_metrics_url: str
     api_key: str = field(repr=False)  # "" = none asked for
     created: int = field(default_factory=lambda: int(time.time()))
-
-    @classmethod
-    def of(
-        cls,
-        spec: OpenAISpec,
-        model_name: str,
-        facts: dict,
-        deploy: DeploySpec,
-        grpc_url: str,
-        metrics_url: str,
-        api_key: str,
-    ) -> "FrontendRecipe":
-        """For a deploy artifact's facts (backend, engine_dir, tokenizer_dir) in front of the
-        tritonserver at grpc_url; model_name: the `model` id (spec.model_name wins)."""
-        is_torch = facts["backend"] == "torch"
-        return cls(
-            spec=spec,
-            model_name=spec.model_name or model_name,
-            tokenizer_dir=str(facts["tokenizer_dir"]),
-            engine_dir=str(facts["engine_dir"]),
-            backend=facts["backend"],
-            chunked_prefill=(
-                deploy.torch.enable_chunked_prefill
-                if is_torch
-                else deploy.trtllm.enable_chunked_context
-            ),
-            add_special_tokens=deploy.add_special_tokens,
-            skip_special_tokens=deploy.skip_special_tokens,
-            grpc_url=grpc_url,
-            engine_metrics_url=metrics_url,
-            api_key=api_key,
-        )
 
     @property
     def num_workers(self) -> int:
@@ -87,7 +53,7 @@ class FrontendRecipe:
         model = ServedModel(
             self.model_name,
             Path(self.tokenizer_dir),
-            read_limits(Path(self.engine_dir), self.chunked_prefill),
+            self.limits,
             self.add_special_tokens,
             self.skip_special_tokens,
             self.backend,
@@ -99,9 +65,9 @@ class FrontendRecipe:
             self.spec,
             self.api_key,
             self.engine_metrics_url,
+            self.created,
             admission,
             metrics,
-            self.created,
         )
 
 
@@ -120,14 +86,7 @@ def uvicorn_config(app, spec: OpenAISpec) -> uvicorn.Config:
 
 
 def check_free(spec: OpenAISpec) -> None:
-    with socket.socket() as sock:
-        try:
-            sock.bind((spec.host, spec.port))
-        except OSError as exc:
-            raise StageError(
-                f"serve: {spec.host}:{spec.port} is not free for the OpenAI frontend "
-                f"({exc.strerror}); set serve.openai.port to a free port"
-            ) from None
+    check_port_free(spec.host, spec.port, "serve.openai.port")
 
 
 class ServesRecipe:

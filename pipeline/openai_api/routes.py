@@ -41,17 +41,18 @@ class Frontend:
         settings: OpenAISpec,
         api_key: str,
         engine_metrics_url: str,
+        created: int,
         admission: Admission | None = None,
         metrics: FrontendMetrics | None = None,
-        created: int | None = None,
     ):
-        """admission, metrics: shared with the other frontend processes on the port (workers);
-        None: this process's own. created: the model card's time (the same in every process)."""
+        """created: the model card's time (the same in every process). admission, metrics:
+        shared with the other frontend processes on the port (workers); None: this process's
+        own."""
         self.model, self.llm, self.settings, self.api_key = model, llm, settings, api_key
         self.engine_metrics_url = engine_metrics_url
         self.admission = admission or Admission(settings.max_concurrent_requests)
-        self.metrics = metrics or FrontendMetrics()
-        self.created = int(time.time()) if created is None else created
+        self.metrics = metrics or FrontendMetrics(self.admission)
+        self.created = created
 
     async def completions(self, request: Request) -> Response:
         return await self._generate(request, is_chat=False)
@@ -111,7 +112,6 @@ class Frontend:
             prompts, param, max_tokens = self._prompts(parsed.prompt), "prompt", parsed.max_tokens
         plan = choices.plan(parsed, prompts, max_tokens, self.model, self.settings, param)
         ticket = self.admission.take(len(plan.choices))
-        self.metrics.in_flight.inc(ticket.num)
         shape = Shape(is_chat, self.model.name)
         is_echoed = getattr(parsed, "echo", False)
         echoes = [self.model.echo(c.prompt) if is_echoed else "" for c in plan.choices]
@@ -123,8 +123,7 @@ class Frontend:
             try:
                 await pieces.aclose()
             finally:
-                if ticket.give_back():
-                    self.metrics.in_flight.dec(ticket.num)
+                ticket.give_back()
 
         is_streamed = False
         try:

@@ -9,6 +9,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import uvicorn
 
@@ -20,6 +21,7 @@ from pipeline.openai_api.recipe import (
     check_free,
     uvicorn_config,
 )
+from pipeline.openai_api.served_model import read_limits
 from pipeline.openai_api.workers import FrontendWorkers
 from pipeline.specs.deploy import DeploySpec
 from pipeline.specs.serve import OpenAISpec
@@ -86,10 +88,25 @@ def frontend_server(
             spec.host,
             spec.api_key_env or "serve.openai.api_key_env",
         )
-    recipe = FrontendRecipe.of(spec, model_name, facts, deploy, grpc_url, metrics_url, api_key)
+    is_torch = facts["backend"] == "torch"
+    chunked_prefill = (
+        deploy.torch.enable_chunked_prefill if is_torch else deploy.trtllm.enable_chunked_context
+    )
+    recipe = FrontendRecipe(
+        spec=spec,
+        model_name=spec.model_name or model_name,
+        tokenizer_dir=str(facts["tokenizer_dir"]),
+        limits=read_limits(Path(facts["engine_dir"]), chunked_prefill),
+        backend=facts["backend"],
+        add_special_tokens=deploy.add_special_tokens,
+        skip_special_tokens=deploy.skip_special_tokens,
+        grpc_url=grpc_url,
+        engine_metrics_url=metrics_url,
+        api_key=api_key,
+    )
     if recipe.num_workers == 1:
         return OpenAIServer(recipe)
-    return FrontendWorkers(recipe, recipe.num_workers)
+    return FrontendWorkers(recipe)
 
 
 def _is_loopback(host: str) -> bool:

@@ -7,7 +7,7 @@ over the workers, and a connection stays with its worker, with its streams, its 
 Triton and the cancelling of a stream whose client left. What holds for the port as a whole is
 shared: the limit on engine requests in flight (admission.Admission over an array of per-worker
 counts) and the metrics (metrics.FrontendMetrics over a directory of per-process files). A
-worker that dies is started again, its slots given back and its in-flight gauge dropped.
+worker that dies is started again, its slots given back (and so dropped from the in-flight gauge).
 """
 
 import logging
@@ -21,18 +21,18 @@ import time
 from multiprocessing.connection import wait
 
 import uvicorn
-from prometheus_client import multiprocess
 
 from pipeline.errors import StageError
 from pipeline.openai_api.admission import Admission
 from pipeline.openai_api.app import build_app
-from pipeline.openai_api.metrics import FrontendMetrics, write_to_shared_dir
+from pipeline.openai_api.metrics import FrontendMetrics
 from pipeline.openai_api.recipe import (
     FrontendRecipe,
     ServesRecipe,
     check_free,
     uvicorn_config,
 )
+from pipeline.server.triton_server import exit_description
 from pipeline.specs.serve import OpenAISpec
 
 log = logging.getLogger(__name__)
@@ -43,11 +43,11 @@ PARENT_POLL_S = 1.0
 
 
 class FrontendWorkers(ServesRecipe):
-    def __init__(self, recipe: FrontendRecipe, num_workers: int):
-        self.recipe, self.num_workers = recipe, num_workers
+    def __init__(self, recipe: FrontendRecipe):
+        self.recipe, self.num_workers = recipe, recipe.num_workers
         self._context = multiprocessing.get_context("spawn")
-        self._processes: list = [None] * num_workers
-        self._readies: list = [None] * num_workers  # set by each process once it listens
+        self._processes: list = [None] * self.num_workers
+        self._readies: list = [None] * self.num_workers  # set by each process once it listens
         self._counts = None
         self._shared_dir: str | None = None
         self._lock = threading.Lock()  # the process list, between the watcher and __exit__
@@ -120,9 +120,14 @@ class FrontendWorkers(ServesRecipe):
         process = self._processes[index]
         while not ready.wait(0.1):
             if not process.is_alive() or time.monotonic() > deadline:
+                how = (
+                    "still starting"
+                    if process.exitcode is None
+                    else "it " + exit_description(process.exitcode)
+                )
                 raise StageError(
-                    f"serve: OpenAI frontend worker {index} did not start on {self.url} (exit "
-                    f"code {process.exitcode}; its error is logged above); change "
+                    f"serve: OpenAI frontend worker {index} did not start on {self.url} ({how}; "
+                    f"its error is logged above); change "
                     f"serve.openai.host/port, set serve.openai.workers=1, or set "
                     f"serve.openai.enabled=false"
                 )
@@ -143,24 +148,23 @@ class FrontendWorkers(ServesRecipe):
             process = self._processes[index]
             process.join()
             with self._counts.get_lock():
-                self._counts[index] = 0  # its requests ended with it
-            multiprocess.mark_process_dead(process.pid, self._shared_dir)
+                self._counts[index] = 0  # its requests ended with it (the gauge reads these)
             if self._num_restarts >= MAX_RESTARTS:
                 log.error(
-                    "openai: worker %d (pid %d) exited with %s and stays down (%d restarts "
-                    "already); the other workers serve the port",
+                    "openai: worker %d (pid %d) %s and stays down (%d restarts already); the "
+                    "other workers serve the port",
                     index,
                     process.pid,
-                    process.exitcode,
+                    exit_description(process.exitcode),
                     self._num_restarts,
                 )
                 self._processes[index] = None
                 return
             log.error(
-                "openai: worker %d (pid %d) exited with %s; starting another",
+                "openai: worker %d (pid %d) %s; starting another",
                 index,
                 process.pid,
-                process.exitcode,
+                exit_description(process.exitcode),
             )
             self._num_restarts += 1
             self._start(index)
@@ -175,9 +179,8 @@ def run_worker(
         level=logging.WARNING,
         format=f"%(asctime)s openai-worker-{index} %(levelname)s %(name)s: %(message)s",
     )
-    write_to_shared_dir(shared_dir)
     admission = Admission(recipe.spec.max_concurrent_requests, counts, index)
-    frontend = recipe.frontend(admission, FrontendMetrics(shared_dir))
+    frontend = recipe.frontend(admission, FrontendMetrics(admission, shared_dir))
     server = uvicorn.Server(uvicorn_config(build_app(frontend), recipe.spec))
     watcher = threading.Thread(
         target=_report_ready_then_watch_parent, args=(server, ready, parent_pid), daemon=True

@@ -62,21 +62,27 @@ class Endpoints:
             ("grpc_port", self.grpc_port),
             ("metrics_port", self.metrics_port),
         ):
-            with socket.socket() as sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind
-                try:
-                    sock.bind((self.host, port))
-                except OSError as exc:
-                    holder = server_records.listener(self.host, port)
-                    what = (
-                        f"pid {holder[0]} (`{holder[1]}`) listens there: stop it (kill {holder[0]})"
-                        if holder
-                        else "stop what listens there"
-                    )
-                    raise StageError(
-                        f"serve: {self.host}:{port} is in use ({exc.strerror}); {what} or set "
-                        f"deploy.{key}=<free port>"
-                    ) from exc
+            check_port_free(self.host, port, f"deploy.{key}")
+
+
+def check_port_free(host: str, port: int, setting: str) -> None:
+    """StageError naming what listens on host:port and the setting to change, unless a server
+    could bind it now."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            holder = server_records.listener(host, port)
+            what = (
+                f"pid {holder[0]} (`{holder[1]}`) listens there: stop it (kill {holder[0]})"
+                if holder
+                else "stop what listens there"
+            )
+            raise StageError(
+                f"serve: {host}:{port} is in use ({exc.strerror}); {what} or set "
+                f"{setting}=<free port>"
+            ) from exc
 
 
 def local_argv(

@@ -37,32 +37,32 @@ def test_a_process_alone_keeps_its_own_count():
     assert admission.num_in_flight == 0
 
 
-def _count_requests(shared_dir: str, num: int, in_flight: int) -> None:
-    from pipeline.openai_api.metrics import FrontendMetrics, write_to_shared_dir
+def _count_requests(shared_dir: str, counts, index: int, num: int) -> None:
+    from pipeline.openai_api.metrics import FrontendMetrics
 
-    write_to_shared_dir(shared_dir)
-    metrics = FrontendMetrics(shared_dir)
+    admission = Admission(10, counts, index)
+    metrics = FrontendMetrics(admission, shared_dir)
     for _ in range(num):
         metrics.requests.labels("completions", "200").inc()
     metrics.completion_tokens.inc(10 * num)
     metrics.ttft.observe(0.2)
-    metrics.in_flight.inc(in_flight)
+    admission.take(num)
 
 
-def _exposition(shared_dir: str, queue) -> None:
-    from pipeline.openai_api.metrics import FrontendMetrics, write_to_shared_dir
+def _exposition(shared_dir: str, counts, queue) -> None:
+    from pipeline.openai_api.metrics import FrontendMetrics
 
-    write_to_shared_dir(shared_dir)
-    queue.put(FrontendMetrics(shared_dir).exposition().decode())
+    queue.put(FrontendMetrics(Admission(10, counts, 0), shared_dir).exposition().decode())
 
 
 def test_metrics_are_summed_over_the_processes(tmp_path):
-    from prometheus_client import multiprocess
-
     from pipeline.client.metrics import metric_value, parse_metrics
 
-    shared_dir = str(tmp_path)
-    workers = [SPAWN.Process(target=_count_requests, args=(shared_dir, num, num)) for num in (2, 3)]
+    shared_dir, counts = str(tmp_path), SPAWN.Array("i", 2)
+    workers = [
+        SPAWN.Process(target=_count_requests, args=(shared_dir, counts, index, num))
+        for index, num in enumerate((2, 3))
+    ]
     for process in workers:
         process.start()
     for process in workers:
@@ -71,7 +71,7 @@ def test_metrics_are_summed_over_the_processes(tmp_path):
 
     def exposed() -> dict:
         queue = SPAWN.Queue()
-        reader = SPAWN.Process(target=_exposition, args=(shared_dir, queue))
+        reader = SPAWN.Process(target=_exposition, args=(shared_dir, counts, queue))
         reader.start()
         text = queue.get(timeout=60)
         reader.join(60)
@@ -82,9 +82,9 @@ def test_metrics_are_summed_over_the_processes(tmp_path):
     assert metric_value(samples, requests, endpoint="completions", status="200") == 5
     assert metric_value(samples, "pipeline_openai_completion_tokens_total") == 50
     assert metric_value(samples, "pipeline_openai_time_to_first_token_seconds_count") == 2
-    # the gauge counts live processes only: a worker marked dead drops out of it
+    # the gauge counts live processes only: a dead worker's slots are given back (workers.py)
     assert metric_value(samples, "pipeline_openai_engine_requests_in_flight") == 5
-    multiprocess.mark_process_dead(workers[0].pid, shared_dir)
+    counts[0] = 0
     assert metric_value(exposed(), "pipeline_openai_engine_requests_in_flight") == 3
 
 
@@ -97,5 +97,5 @@ def test_workers_zero_is_a_quarter_of_the_cores_from_one_to_four(
 ):
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
     spec = dataclasses.replace(OpenAISpec(), workers=workers)
-    recipe = FrontendRecipe(spec, "m", "t", "e", "torch", True, True, True, "g", "u", "")
+    recipe = FrontendRecipe(spec, "m", "t", None, "torch", True, True, "g", "u", "")
     assert recipe.num_workers == expected
