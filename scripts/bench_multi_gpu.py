@@ -78,12 +78,9 @@ RUNS = {
         ("llama8b_bf16_tp2_nccl", LLAMA_8B, "bfloat16", None, 2, 1, WORK, 75),
         ("llama8b_bf16_pp2", LLAMA_8B, "bfloat16", None, 1, 2, WORK, 75),
     ],
-    "pp": [
-        ("llama8b_bf16_tp1", LLAMA_8B, "bfloat16", None, 1, 1, WORK, 60),
-        ("llama8b_bf16_pp2", LLAMA_8B, "bfloat16", None, 1, 2, WORK, 75),
-    ],
     "70b": [("llama70b_fp8_tp2", LLAMA_70B, "bfloat16", "FP8", 2, 1, WORK_70B, 180)],
 }
+RUNS["pp"] = [r for r in RUNS["8b"] if r[0] in ("llama8b_bf16_tp1", "llama8b_bf16_pp2")]
 TINY_RUNS = {
     "probe": [("probe_tp2", TINY, "float32", None, 2, 1, TINY_WORK, 120)],
     "8b": [

@@ -1,6 +1,7 @@
 """What the GPUs did during a benchmark run: NVML utilisation of every visible GPU, and rank 0's
 torch.profiler tables (where its host waited on other ranks)."""
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -34,12 +35,7 @@ def rank0_trace(engine: LLMEngine, vocab_size: int, work: Workload, out: Path) -
     host calls it spent longest in (where rank 0 waits on the other ranks)."""
     from torch.profiler import ProfilerActivity, profile
 
-    small = Workload(
-        num_requests=64,
-        input_len=work.input_len,
-        output_len=work.output_len,
-        max_batch_size=work.max_batch_size,
-    )
+    small = dataclasses.replace(work, num_requests=64)
     prompts = prompts_for(vocab_size, small, small.num_requests, seed=3)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()

@@ -16,28 +16,15 @@ from pathlib import Path
 from pipeline.bench.client_processes import ClientProcesses
 from pipeline.bench.load_generator import LoadGenerator
 from pipeline.bench.openai_streams import OpenAIStreams
-from pipeline.bench.server_target import served_generator
+from pipeline.bench.server_target import ServedLoad
 
 
-class OpenAITarget(OpenAIStreams):
-    def __init__(self, url: str, model: str, timeout_s: float, api_key: str = "") -> None:
-        super().__init__(url, model, timeout_s, api_key)
-        self._generators: list[ClientProcesses] = []
-
+class OpenAITarget(ServedLoad, OpenAIStreams):
     def generator(self, bench, origin_s: float) -> LoadGenerator | ClientProcesses:
         make_streams = functools.partial(
             OpenAIStreams, self.url, self.model, self.timeout_s, self.api_key
         )
-        generator = served_generator(self, bench, origin_s, make_streams, self.name)
-        if isinstance(generator, ClientProcesses):
-            self._generators.append(generator)
-        return generator
-
-    def close(self) -> None:
-        for generator in self._generators:
-            generator.close()
-        self._generators = []
-        super().close()
+        return self.served_generator(bench, origin_s, make_streams, self.name)
 
 
 @contextlib.contextmanager

@@ -22,50 +22,53 @@ from pipeline.server.launch import server_dir
 log = logging.getLogger(__name__)
 
 
-class ServerTarget(GrpcStreams):
-    """The streams, and the load generator that sends them: threads in this process, or client
-    processes each with streams of their own."""
+class ServedLoad:
+    """A served target's load generator: threads in this process on the target's own streams, or
+    (see bench.client_processes) client processes each with the streams make_streams() gives;
+    those are stopped when the target closes, before its streams."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._client_processes: list[ClientProcesses] = []
+
+    def served_generator(
+        self, bench, origin_s: float, make_streams, name: str = "server"
+    ) -> LoadGenerator | ClientProcesses:
+        num_processes = bench.client_processes or auto_client_processes(bench.concurrency)
+        settings = {
+            "mode": bench.mode,
+            "concurrency": bench.concurrency,
+            "request_rate": bench.request_rate,
+            "temperature": bench.temperature,
+            "seed": bench.seed,
+            "origin_s": origin_s,
+        }
+        if num_processes == 1:
+            return LoadGenerator(self, **settings)
+        generator = ClientProcesses(num_processes, make_streams, settings, name=name)
+        self._client_processes.append(generator)
+        return generator
+
+    def close(self) -> None:
+        for generator in self._client_processes:
+            generator.close()
+        self._client_processes = []
+        super().close()
+
+
+class ServerTarget(ServedLoad, GrpcStreams):
+    """The streams, and the load generator that sends them. Closing it stops the client
+    processes and closes the streams kept open: the server stops only then."""
 
     def __init__(self, url: str, timeout_s: float, model: str = "ensemble") -> None:
         super().__init__(url, timeout_s, model)
         self.trace_file: Path | None = None  # the server's trace (bench.trace_rate), once stopped
-        self._generators: list[ClientProcesses] = []
-
-    def close(self) -> None:
-        """Stop the client processes and close the streams kept open: the server stops only
-        then."""
-        for generator in self._generators:
-            generator.close()
-        self._generators = []
-        super().close()
 
     def generator(self, bench, origin_s: float) -> LoadGenerator | ClientProcesses:
         make_streams = functools.partial(
             counting_streams, self.url, self.client.timeout_s, self.client.model, self.count_tokens
         )
-        generator = served_generator(self, bench, origin_s, make_streams)
-        if isinstance(generator, ClientProcesses):
-            self._generators.append(generator)
-        return generator
-
-
-def served_generator(
-    streams, bench, origin_s: float, make_streams, name: str = "server"
-) -> LoadGenerator | ClientProcesses:
-    """The load generator of a served target: threads in this process on `streams`, or (see
-    bench.client_processes) client processes, each with the streams make_streams() gives."""
-    num_processes = bench.client_processes or auto_client_processes(bench.concurrency)
-    settings = {
-        "mode": bench.mode,
-        "concurrency": bench.concurrency,
-        "request_rate": bench.request_rate,
-        "temperature": bench.temperature,
-        "seed": bench.seed,
-        "origin_s": origin_s,
-    }
-    if num_processes == 1:
-        return LoadGenerator(streams, **settings)
-    return ClientProcesses(num_processes, make_streams, settings, name=name)
+        return self.served_generator(bench, origin_s, make_streams)
 
 
 def launches_server(bench, target: str) -> bool:
