@@ -9,7 +9,7 @@ class StudyAccuracy:
     num_cloze_items: int = 64  # multiple-choice cloze items (the next word among num_choices)
     num_choices: int = 4
     cloze_context_tokens: int = 64  # held-out text before the blank
-    num_ppl_windows: int = 8  # perplexity windows (single-rank engines score them)
+    num_ppl_windows: int = 8  # perplexity windows
     ppl_window_tokens: int = 256
     num_greedy_prompts: int = 8  # greedy continuations: every requested token must come back
     greedy_prompt_tokens: int = 32

@@ -8,20 +8,12 @@ import logging
 import time
 from pathlib import Path
 
-import torch
-
-from pipeline.artifacts import Manifest, StageRequest, produce_artifact, sha256_json
+from pipeline.artifacts import StageRequest, produce_artifact, sha256_json
+from pipeline.engine.engine_config import resolve_device
 from pipeline.specs.parallel import ParallelSpec
 from pipeline.stages import build, fetch, forced
 
 log = logging.getLogger(__name__)
-
-
-def _device(spec) -> str:
-    device = spec.backend.device
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
 
 
 def _engine_spec(spec, tp: int, pp: int):
@@ -65,18 +57,19 @@ def _engines(spec, mappings: set[tuple[int, int]], hf_dir: Path) -> tuple[str, d
 def _probes(spec, model: str, hf_dir: Path) -> Path:
     from transformers import AutoTokenizer
 
-    from pipeline.study.probes import build_probes
+    from pipeline.study.probes import PROBES_FILE, build_probes
 
     quant = spec.quant
     config = {
         "accuracy": dataclasses.asdict(spec.study.accuracy),
-        "text": [quant.calib_dataset, quant.eval_size, quant.seq_len],
+        # the gate's evaluation windows (calibration.build_windows) of this text
+        "text": [quant.calib_dataset, quant.calib_size, quant.eval_size, quant.seq_len],
     }
     request = StageRequest(Path(spec.workdir), model, "study-probes", config, {"hf": hf_dir})
 
     def produce(out_dir: Path) -> dict:
         probes = build_probes(AutoTokenizer.from_pretrained(hf_dir), quant, spec.study.accuracy)
-        (out_dir / "probes.json").write_text(json.dumps(probes.to_json()))
+        (out_dir / PROBES_FILE).write_text(json.dumps(probes.to_json()))
         return {"num_cloze_items": len(probes.cloze), "source": probes.source}
 
     return produce_artifact(request, produce)
@@ -90,9 +83,9 @@ def run(spec, fault=None) -> Path:
     from pipeline.study.runner import run_all
     from pipeline.study.series import SeriesJob, pending_size
 
-    study, device = spec.study, _device(spec)
+    study, device = spec.study, str(resolve_device(spec.backend.device))
     series, notes = expand(study), []
-    if device != "cuda" and any(s.kernels == "fused" for s in series):
+    if not device.startswith("cuda") and any(s.kernels == "fused" for s in series):
         series = [s for s in series if s.kernels != "fused"]
         notes.append("fused cells skipped: the Triton kernels and CUDA graphs need a CUDA GPU")
     hf_dir = fetch.run(spec)
@@ -110,9 +103,8 @@ def run(spec, fault=None) -> Path:
             num_threads=spec.deploy.torch.num_threads,
             study=study,
             bench=spec.bench,
-            probes_path=probes / "probes.json",
-            probes_digest=Manifest.read(probes).digest,
-            weights_loader=study_loader(study),
+            deploy=spec.deploy,
+            probes_dir=probes,
             fault=fault,
             deadline_s=deadline,
         )
@@ -140,11 +132,3 @@ def run(spec, fault=None) -> Path:
     out = produce_artifact(request, lambda out_dir: {"paths": str(write_study(out_dir, data))})
     print((out / "study.md").read_text())
     return out
-
-
-def study_loader(study) -> str | None:
-    if study.synthetic_shape is None:
-        return None
-    from pipeline.study.synthetic_engine import WEIGHTS_LOADER
-
-    return WEIGHTS_LOADER

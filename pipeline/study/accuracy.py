@@ -12,9 +12,9 @@ together, pipeline stages one after the other."""
 import math
 
 import torch
-import torch.nn.functional as F
 
 from pipeline.engine import SamplingParams
+from pipeline.quant.perplexity import perplexity as windows_perplexity
 from pipeline.study.faults import RequestFault, no_fault
 from pipeline.study.probes import Probes
 
@@ -68,20 +68,14 @@ def cloze(engine, probes: Probes, batch_size: int, fault: RequestFault) -> dict:
 def perplexity(
     engine, probes: Probes, batch_size: int, num_scored: int, fault: RequestFault
 ) -> float:
-    """exp(mean next-token NLL) over the windows, num_scored of them in one prefill."""
-    total, count = 0.0, 0
-    windows = probes.ppl_windows
-    for start in range(0, len(windows), num_scored):
-        chunk = [
-            fault(batch_size, list(w), SamplingParams())[0]
-            for w in windows[start : start + num_scored]
-        ]
-        logits = engine.prompt_logits(chunk)  # [B, S, V]
-        targets = torch.tensor([w[1:] for w in chunk], device=logits.device)
-        for row in range(logits.shape[0]):  # a float32 copy of all rows at once is large
-            total += F.cross_entropy(logits[row, :-1].float(), targets[row], reduction="sum").item()
-        count += targets.numel()
-    return math.exp(total / count)
+    """exp(mean next-token NLL) over the windows (as the quantize gate scores), num_scored of
+    them in one prefill."""
+    windows = torch.tensor(
+        [fault(batch_size, list(w), SamplingParams())[0] for w in probes.ppl_windows]
+    )
+    return windows_perplexity(
+        lambda ids: engine.prompt_logits(ids.tolist()), windows, num_scored, "study perplexity"
+    )
 
 
 def greedy(engine, probes: Probes, batch_size: int, max_tokens: int, fault) -> dict:

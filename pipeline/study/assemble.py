@@ -25,7 +25,7 @@ def command() -> str:
 
 def assemble(cells: list[dict], study, model: str, device: str, notes: list[str]) -> dict:
     flag_accuracy(cells, study.accuracy)
-    limits = thresholds(cells)
+    limits, ratio = thresholds(cells), comm_ratio(cells)
     sources = next((c["profile_sources"] for c in cells if c.get("profile_sources")), [])
     return {
         "model": model,
@@ -39,8 +39,8 @@ def assemble(cells: list[dict], study, model: str, device: str, notes: list[str]
         "profile_notes": sorted({n for c in cells for n in c.get("profile_notes", [])}),
         "cells": cells,
         "thresholds": limits,
-        "comm_ratio": comm_ratio(cells),
-        "findings": findings(cells, limits),
+        "comm_ratio": ratio,
+        "findings": findings(cells, limits, ratio),
         "recommendations": recommend(cells, study.budget),
         "notes": notes,
     }

@@ -4,7 +4,7 @@ they may differ here."""
 
 import statistics
 
-from pipeline.study.summary import comm_ratio, gpu_means, series_of
+from pipeline.study.summary import gpu_means, series_of
 
 WHY = {
     "time": "in-flight batching keeps the batch full and the step cost grows slowly with batch "
@@ -52,8 +52,8 @@ def time_finding(cells: list[dict]) -> dict:
     }
 
 
-def comm_finding(cells: list[dict]) -> dict:
-    ratio = comm_ratio(cells)
+def comm_finding(ratio: dict | None) -> dict:
+    """ratio: summary.comm_ratio of the cells."""
     if ratio is None:
         ours, agrees = "no TP and PP cells to compare (needs a tp<N> and a pp<N> mapping)", None
     else:
@@ -130,10 +130,10 @@ def accuracy_finding(cells: list[dict]) -> dict:
     }
 
 
-def findings(cells: list[dict], thresholds: list[dict]) -> list[dict]:
+def findings(cells: list[dict], thresholds: list[dict], ratio: dict | None) -> list[dict]:
     return [
         time_finding(cells),
-        comm_finding(cells),
+        comm_finding(ratio),
         util_finding(cells),
         memory_finding(cells, thresholds),
         accuracy_finding(cells),

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from pipeline.bench.workload import word_token_pool
 from pipeline.errors import ConfigError
-from pipeline.quant.calibration import load_text
+from pipeline.quant.calibration import build_windows
+
+PROBES_FILE = "probes.json"
 
 SEED = 0
 
@@ -53,11 +55,9 @@ class Probes:
 
 
 def held_out_tokens(tokenizer, quant) -> tuple[list[int], str]:
-    """The gate's evaluation region of its text, as token ids."""
-    text, source = load_text(quant.calib_dataset)
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    num = quant.eval_size * quant.seq_len
-    return ids[-num:], source
+    """The gate's evaluation windows of its text, as one run of token ids."""
+    windows = build_windows(tokenizer, quant)
+    return windows.eval.flatten().tolist(), windows.source
 
 
 def cloze_items(ids: list[int], word_ids: set[int], accuracy, rng: random.Random) -> list:

@@ -18,6 +18,7 @@ from pipeline.engine.kernels import KERNELS_ENV
 from pipeline.errors import ArtifactError
 from pipeline.study.faults import RequestFault
 from pipeline.study.grid import Series, next_batch_size
+from pipeline.triton_repo.engine_runtime import engine_runtime
 
 log = logging.getLogger(__name__)
 CELL_FILE = "cell.json"
@@ -35,21 +36,19 @@ class SeriesJob:
     num_threads: int
     study: object  # StudySpec
     bench: object  # BenchSpec: the seed and request timeout the cells keep
-    probes_path: Path
-    probes_digest: str
-    weights_loader: str | None = None
+    deploy: object  # DeploySpec: the engine runs as deployed (engine_runtime)
+    probes_dir: Path  # the probes artifact (probes.json): the cells' upstream
     fault: RequestFault | None = None
     deadline_s: float = 0.0  # time.time() past which no new cell starts; 0 = none
 
     @property
     def runtime(self) -> dict:
-        runtime = {
-            "max_batch_size": self.study.max_batch_size,
-            "use_cuda_graph": self.series.kernels == "fused",
-            "num_kv_blocks": self.study.num_kv_blocks or None,
-        }
-        if self.weights_loader:
-            runtime["weights_loader"] = self.weights_loader
+        runtime = engine_runtime(self.deploy, self.study.num_kv_blocks)
+        runtime["use_cuda_graph"] = self.series.kernels == "fused"
+        if self.study.synthetic_shape is not None:  # drawn on the GPUs as the engine loads
+            from scripts.synthetic_weights import HOOK
+
+            runtime["weights_loader"] = HOOK
         return runtime
 
 
@@ -64,7 +63,6 @@ def cell_request(job: SeriesJob, batch_size: int) -> StageRequest:
         "num_warmup_requests": study.num_warmup_requests,
         "sample_rate_hz": study.sample_rate_hz,
         "accuracy": dataclasses.asdict(study.accuracy),
-        "probes": job.probes_digest,
         "seed": job.bench.seed,
         "fault": repr(job.fault) if job.fault else None,
     }
@@ -73,7 +71,7 @@ def cell_request(job: SeriesJob, batch_size: int) -> StageRequest:
         model=job.model_name,
         stage=f"study-{job.series.cell_key(batch_size)}",
         config=config,
-        upstream={"engine": Path(job.engine_artifact)},
+        upstream={"engine": Path(job.engine_artifact), "probes": Path(job.probes_dir)},
     )
 
 
@@ -150,7 +148,7 @@ def _load(job: SeriesJob, sampler, origin_s: float) -> SeriesContext:
     from pipeline.bench.session import phase
     from pipeline.bench.workload import PromptMaker
     from pipeline.study.comm_bytes import CollectiveBytes
-    from pipeline.study.probes import Probes
+    from pipeline.study.probes import PROBES_FILE, Probes
 
     with kernel_mode(job.series.kernels), phase(sampler, f"{job.series.key}:load"):
         target = DirectTarget(job.engine_dir, job.device, job.runtime, job.num_threads)
@@ -166,7 +164,7 @@ def _load(job: SeriesJob, sampler, origin_s: float) -> SeriesContext:
         CollectiveBytes(target.engine),
         PromptMaker(target.engine.tokenizer),  # the engine dir's own (synthetic ones too)
         _facts(job.engine_dir),
-        Probes.read(job.probes_path),
+        Probes.read(Path(job.probes_dir) / PROBES_FILE),
     )
 
 

@@ -9,8 +9,6 @@ from pathlib import Path
 from pipeline.artifacts import StageRequest, produce_artifact
 from pipeline.errors import ConfigError
 
-WEIGHTS_LOADER = "scripts.synthetic_weights:synthetic_weights"
-
 
 def _shapes() -> dict[str, dict]:
     from scripts.model_shapes import LLAMA_8B, SMOLLM2
@@ -21,7 +19,7 @@ def _shapes() -> dict[str, dict]:
 def synthetic_engine(spec, model: str, tokenizer_dir: Path) -> Path:
     """The artifact holding `engine/`: spec.study.synthetic_shape at spec.parallel, under
     spec.build's limits, with the tokenizer of tokenizer_dir."""
-    from scripts.synthetic_weights import checkpoint_config, write_engine
+    from scripts.synthetic_weights import HOOK, checkpoint_config, write_engine
 
     shapes = _shapes()
     name = spec.study.synthetic_shape
@@ -42,6 +40,6 @@ def synthetic_engine(spec, model: str, tokenizer_dir: Path) -> Path:
 
     def produce(out_dir: Path) -> dict:
         write_engine(cfg, spec.build, tokenizer_dir, out_dir / "engine")
-        return {"shape": name, "weights_loader": WEIGHTS_LOADER}
+        return {"shape": name, "weights_loader": HOOK}
 
     return produce_artifact(request, produce)
