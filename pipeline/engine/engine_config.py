@@ -101,6 +101,7 @@ class RuntimeOptions:
     enable_chunked_prefill: bool = True
     use_cuda_graph: bool | None = None  # None: the build's torch.use_cuda_graph
     compile: bool | None = None  # None: the build's torch.compile
+    triton_kernels: bool | None = None  # None: the build's torch.triton_kernels
     dtype: str | None = None  # None: the checkpoint's dtype
     # launch step N+1 before reading step N's tokens; None: on CUDA (the CPU computes in the
     # host's own time, so there is nothing to overlap)
@@ -143,6 +144,7 @@ class EngineConfig:
     compile: bool
     overlap_scheduling: bool
     num_scheduler_steps: int | None  # None: the model runner decides
+    triton_kernels: bool = True
     all_reduce: str = "auto"
     collective_timeout_s: float = 600.0
     weights_loader: str | None = None
@@ -246,6 +248,11 @@ def _engine_config(
             torch_opts["use_cuda_graph"] if opts.use_cuda_graph is None else opts.use_cuda_graph
         ),
         compile=torch_opts["compile"] if opts.compile is None else opts.compile,
+        triton_kernels=(
+            torch_opts.get("triton_kernels", True)  # engines built before the option: on
+            if opts.triton_kernels is None
+            else opts.triton_kernels
+        ),
         overlap_scheduling=(
             resolved.type == "cuda" if opts.overlap_scheduling is None else opts.overlap_scheduling
         ),

@@ -81,9 +81,10 @@ class ModelRunner:
             if self.workers is not None:  # dropped unclosed: no orphan ranks
                 weakref.finalize(self, self.workers.kill)
         self.tp = self.ranks.tp if self.ranks else SINGLE
-        self.model = MODELS[m.architecture](
-            m, weights, config.dtype, self.device, config.max_seq_len, self.mapping, self.tp
-        )
+        with kernels.plain_pytorch(not config.triton_kernels):
+            self.model = MODELS[m.architecture](
+                m, weights, config.dtype, self.device, config.max_seq_len, self.mapping, self.tp
+            )
         if self.ranks:  # every rank has its weights (a CPU barrier before any NCCL work)
             self.ranks.agree_min(0)
         _, kv_heads = self.mapping.local_heads(m.num_heads, m.num_kv_heads)
@@ -145,7 +146,9 @@ class ModelRunner:
             self.kv_dtype,
             self.kv_cache.nbytes / 2**30,
             kernel_counts(self.model),
-            "on" if kernels.is_available(self.device) and not config.compile else "off",
+            "on"
+            if kernels.is_available(self.device) and config.triton_kernels and not config.compile
+            else "off",
             self.graphs.batch_sizes if self.graphs else "off",
             self.graphs.token_counts if self.graphs and self.graphs.token_counts else "off",
             "on" if self.graphs and config.compile else "off",

@@ -7,6 +7,9 @@ class TorchBuildOptions:
 
     use_cuda_graph: bool = True
     compile: bool = False
+    # false: plain PyTorch ops on CUDA too, none of the engine's Triton kernels (the study's
+    # unfused mode); the CPU always runs them
+    triton_kernels: bool = True
 
 
 @dataclass(frozen=True, slots=True)

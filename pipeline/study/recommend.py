@@ -16,18 +16,16 @@ def meets_budget(cell: dict, budget) -> bool:
 
 def override(cell: dict) -> str:
     series = cell["series"]
+    is_fused = series["kernels"] == "fused"
     parts = [
         f"parallel.tp_size={series['tp_size']}",
         f"parallel.pp_size={series['pp_size']}",
         f"build.max_batch_size={cell['batch_size']}",
-        f"build.torch.use_cuda_graph={'true' if series['kernels'] == 'fused' else 'false'}",
+        f"build.torch.use_cuda_graph={'true' if is_fused else 'false'}",
     ]
-    line = " ".join(parts)
-    if series["kernels"] == "unfused":  # no config key turns the Triton kernels off
-        line = f"PIPELINE_TRITON_KERNELS=off python -m pipeline deploy {line}"
-    else:
-        line = f"python -m pipeline deploy {line}"
-    return line
+    if not is_fused:
+        parts.append("build.torch.triton_kernels=false")
+    return "python -m pipeline deploy " + " ".join(parts)
 
 
 def recommend(cells: list[dict], budget) -> list[dict]:

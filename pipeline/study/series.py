@@ -4,17 +4,14 @@ grid.next_batch_size gives, each cell its own artifact (a finished one is read, 
 After a GPU out-of-memory or another error the engine's state is unknown: run_series returns
 RESTART and the caller starts a fresh process, which resumes from the cells written so far."""
 
-import contextlib
 import dataclasses
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.artifacts import StageRequest, is_up_to_date, produce_artifact
-from pipeline.engine.kernels import KERNELS_ENV
 from pipeline.errors import ArtifactError
 from pipeline.study.faults import RequestFault
 from pipeline.study.grid import Series, next_batch_size
@@ -44,7 +41,8 @@ class SeriesJob:
     @property
     def runtime(self) -> dict:
         runtime = engine_runtime(self.deploy, self.study.num_kv_blocks)
-        runtime["use_cuda_graph"] = self.series.kernels == "fused"
+        is_fused = self.series.kernels == "fused"
+        runtime |= {"use_cuda_graph": is_fused, "triton_kernels": is_fused}
         if self.study.synthetic_shape is not None:  # drawn on the GPUs as the engine loads
             from scripts.synthetic_weights import HOOK
 
@@ -106,23 +104,6 @@ def is_finished(job: SeriesJob) -> bool:
     return pending_size(job, {}) is None
 
 
-@contextlib.contextmanager
-def kernel_mode(kernels: str):
-    """The environment the engine (and its worker ranks) start in."""
-    before = os.environ.get(KERNELS_ENV)
-    if kernels == "unfused":
-        os.environ[KERNELS_ENV] = "off"
-    else:
-        os.environ.pop(KERNELS_ENV, None)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(KERNELS_ENV, None)
-        else:
-            os.environ[KERNELS_ENV] = before
-
-
 @dataclass
 class SeriesContext:
     job: SeriesJob
@@ -150,7 +131,7 @@ def _load(job: SeriesJob, sampler, origin_s: float) -> SeriesContext:
     from pipeline.study.comm_bytes import CollectiveBytes
     from pipeline.study.probes import PROBES_FILE, Probes
 
-    with kernel_mode(job.series.kernels), phase(sampler, f"{job.series.key}:load"):
+    with phase(sampler, f"{job.series.key}:load"):
         target = DirectTarget(job.engine_dir, job.device, job.runtime, job.num_threads)
     runner = target.engine.model_runner
     if runner.workers is not None:

@@ -10,26 +10,36 @@ Every kernel function takes and returns plain tensors, with shapes in its openin
 TRITON_INTERPRET=1 runs them on CPU tensors (slowly), which the tests use where triton exists.
 """
 
+import contextlib
 import importlib
 import importlib.util
-import os
 from types import ModuleType
 
 import torch
 
-# "off": every layer runs its plain-PyTorch ops on CUDA too (the study's unfused mode; an
-# engine's worker ranks inherit the environment it starts them in)
-KERNELS_ENV = "PIPELINE_TRITON_KERNELS"
+_is_plain = False  # while a model without Triton kernels is built (plain_pytorch)
 
 
 def is_available(device: torch.device | str) -> bool:
     """True when the Triton kernels run on `device`: a CUDA device, with triton importable, and
-    PIPELINE_TRITON_KERNELS not "off"."""
+    no model is being built under plain_pytorch()."""
     return (
-        torch.device(device).type == "cuda"
+        not _is_plain
+        and torch.device(device).type == "cuda"
         and importlib.util.find_spec("triton") is not None
-        and os.environ.get(KERNELS_ENV) != "off"
     )
+
+
+@contextlib.contextmanager
+def plain_pytorch(is_plain: bool = True):
+    """Layers built inside load no Triton kernels and run their plain-PyTorch ops on CUDA too
+    (build.torch.triton_kernels=false)."""
+    global _is_plain
+    before, _is_plain = _is_plain, is_plain or _is_plain
+    try:
+        yield
+    finally:
+        _is_plain = before
 
 
 def load(name: str, device: torch.device | str) -> ModuleType | None:

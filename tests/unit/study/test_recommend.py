@@ -36,10 +36,11 @@ def test_the_fastest_cell_within_budget_and_unflagged_is_chosen():
     )
 
 
-def test_unfused_cells_carry_the_environment_switch():
+def test_unfused_cells_turn_the_triton_kernels_off():
     (rec,) = recommend([cell("pp2", 1, 2, 8, 100, 10, 5, kernels="unfused")], StudyBudget())
-    assert rec["override"].startswith("PIPELINE_TRITON_KERNELS=off python -m pipeline deploy ")
+    assert rec["override"].startswith("python -m pipeline deploy ")
     assert "build.torch.use_cuda_graph=false" in rec["override"]
+    assert rec["override"].endswith(" build.torch.triton_kernels=false")
 
 
 def test_no_eligible_cell_says_why():
