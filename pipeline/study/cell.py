@@ -11,7 +11,7 @@ import time
 import torch
 
 from pipeline.bench.metrics import summarize
-from pipeline.bench.session import Workload, phase
+from pipeline.bench.session import Workload
 from pipeline.bench.threshold_search import CapacityExceeded, classify_failure
 from pipeline.profiler.sampler import summarize_samples
 from pipeline.study.accuracy import measure_accuracy
@@ -123,13 +123,11 @@ def memory(stats: dict, facts, resources: dict, series, batch_size: int) -> dict
     return out
 
 
-def _timed(target, bench, workload, sampler, origin_s, comm, label):
+def _timed(target, bench, workload, sampler, origin_s, comm):
     gen = target.generator(bench, origin_s)
-    with phase(sampler, f"{label}:warmup"):
-        gen.run(workload.warmup, "warmup")
+    gen.run(workload.warmup, "warmup")
     before, start_s = comm.snapshot(), gen.now()
-    with phase(sampler, f"{label}:measure"):
-        records = gen.run(workload.measured, "measure")
+    records = gen.run(workload.measured, "measure")
     end_s = gen.now()
     summary = summarize(records)
     resources = summarize_samples(sampler.samples, start_s, end_s) if sampler else {}
@@ -151,7 +149,7 @@ def measure_cell(ctx, batch_size: int) -> dict:
     try:
         _fits_kv(ctx.target.engine, ctx.facts, series, batch_size)
         summary, stats, resources, delta = _timed(
-            ctx.target, bench, workload, ctx.sampler, ctx.origin_s, ctx.comm, label
+            ctx.target, bench, workload, ctx.sampler, ctx.origin_s, ctx.comm
         )
         cell |= {"timing": {k: summary[k] for k in TIMING_KEYS}, "engine_stats": stats}
         cell["resources"] = resources
@@ -165,10 +163,9 @@ def measure_cell(ctx, batch_size: int) -> dict:
         log.warning("study: %s failed (%s): %s", label, kind, cell["detail"])
         cell["wall_s"] = time.perf_counter() - start
         return cell
-    with phase(ctx.sampler, f"{label}:accuracy"):
-        cell["accuracy"] = measure_accuracy(
-            ctx.target.engine, ctx.probes, batch_size, study.accuracy, ctx.job.fault
-        )
+    cell["accuracy"] = measure_accuracy(
+        ctx.target.engine, ctx.probes, batch_size, study.accuracy, ctx.job.fault
+    )
     cell |= {"is_ok": True, "failure": None, "detail": ""}
     cell["wall_s"] = time.perf_counter() - start
     return cell

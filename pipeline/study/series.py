@@ -126,13 +126,11 @@ def _facts(engine_dir: Path):
 
 def _load(job: SeriesJob, sampler, origin_s: float) -> SeriesContext:
     from pipeline.bench.direct_target import DirectTarget
-    from pipeline.bench.session import phase
     from pipeline.bench.workload import PromptMaker
     from pipeline.study.comm_bytes import CollectiveBytes
     from pipeline.study.probes import PROBES_FILE, Probes
 
-    with phase(sampler, f"{job.series.key}:load"):
-        target = DirectTarget(job.engine_dir, job.device, job.runtime, job.num_threads)
+    target = DirectTarget(job.engine_dir, job.device, job.runtime, job.num_threads)
     runner = target.engine.model_runner
     if runner.workers is not None:
         for rank, pid in sorted(runner.workers.pids.items()):
