@@ -31,7 +31,7 @@ def ppl_window(tokenizer, corpus: list[str], num_tokens: int) -> list[int]:
 
 
 def greedy_tokens(engine, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
-    from pipeline.engine import SamplingParams
+    from pipeline.request import SamplingParams
 
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     return [list(out.token_ids) for out in engine.generate(prompts, params)]

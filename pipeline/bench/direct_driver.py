@@ -46,7 +46,7 @@ class DirectDriver:
         return time.perf_counter() - self.origin_s
 
     def _params(self, request: BenchRequest):
-        from pipeline.engine import SamplingParams
+        from pipeline.request import SamplingParams
 
         return SamplingParams(
             max_tokens=request.max_tokens,

@@ -18,8 +18,8 @@ argument, with the step's BatchMetadata (no global forward context).
 
 from pipeline.engine.async_engine import AsyncLLMEngine, RequestHandle
 from pipeline.engine.llm_engine import LLMEngine
-from pipeline.engine.outputs import RequestOutput, StreamDelta
-from pipeline.engine.sampling_params import SamplingParams
+from pipeline.request.outputs import RequestOutput, StreamDelta
+from pipeline.request.sampling_params import SamplingParams
 
 __all__ = [
     "AsyncLLMEngine",

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from pipeline.engine.llm_engine import LLMEngine
-from pipeline.engine.outputs import StreamDelta
-from pipeline.engine.sampling_params import SamplingParams
+from pipeline.request.outputs import StreamDelta
+from pipeline.request.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 

@@ -37,9 +37,9 @@ from pathlib import Path
 from pipeline.engine.async_engine import AsyncLLMEngine
 from pipeline.engine.heap import freeze_loaded
 from pipeline.engine.llm_engine import LLMEngine
-from pipeline.engine.outputs import StreamDelta
-from pipeline.engine.request_limits import RequestLimits
-from pipeline.engine.sampling_params import SamplingParams
+from pipeline.request.limits import RequestLimits
+from pipeline.request.outputs import StreamDelta
+from pipeline.request.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
 # engine -> client messages: (kind, payload, stats or None); _CLOSED's payload is the number of

@@ -17,13 +17,13 @@ from pipeline.engine.kernels.tuned_configs import install_engine_configs
 from pipeline.engine.launch_pacer import LaunchPacer
 from pipeline.engine.launch_timer import LaunchTimer, mean_ms
 from pipeline.engine.model_runner import ModelRunner, SampledTokens
-from pipeline.engine.outputs import RequestOutput, StreamDelta
 from pipeline.engine.phase_range import phase
-from pipeline.engine.request_limits import RequestLimits
-from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.scheduler import ScheduledSequence, Scheduler
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.weights import load_rank_weights
+from pipeline.request.limits import RequestLimits
+from pipeline.request.outputs import RequestOutput, StreamDelta
+from pipeline.request.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 # failed launches in a row (a request alone, or a batch being isolated) after which the engine,
@@ -324,9 +324,7 @@ class LLMEngine:
         if not self.scheduler.has_unfinished():  # retire the launch left with their spare rows
             while self.has_unfinished():
                 self.step()
-        return [
-            RequestOutput.from_sequence(seq, self.decode(seq.completion_token_ids)) for seq in seqs
-        ]
+        return [seq.output(self.decode(seq.completion_token_ids)) for seq in seqs]
 
     def prompt_logits(self, token_ids: list[list[int]]) -> torch.Tensor:
         """Logits [B, S, V] for B equal-length prompts, as one prefill of this engine's model

@@ -10,7 +10,8 @@ from enum import Enum
 
 import torch
 
-from pipeline.engine.sampling_params import SamplingParams
+from pipeline.request.outputs import RequestOutput
+from pipeline.request.sampling_params import SamplingParams
 
 
 class SequenceStatus(Enum):
@@ -190,4 +191,18 @@ class Sequence:
         return any(
             len(stop) <= num_completion and tuple(self.token_ids[-len(stop) :]) == stop
             for stop in stops
+        )
+
+    def output(self, text: str) -> RequestOutput:
+        """The whole request's output (text: its completion tokens, decoded)."""
+        return RequestOutput(
+            request_id=self.request_id,
+            prompt_token_ids=self.prompt_token_ids,
+            token_ids=self.completion_token_ids,
+            text=text,
+            finish_reason=self.finish_reason,
+            arrival_time_s=self.arrival_time_s,
+            first_token_time_s=self.first_token_time_s,
+            finish_time_s=self.finish_time_s,
+            logprobs=None if self.logprobs is None else list(self.logprobs),
         )

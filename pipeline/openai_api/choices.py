@@ -11,9 +11,9 @@ the same). n > 1 with greedy decoding is refused: it could only repeat one answe
 import re
 from dataclasses import dataclass
 
-from pipeline.engine.sampling_params import SamplingParams
 from pipeline.openai_api.errors import bad_request
 from pipeline.openai_api.served_model import Prompt, ServedModel
+from pipeline.request.sampling_params import SamplingParams
 from pipeline.specs.serve import OpenAISpec
 
 # OpenAI's default for /v1/completions; chat defaults to what the context has room for

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import uvicorn
 
-from pipeline.engine.request_limits import RequestLimits
 from pipeline.openai_api.admission import Admission
 from pipeline.openai_api.metrics import FrontendMetrics
 from pipeline.openai_api.routes import Frontend
 from pipeline.openai_api.served_model import ServedModel
 from pipeline.openai_api.triton_llm import TritonLLM
+from pipeline.request.limits import RequestLimits
 from pipeline.server.triton_server import check_port_free
 from pipeline.specs.serve import OpenAISpec
 

@@ -11,11 +11,11 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.engine.request_limits import RequestLimits
-from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine_json import EngineJson
 from pipeline.errors import ArtifactError
 from pipeline.openai_api.errors import APIError, bad_request
+from pipeline.request.limits import RequestLimits
+from pipeline.request.sampling_params import SamplingParams
 from pipeline.triton_repo.detokenizer import Detokenizer
 from pipeline.triton_repo.llm_request import TextEncoder
 

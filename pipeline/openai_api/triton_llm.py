@@ -19,7 +19,7 @@ import grpc
 import numpy as np
 from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 
-from pipeline.engine.sampling_params import SamplingParams
+from pipeline.request.sampling_params import SamplingParams
 
 LLM_MODEL = "tensorrt_llm"
 LOG_PROBS = "output_log_probs"  # [1, 1, n]: each new token's log probability

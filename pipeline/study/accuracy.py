@@ -13,8 +13,8 @@ import math
 
 import torch
 
-from pipeline.engine import SamplingParams
 from pipeline.quant.perplexity import perplexity as windows_perplexity
+from pipeline.request import SamplingParams
 from pipeline.study.faults import RequestFault, no_fault
 from pipeline.study.probes import Probes
 

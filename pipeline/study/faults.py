@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipeline.engine import SamplingParams
+from pipeline.request import SamplingParams
 
 # (batch size, prompt ids, params) -> what the engine is given instead
 RequestFault = Callable[[int, list[int], SamplingParams], tuple[list[int], SamplingParams]]

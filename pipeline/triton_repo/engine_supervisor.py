@@ -15,8 +15,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from pipeline.engine import AsyncLLMEngine, SamplingParams
+from pipeline.engine import AsyncLLMEngine
 from pipeline.engine.engine_process import EngineProcess
+from pipeline.request import SamplingParams
 
 log = logging.getLogger(__name__)
 RESTART_DELAYS_S = (0.0, 2.0, 10.0)  # before each try to start a failed engine again

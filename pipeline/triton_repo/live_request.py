@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.engine import StreamDelta
+from pipeline.request import StreamDelta
 from pipeline.triton_repo.detokenizer import TextStream
 from pipeline.triton_repo.llm_request import LLMRequest
 

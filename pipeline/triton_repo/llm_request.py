@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.engine import SamplingParams
+from pipeline.request import SamplingParams
 from pipeline.triton_repo.input_checks import check_inputs, decode_utf8
 from pipeline.triton_repo.torch_unsupported import refuse_unsupported
 

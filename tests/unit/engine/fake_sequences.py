@@ -1,8 +1,8 @@
 """Sequences with made-up tokens, and a stand-in for the engine's post-step bookkeeping."""
 
-from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.scheduler import ScheduledSequence, Scheduler
 from pipeline.engine.sequence import Sequence
+from pipeline.request.sampling_params import SamplingParams
 
 EOS = 2
 

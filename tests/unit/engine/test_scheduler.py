@@ -1,9 +1,9 @@
 import pytest
 
 from pipeline.engine.block_manager import BlockManager
-from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.scheduler import Scheduler
 from pipeline.engine.sequence import Sequence, SequenceStatus
+from pipeline.request.sampling_params import SamplingParams
 from tests.unit.engine.fake_sequences import make_seq, run_to_completion, step
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence
+from pipeline.request.sampling_params import SamplingParams
 
 
 def seq(**params) -> Sequence:

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from pipeline.engine.layers.sampler import Sampler, sampling_tensors
-from pipeline.engine.sampling_params import SamplingParams
 from pipeline.engine.sequence import Sequence
+from pipeline.request.sampling_params import SamplingParams
 
 VOCAB = 12
 EOS = 2

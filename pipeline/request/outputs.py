@@ -2,8 +2,6 @@
 
 from dataclasses import dataclass
 
-from pipeline.engine.sequence import Sequence
-
 
 @dataclass(frozen=True, slots=True)
 class StreamDelta:
@@ -26,17 +24,3 @@ class RequestOutput:
     first_token_time_s: float | None
     finish_time_s: float | None
     logprobs: list[float] | None = None  # of token_ids, when the request asked (params.logprobs)
-
-    @classmethod
-    def from_sequence(cls, seq: Sequence, text: str) -> "RequestOutput":
-        return cls(
-            request_id=seq.request_id,
-            prompt_token_ids=seq.prompt_token_ids,
-            token_ids=seq.completion_token_ids,
-            text=text,
-            finish_reason=seq.finish_reason,
-            arrival_time_s=seq.arrival_time_s,
-            first_token_time_s=seq.first_token_time_s,
-            finish_time_s=seq.finish_time_s,
-            logprobs=None if seq.logprobs is None else list(seq.logprobs),
-        )

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from pipeline.engine.sampling_params import SamplingParams
+from pipeline.request.sampling_params import SamplingParams
 
 
 @dataclass(frozen=True, slots=True)
