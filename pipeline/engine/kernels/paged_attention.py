@@ -14,8 +14,8 @@ import triton
 import triton.language as tl
 
 from pipeline.engine.kernels.dot_operands import MIN_DOT, dot_dtype, dot_precision
+from pipeline.engine.kernels.reference import fold_kv_scale
 from pipeline.engine.kernels.tuned_configs import bucket, dtype_name, lookup
-from pipeline.engine.quant.kv_cache import fold_kv_scale
 
 TARGET_PROGRAMS = 264  # ~2 waves of 132 SMs (H100): split a sequence when the batch is small
 

@@ -7,8 +7,7 @@ are what the kernel tests compare against.
 import torch
 from torch.nn import functional as F
 
-from pipeline.engine.quant.kv_cache import fold_kv_scale
-from pipeline.engine.quant.primitives import quantize_fp8
+FP8_MAX = torch.finfo(torch.float8_e4m3fn).max  # 448
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -129,3 +128,26 @@ def varlen_attention(
         o = o.transpose(0, 1)
         out[start : start + q_len] = o if kv_scale is None else o * out_scale
     return out
+
+
+def to_fp8(x: torch.Tensor) -> torch.Tensor:
+    # saturating cast: torch's cast to e4m3fn turns out-of-range values into NaN
+    return x.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+
+
+def quantize_fp8(
+    x: torch.Tensor, scale: torch.Tensor | float, prequant: torch.Tensor | None = None
+) -> torch.Tensor:
+    # [T, ...] float, scale [] float32 (or a float), prequant [in] x.dtype -> float8_e4m3fn: the
+    # static per-tensor FP8 quantizer of a linear's input (AWQ's pre-scale first, rounded to x's
+    # dtype) and of the KV cache
+    if prequant is not None:
+        x = x * prequant
+    return to_fp8(x.float() / scale)
+
+
+def fold_kv_scale(scale: float, kv_scale: float | None) -> tuple[float, float]:
+    """(softmax scale, output scale) of attention that reads the cache as it is: with codes of
+    K / kv_scale and V / kv_scale, K's scale joins the softmax scale and V's scales the output
+    (None: a cache in the model dtype, nothing to fold)."""
+    return (scale, 1.0) if kv_scale is None else (scale * kv_scale, kv_scale)

@@ -21,8 +21,8 @@ import triton
 import triton.language as tl
 
 from pipeline.engine.kernels.dot_operands import MIN_DOT, dot_dtype, dot_precision
+from pipeline.engine.kernels.reference import fold_kv_scale
 from pipeline.engine.kernels.tuned_configs import bucket, dtype_name, lookup
-from pipeline.engine.quant.kv_cache import fold_kv_scale
 
 LOG2_E = 1.4426950408889634
 

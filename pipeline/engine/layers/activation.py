@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from pipeline.engine import kernels
-from pipeline.engine.quant.primitives import quantize_fp8
+from pipeline.engine.kernels.reference import quantize_fp8
 
 
 class SiluAndMul(nn.Module):

@@ -15,9 +15,8 @@ from torch.nn import functional as F
 
 from pipeline.engine import kernels
 from pipeline.engine.batch_metadata import BatchMetadata
-from pipeline.engine.kernels.reference import store_kv, varlen_attention
+from pipeline.engine.kernels.reference import fold_kv_scale, store_kv, varlen_attention
 from pipeline.engine.layers.rotary import RotaryEmbedding
-from pipeline.engine.quant.kv_cache import fold_kv_scale
 
 
 def paged_decode_attention(

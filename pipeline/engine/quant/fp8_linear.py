@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from pipeline.engine import kernels
+from pipeline.engine.kernels.reference import quantize_fp8
 from pipeline.engine.quant.matmul_ops import pad_rows, probe_min_rows
-from pipeline.engine.quant.primitives import quantize_fp8
 
 
 class Fp8Linear(nn.Module):

@@ -2,10 +2,10 @@
 
 modelopt's export writes one scale a layer, `transformer.layers.N.attention.kv_cache_scaling_factor`
 F32 [1] (K and V amax / 448 from calibration, after RoPE), as TensorRT-LLM reads it. The cache
-holds K / scale and V / scale as e4m3 codes (primitives.quantize_fp8); attention reads the codes
-as they are and folds the scale into its softmax scale (for K) and its output (for V), so no
-dequantized copy is made. The cache takes half the bytes of a 16-bit one: twice the blocks in
-the same memory, half the reads a decode step makes of it.
+holds K / scale and V / scale as e4m3 codes (kernels.reference.quantize_fp8); attention reads
+the codes as they are and folds the scale into its softmax scale (for K) and its output (for V:
+kernels.reference.fold_kv_scale), so no dequantized copy is made. The cache takes half the bytes
+of a 16-bit one: twice the blocks in the same memory, half the reads a decode step makes of it.
 """
 
 import torch
@@ -32,10 +32,3 @@ def check_kv_cache(quantization: dict) -> None:
             f"dtype; kv_cache_quant_algo={algo} is not supported: quantize with quant.kv_cache=fp8 "
             f"or none, or use backend=trtllm"
         )
-
-
-def fold_kv_scale(scale: float, kv_scale: float | None) -> tuple[float, float]:
-    """(softmax scale, output scale) of attention that reads the cache as it is: with codes of
-    K / kv_scale and V / kv_scale, K's scale joins the softmax scale and V's scales the output
-    (None: a cache in the model dtype, nothing to fold)."""
-    return (scale, 1.0) if kv_scale is None else (scale * kv_scale, kv_scale)

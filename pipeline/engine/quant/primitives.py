@@ -10,9 +10,10 @@ Activation scales are amax / qmax (int8: 127, fp8: 448), like the weight scales.
 
 import torch
 
+from pipeline.engine.kernels.reference import FP8_MAX, to_fp8
+
 INT8_MAX = 127
 INT4_MIN, INT4_MAX = -8, 7
-FP8_MAX = torch.finfo(torch.float8_e4m3fn).max  # 448
 
 
 def unpack_int4_rows(packed: torch.Tensor) -> torch.Tensor:
@@ -70,22 +71,6 @@ def quantize_fp8_per_tensor(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     # [out, in] float -> (q [out, in] float8_e4m3fn, scale [1] float32), amax / 448
     scale = (w.float().abs().amax().clamp(min=1e-12) / FP8_MAX).reshape(1)
     return to_fp8(w.float() / scale), scale
-
-
-def to_fp8(x: torch.Tensor) -> torch.Tensor:
-    # saturating cast: torch's cast to e4m3fn turns out-of-range values into NaN
-    return x.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-
-
-def quantize_fp8(
-    x: torch.Tensor, scale: torch.Tensor | float, prequant: torch.Tensor | None = None
-) -> torch.Tensor:
-    # [T, ...] float, scale [] float32 (or a float), prequant [in] x.dtype -> float8_e4m3fn: the
-    # static per-tensor FP8 quantizer of a linear's input (AWQ's pre-scale first, rounded to x's
-    # dtype) and of the KV cache
-    if prequant is not None:
-        x = x * prequant
-    return to_fp8(x.float() / scale)
 
 
 def requantize_fp8(q: torch.Tensor, scale: torch.Tensor, new_scale: torch.Tensor) -> torch.Tensor:

@@ -45,7 +45,7 @@ def assert_same_fp8(actual: torch.Tensor, expected: torch.Tensor, max_moved: flo
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_fp8_outputs_of_norm_and_swiglu_are_the_quantized_reference(kernel_device, dtype):
     from pipeline.engine.kernels import activation, rmsnorm
-    from pipeline.engine.quant.primitives import quantize_fp8
+    from pipeline.engine.kernels.reference import quantize_fp8
 
     torch.manual_seed(0)
     scale = torch.tensor(0.01, device=kernel_device)  # some values saturate at +-448
@@ -69,7 +69,7 @@ def test_fp8_outputs_of_norm_and_swiglu_are_the_quantized_reference(kernel_devic
 @pytest.mark.parametrize("with_prequant", [False, True])
 def test_fp8_quantize_kernel_matches_primitive(kernel_device, with_prequant):
     from pipeline.engine.kernels import fp8_quant
-    from pipeline.engine.quant.primitives import quantize_fp8
+    from pipeline.engine.kernels.reference import quantize_fp8
 
     torch.manual_seed(0)
     x = (torch.randn(9, 3000, device=kernel_device) * 4).to(torch.bfloat16)
@@ -113,7 +113,7 @@ def test_rotary_store_kv_matches_rotary_then_store(kernel_device, assert_close, 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_rotary_store_kv_writes_fp8_codes_into_an_fp8_cache(kernel_device, assert_close, dtype):
     from pipeline.engine.kernels import rotary_kv_store
-    from pipeline.engine.quant.primitives import quantize_fp8
+    from pipeline.engine.kernels.reference import quantize_fp8
 
     torch.manual_seed(0)
     cos, sin = rotary_tables(kernel_device, dtype, 64)

@@ -2,9 +2,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from pipeline.engine.kernels.reference import store_kv, varlen_attention
+from pipeline.engine.kernels.reference import quantize_fp8, store_kv, varlen_attention
 from pipeline.engine.layers.attention import paged_decode_attention
-from pipeline.engine.quant.primitives import quantize_fp8
 
 H, HKV, D, BS, NB = 4, 2, 8, 4, 16
 

@@ -4,11 +4,11 @@ own quantizer gives (CPU path; the Triton kernels' twins are checked in kernels/
 import pytest
 import torch
 
+from pipeline.engine.kernels.reference import quantize_fp8
 from pipeline.engine.layers.activation import SiluAndMul
 from pipeline.engine.layers.linear import build_linear
 from pipeline.engine.layers.rmsnorm import RMSNorm
 from pipeline.engine.quant.fp8_linear import fused_input_scale
-from pipeline.engine.quant.primitives import quantize_fp8
 from pipeline.engine.quant.synthetic import QUANTIZATION, random_layer
 
 
