@@ -116,7 +116,7 @@ class RuntimeOptions:
     # symmetric-memory one-shot for messages up to 2 MiB where it passes a check at start, NCCL
     # above), or symm_mem (fail if it does not run). auto by default: on 2x H200 over NVLink the
     # one-shot replayed from a CUDA graph took ~7 us a call at 16-64 KiB against NCCL's ~10 us,
-    # and an 8B-shape TP=2 batch-1 decode ran 3% faster (docs/perf/multi-gpu)
+    # and an 8B-shape TP=2 batch-1 decode ran 3% faster (docs/perf/results/multi-gpu)
     all_reduce: str = "auto"
     # a collective between ranks that takes longer fails the engine instead of waiting forever
     collective_timeout_s: float = 600.0

@@ -1,4 +1,5 @@
-"""An OpenAI-compatible HTTP API in front of the served `tensorrt_llm` model (docs/openai_api.md).
+"""An OpenAI-compatible HTTP API in front of the served `tensorrt_llm` model
+(docs/guide/openai_api.md).
 
 Ownership: routes.Frontend owns a request from its bytes to its last event; the served model
 (tokenizer, engine limits) and the gRPC channel (triton_llm.TritonLLM) are shared, read-only

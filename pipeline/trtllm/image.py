@@ -1,12 +1,13 @@
 """The container image backend=trtllm builds and serves in: present here, holding the right version.
 
-NVIDIA's NGC `tritonserver:25.12-trtllm-python-py3` carries TensorRT-LLM 1.1.0, and no NGC
-tritonserver image carries 1.2.1 (docs/trtllm_reference.md, section 6.1). TensorRT-LLM 1.2.1 comes
-in an image built from the tensorrtllm_backend r26.04 recipe (its base `tritonserver:25.12-py3-min`,
-TENSORRTLLM_VER=1.2.1; section 6.2), tagged LOCAL_IMAGE, which build.trtllm.container_image names
-by default. `make trtllm-image-check` (python -m pipeline.trtllm.image [overrides]) says whether
-the configured image is here and holds build.trtllm.trtllm_version; DOCKER=1 stages refuse an
-image that is neither here nor pullable before starting it.
+No registry holds a Triton image with TensorRT-LLM 1.2.1 (docs/trtllm_reference.md, section 6.1):
+LOCAL_IMAGE, which build.trtllm.container_image names by default, is built locally with upstream's
+recipe (tensorrtllm_backend r26.04 docs/build.md: `make -C docker tritonrelease_build` in its
+tensorrt_llm submodule; section 6.2). NGC's ready-made NGC_IMAGE holds TensorRT-LLM 1.1.0 and
+serves with build.trtllm.trtllm_version=1.1.0. `make trtllm-image-check` (python -m
+pipeline.trtllm.image [overrides]) says whether the configured image is here and holds
+build.trtllm.trtllm_version; DOCKER=1 stages refuse an image that is neither here nor pullable
+before starting it.
 """
 
 import logging
@@ -21,12 +22,35 @@ log = logging.getLogger(__name__)
 
 LOCAL_IMAGE = "llm-pipeline/tritonserver:25.12-trtllm-1.2.1"
 LOCAL_IMAGE_TRTLLM_VERSION = "1.2.1"
-HOW_TO_GET = (
-    "build it with upstream's recipe (docs/trtllm_reference.md, section 6.2) and tag it "
-    f"{LOCAL_IMAGE}, or set build.trtllm.container_image to an image that holds TensorRT-LLM "
-    "{version}"
-)
+NGC_IMAGE = "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
+NGC_IMAGE_TRTLLM_VERSION = "1.1.0"
 VERSION_PROBE = "import importlib.metadata as m; print(m.version('tensorrt_llm'))"
+UPSTREAM_RECIPE = (
+    "build it with upstream's recipe (tensorrtllm_backend r26.04 docs/build.md; in its "
+    "tensorrt_llm submodule: `make -C docker tritonrelease_build CUDA_ARCHS='<sm>-real' "
+    f"IMAGE_WITH_TAG={LOCAL_IMAGE}`, '90-real' for an H100; it compiles TensorRT-LLM from "
+    "source, about 63 GB of disk, and upstream gives no build time)"
+)
+NGC_ALTERNATIVE = (
+    f"use NGC's ready-made {NGC_IMAGE} (TensorRT-LLM {NGC_IMAGE_TRTLLM_VERSION}): "
+    f"`docker pull {NGC_IMAGE}`, then set build.trtllm.container_image={NGC_IMAGE} "
+    f"build.trtllm.trtllm_version={NGC_IMAGE_TRTLLM_VERSION} (build and serve then both run "
+    f"{NGC_IMAGE_TRTLLM_VERSION}; deploy refuses engines built by another version)"
+)
+
+
+def how_to_get(version: str) -> str:
+    """The ways to an image holding TensorRT-LLM `version`, each with the keys to set."""
+    ways = [UPSTREAM_RECIPE] if version == LOCAL_IMAGE_TRTLLM_VERSION else []
+    if version == NGC_IMAGE_TRTLLM_VERSION:
+        ways.append(
+            f"use NGC's {NGC_IMAGE}, which holds it: `docker pull {NGC_IMAGE}`, then set "
+            f"build.trtllm.container_image={NGC_IMAGE}"
+        )
+    else:
+        ways.append(NGC_ALTERNATIVE)
+    ways.append(f"set build.trtllm.container_image to an image that holds TensorRT-LLM {version}")
+    return "; or ".join(ways) + " (docs/trtllm_reference.md, section 6.2; docs/guide/trtllm.md)"
 
 
 def _docker(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
@@ -64,7 +88,7 @@ def check_runnable(image: str, trtllm_version: str, what: str) -> None:
     if not _is_here(image) and not is_registry_reference(image):
         raise StageError(
             f"{what}: build.trtllm.container_image={image} is not present here and names no "
-            f"registry to pull it from; " + HOW_TO_GET.format(version=trtllm_version)
+            f"registry to pull it from; " + how_to_get(trtllm_version)
         )
 
 
@@ -86,7 +110,7 @@ def check_image(image: str, trtllm_version: str) -> str:
         fetch = (
             f"`docker pull {image}` first"
             if is_registry_reference(image)
-            else HOW_TO_GET.format(version=trtllm_version)
+            else how_to_get(trtllm_version)
         )
         raise StageError(f"{what}: build.trtllm.container_image={image} is not here; {fetch}")
     found = image_trtllm_version(image)
@@ -94,7 +118,7 @@ def check_image(image: str, trtllm_version: str) -> str:
         raise StageError(
             f"build.trtllm.container_image={image} holds TensorRT-LLM {found}, but "
             f"build.trtllm.trtllm_version={trtllm_version}, and engines only load in the "
-            f"version that built them; " + HOW_TO_GET.format(version=trtllm_version)
+            f"version that built them; " + how_to_get(trtllm_version)
         )
     return found
 

@@ -27,8 +27,8 @@ def how_to_run(opts: TrtllmBuildOptions) -> str:
         f"run the stage inside a TensorRT-LLM {opts.trtllm_version} image instead: `make build "
         f"BACKEND=trtllm DOCKER=1` (docker run --gpus all {opts.container_image} with the repo "
         f"mounted at the same path; image: build.trtllm.container_image, checked by `make "
-        f"trtllm-image-check`; needs docker + the NVIDIA Container Toolkit + a GPU); README.md, "
-        f"section 'TensorRT-LLM backend', documents it"
+        f"trtllm-image-check`; needs docker + the NVIDIA Container Toolkit + a GPU); "
+        f"docs/guide/trtllm.md documents it"
     )
 
 

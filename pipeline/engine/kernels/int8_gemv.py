@@ -10,7 +10,7 @@ of the FMA rate, so the weights skip it: q * 2^15 + bits(384.0) is the bit patte
 
 Tuned on the H100 for the 8B shapes: faster than the tl.dot path at one row, slower on every
 shape at two, hence MAX_ROWS (python -m scripts.bench_linear_quant;
-docs/perf/h100-engine-quantized/8b-linears-int8-gemv.md).
+docs/perf/results/h100-engine-quantized/8b-linears-int8-gemv.md).
 """
 
 import torch

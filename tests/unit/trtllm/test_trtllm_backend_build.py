@@ -54,7 +54,7 @@ def test_check_available_says_how_to_run_it(tmp_path):
     assert "`make build BACKEND=trtllm DOCKER=1`" in message
     assert "llm-pipeline/tritonserver:25.12-trtllm-1.2.1" in message
     assert "`make trtllm-image-check`" in message
-    assert "README.md, section 'TensorRT-LLM backend'" in message
+    assert "docs/guide/trtllm.md documents it" in message
 
 
 @pytest.mark.skipif(HAS_TRTLLM, reason="TensorRT-LLM is installed here")

@@ -36,7 +36,7 @@ def test_make_build_trtllm_fails_before_any_work(tmp_path):
     assert proc.returncode != 0
     assert "TensorRT-LLM 1.2.1 (trtllm-build + tensorrt_llm), which is not installed" in output
     assert "`make build BACKEND=trtllm DOCKER=1`" in output
-    assert "README.md, section 'TensorRT-LLM backend'" in output
+    assert "docs/guide/trtllm.md documents it" in output
     assert "Traceback" not in output
     # nothing was fetched, converted or built: only Hydra's log dir exists
     assert [p.name for p in tmp_path.iterdir()] == ["logs"]

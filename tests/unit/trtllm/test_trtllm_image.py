@@ -85,6 +85,22 @@ def test_check_says_how_to_get_a_missing_image(fake_docker, monkeypatch, caplog,
         caplog.text
     )
     assert "docs/trtllm_reference.md, section 6.2" in caplog.text
+    # upstream's recipe with the default tag, and NGC's ready-made image with the version it holds
+    recipe = "make -C docker tritonrelease_build CUDA_ARCHS='<sm>-real' IMAGE_WITH_TAG="
+    assert recipe + image.LOCAL_IMAGE in caplog.text
+    assert (
+        f"build.trtllm.container_image={NGC_25_12} build.trtllm.trtllm_version=1.1.0" in caplog.text
+    )
+
+
+def test_check_points_a_1_1_0_config_at_ngc(fake_docker, monkeypatch, caplog, tmp_path):
+    images_here(monkeypatch, **{image.LOCAL_IMAGE: "1.2.1"})
+    assert image.main(["build.trtllm.trtllm_version=1.1.0", f"workdir={tmp_path}"]) == 1
+    assert "holds TensorRT-LLM 1.2.1, but build.trtllm.trtllm_version=1.1.0" in caplog.text
+    assert f"`docker pull {NGC_25_12}`, then set build.trtllm.container_image={NGC_25_12}" in (
+        caplog.text
+    )
+    assert "tritonrelease_build" not in caplog.text  # the recipe makes 1.2.1, not 1.1.0
 
 
 def test_check_reports_a_stopped_daemon(fake_docker, monkeypatch, caplog, tmp_path):
