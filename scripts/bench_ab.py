@@ -25,11 +25,9 @@ from pathlib import Path
 
 import torch
 
+from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2, TINY
 from scripts.engine_run import TINY_WORKLOAD, Workload, prompts_for
 from scripts.model_shapes import (
-    LLAMA_8B,
-    SMOLLM2,
-    TINY,
     build_engine,
     random_hf_model,
     write_checkpoint,
