@@ -151,11 +151,29 @@ def stub_python_overrides(workdir: Path, hide: list[str], pip_args: str) -> list
     return [f"deploy.stub_python={python3}"]
 
 
+# the CLI as `python -m pipeline` runs it, the stage's artifact dir also written to a JSON file:
+# what the process prints (Hydra's log, a late warning) is only its log
+CHILD = """
+import json, sys
+from pathlib import Path
+from pipeline import cli
+result_path = Path(sys.argv.pop(1))
+run_stage = cli.run_stage
+def run_and_record(spec):
+    out = run_stage(spec)
+    result_path.write_text(json.dumps({"stage": spec.stage, "artifact": str(out)}))
+    return out
+cli.run_stage = run_and_record
+cli.main()
+"""
+
+
 def run_step(stage: str, overrides: list[str], log_path: Path, timeout_s: float) -> Path:
-    """`python -m pipeline <stage> ...` (the CLI itself; a fresh process frees the GPU after it);
-    returns the artifact dir the CLI prints last."""
-    argv = [sys.executable, "-m", "pipeline", stage, *overrides]
-    # Hydra logs to stdout; the CLI's last line is "<stage>: <artifact dir>"
+    """The pipeline's CLI running `stage` with these overrides, in a fresh process (it frees the
+    GPU after it); returns the stage's artifact dir."""
+    result_path = log_path.with_suffix(".result.json")
+    result_path.unlink(missing_ok=True)
+    argv = [sys.executable, "-c", CHILD, str(result_path), stage, *overrides]
     proc = subprocess.Popen(
         argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -171,16 +189,15 @@ def run_step(stage: str, overrides: list[str], log_path: Path, timeout_s: float)
             output, _ = proc.communicate()
         log_path.write_text(output)
         raise RuntimeError(
-            f"`{' '.join(argv[2:4])} ...` ran past {timeout_s:.0f} s (time budget); log {log_path}"
+            f"`{stage} ...` ran past {timeout_s:.0f} s (time budget); log {log_path}"
         ) from None
     log_path.write_text(output)
-    lines = output.strip().splitlines()
-    if proc.returncode != 0 or not lines:
+    if proc.returncode != 0 or not result_path.is_file():
+        lines = output.strip().splitlines()
         raise RuntimeError(
-            f"`{' '.join(argv[2:4])} ...` exited {proc.returncode}; log "
-            f"{log_path}:\n" + "\n".join(lines[-30:])
+            f"`{stage} ...` exited {proc.returncode}; log {log_path}:\n" + "\n".join(lines[-30:])
         )
-    return Path(lines[-1].removeprefix(f"{stage}: ").strip())
+    return Path(json.loads(result_path.read_text())["artifact"])
 
 
 def copy_outputs(src: Path, dst: Path) -> None:
