@@ -23,8 +23,6 @@ import logging
 import os
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,8 +31,7 @@ from pathlib import Path
 
 from pipeline.server import stub_env, stub_python
 from pipeline.server.ports import free_ports
-
-REPO = Path(__file__).resolve().parent.parent  # `python -m pipeline` runs from here
+from scripts.stage_process import run_step
 
 # module -> what to pip install (see requirements/models.txt and pyproject.toml)
 REQUIRED = {
@@ -149,55 +146,6 @@ def stub_python_overrides(workdir: Path, hide: list[str], pip_args: str) -> list
     print(f"numpy {python.numpy} here: building a stub env under {workdir}", flush=True)
     python3 = stub_env.create(workdir / "stub-env", tuple(hide), tuple(shlex.split(pip_args)))
     return [f"deploy.stub_python={python3}"]
-
-
-# the CLI as `python -m pipeline` runs it, the stage's artifact dir also written to a JSON file:
-# what the process prints (Hydra's log, a late warning) is only its log
-CHILD = """
-import json, sys
-from pathlib import Path
-from pipeline import cli
-result_path = Path(sys.argv.pop(1))
-run_stage = cli.run_stage
-def run_and_record(spec):
-    out = run_stage(spec)
-    result_path.write_text(json.dumps({"stage": spec.stage, "artifact": str(out)}))
-    return out
-cli.run_stage = run_and_record
-cli.main()
-"""
-
-
-def run_step(stage: str, overrides: list[str], log_path: Path, timeout_s: float) -> Path:
-    """The pipeline's CLI running `stage` with these overrides, in a fresh process (it frees the
-    GPU after it); returns the stage's artifact dir."""
-    result_path = log_path.with_suffix(".result.json")
-    result_path.unlink(missing_ok=True)
-    argv = [sys.executable, "-c", CHILD, str(result_path), stage, *overrides]
-    proc = subprocess.Popen(
-        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    try:
-        output, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        # SIGINT first: the stage's `with` blocks stop the server it started
-        proc.send_signal(signal.SIGINT)
-        try:
-            output, _ = proc.communicate(timeout=90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            output, _ = proc.communicate()
-        log_path.write_text(output)
-        raise RuntimeError(
-            f"`{stage} ...` ran past {timeout_s:.0f} s (time budget); log {log_path}"
-        ) from None
-    log_path.write_text(output)
-    if proc.returncode != 0 or not result_path.is_file():
-        lines = output.strip().splitlines()
-        raise RuntimeError(
-            f"`{stage} ...` exited {proc.returncode}; log {log_path}:\n" + "\n".join(lines[-30:])
-        )
-    return Path(json.loads(result_path.read_text())["artifact"])
 
 
 def copy_outputs(src: Path, dst: Path) -> None:

@@ -1,7 +1,7 @@
 """Models in a known shape with random weights, as checkpoints and engines the pipeline builds.
 
 An engine's speed does not depend on its weights' values (EOS is ignored or requests run to
-max_tokens), so the tools measure published shapes (Llama-3.1-8B, SmolLM2-135M) without their
+max_tokens), so the tools measure published shapes (pipeline.synthetic.shapes) without their
 weights. The checkpoint is written by the pipeline's own converter and the engine by the torch
 backend's build, so what is measured is what `python -m pipeline build` makes.
 """

@@ -21,10 +21,11 @@ from tests.integration.test_study_cpu import TINY_STUDY
 
 pytestmark = pytest.mark.slow
 
-# what the wheel is built from: the package's sources and its config (a copy, so the build's
-# build/ and egg-info never land in the checkout, and no conf/local/ goes in)
+# what the wheel is built from: the package's sources and its config, copied so that the build's
+# build/ and egg-info never land in the checkout (a conf/local/ there goes too: setup.py leaves
+# it out of the wheel)
 SOURCES = ("pyproject.toml", "setup.py", "pipeline", "conf")
-IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "local")
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
 def run(argv: list, cwd: Path, timeout: float = 300, check: bool = True):
@@ -43,12 +44,10 @@ def run(argv: list, cwd: Path, timeout: float = 300, check: bool = True):
     return proc
 
 
-@pytest.fixture(scope="module")
-def wheel_env(tmp_path_factory) -> Path:
+def install_the_wheel(root: Path) -> Path:
     """bin/ of a fresh venv holding only the wheel, the current venv's packages beside it."""
-    root = tmp_path_factory.mktemp("wheel")
     src = root / "src"
-    src.mkdir()
+    src.mkdir(parents=True)
     for name in SOURCES:
         if (REPO / name).is_dir():
             shutil.copytree(REPO / name, src / name, ignore=IGNORED)
@@ -70,49 +69,52 @@ def wheel_env(tmp_path_factory) -> Path:
     return env_dir / "bin"
 
 
-def test_the_installed_package_is_the_wheel_and_never_the_checkout(wheel_env, tmp_path):
+def check_the_package_is_the_wheel(bin_dir: Path, cwd: Path) -> None:
     probe = "import pipeline, pipeline.cli as c; print(pipeline.__file__); print(c.CONF_DIR)"
-    out = run([wheel_env / "python", "-c", probe], tmp_path).stdout.split()
-    env_dir = wheel_env.parent.resolve()
+    out = run([bin_dir / "python", "-c", probe], cwd).stdout.split()
+    env_dir = bin_dir.parent.resolve()
     package_file, conf_dir = (Path(p).resolve() for p in out)
     assert package_file.is_relative_to(env_dir), package_file
     assert conf_dir.is_relative_to(env_dir), conf_dir
     assert (conf_dir / "config.yaml").is_file() and not (conf_dir / "local").exists()
-    kernel_source = package_file.parent / "engine" / "kernels" / "int4_mma.cu"
-    assert kernel_source.is_file()
-    no_scripts = run([wheel_env / "python", "-c", "import scripts"], tmp_path, 60, check=False)
+    assert (package_file.parent / "engine" / "kernels" / "int4_mma.cu").is_file()
+    no_scripts = run([bin_dir / "python", "-c", "import scripts"], cwd, 60, check=False)
     assert "No module named 'scripts'" in no_scripts.stderr
 
 
-def test_help_and_a_stage_help_compose_the_packaged_config(wheel_env, tmp_path):
-    assert "stages: fetch" in run([wheel_env / "pipeline", "--help"], tmp_path).stdout
-    helped = run([wheel_env / "pipeline", "build", "--help"], tmp_path).stdout
+def check_help(bin_dir: Path, cwd: Path) -> None:
+    assert "stages: fetch" in run([bin_dir / "pipeline", "--help"], cwd).stdout
+    helped = run([bin_dir / "pipeline", "build", "--help"], cwd).stdout
     # every config group's options, and the default model's resolved config
     assert "quant: fp8, int4_awq" in helped and "name: smollm2-135m" in helped
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("wheel-workdir")
-
-
-def test_the_cpu_chain_builds_the_default_model(wheel_env, workdir, tmp_path):
+def check_the_cpu_chain(bin_dir: Path, cwd: Path, workdir: Path) -> None:
     # build runs fetch -> convert -> quantize (none) first, each an artifact of its own
-    run([wheel_env / "pipeline", "build", "backend=torch", f"workdir={workdir}"], tmp_path, 600)
+    run([bin_dir / "pipeline", "build", "backend=torch", f"workdir={workdir}"], cwd, 600)
     (manifest,) = workdir.rglob("build-torch*/manifest.json")
-    engine_dir = manifest.parent
-    assert (engine_dir / "config.json").is_file()
-    assert any(engine_dir.rglob("*.safetensors"))
+    assert (manifest.parent / "config.json").is_file()
+    assert any(manifest.parent.rglob("*.safetensors"))
 
 
-def test_the_study_runs_on_synthetic_weights_of_the_smallest_shape(wheel_env, workdir, tmp_path):
+def check_the_synthetic_study(bin_dir: Path, cwd: Path, workdir: Path) -> None:
     overrides = [*TINY_STUDY, "study.mappings=[tp1]", "study.batch_sizes=[1]"]
     overrides += ["study.synthetic_shape=smollm2-135m", "study.synthetic_dtype=float32"]
-    argv = [wheel_env / "pipeline", "study", *overrides, f"workdir={workdir}"]
-    run(argv, tmp_path, 600)
+    run([bin_dir / "pipeline", "study", *overrides, f"workdir={workdir}"], cwd, 600)
     (report,) = workdir.rglob("study.json")
     cells = json.loads(report.read_text())["cells"]
     assert [c["key"] for c in cells] == ["tp1-unfused-16x8-b1"]
     assert all(c["is_ok"] for c in cells), [c["detail"] for c in cells]
     (engine_manifest,) = workdir.rglob("study-engine-tp1pp1*/manifest.json")
     assert "pipeline.synthetic.weights:" in engine_manifest.read_text()
+
+
+def test_the_wheel_alone_runs_the_product_from_another_directory(tmp_path):
+    # one test, so that parallel workers never build the wheel twice; each step says what failed
+    bin_dir = install_the_wheel(tmp_path / "wheel")
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    check_the_package_is_the_wheel(bin_dir, cwd)
+    check_help(bin_dir, cwd)
+    check_the_cpu_chain(bin_dir, cwd, tmp_path / "work")  # the study reuses its fetch
+    check_the_synthetic_study(bin_dir, cwd, tmp_path / "work")
