@@ -14,7 +14,9 @@ from pipeline.config import STAGE_NAMES, to_specs
 from pipeline.errors import PipelineError
 
 log = logging.getLogger("pipeline")
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+# an installed wheel carries conf/ inside the package (setup.py); a checkout keeps it beside it
+_HERE = Path(__file__).resolve().parent
+CONF_DIR = str(_HERE / "conf" if (_HERE / "conf").is_dir() else _HERE.parent / "conf")
 
 
 def run_stage(spec) -> Path:

@@ -5,8 +5,8 @@
         [--models llama-3.1-8b-shape smollm2-135m-shape] [--quant int8_wo,int4_awq,fp8]
 
 Each model's checkpoint and engine dir are written once (scripts.model_shapes); every
-measurement then runs scripts.engine_run.measure_engine in a fresh process that imports
-`pipeline` from its tree (this one, or --before-tree), so both see the same weights, engine
+measurement then runs this tree's scripts/engine_run.py measure_engine in a fresh process that
+imports `pipeline` from its tree (this one, or --before-tree), so both see the same weights, engine
 limits and workload: batch-1 decode tok/s (median of 3), then --num-requests prompts of 128
 tokens x 128 new tokens all at t=0 (out tok/s, TTFT p50/p99, wall). --quant adds each run on
 each quantized format of the first model's weights. Writes bench_ab.json + bench_ab.md after every
@@ -25,11 +25,9 @@ from pathlib import Path
 
 import torch
 
+from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2, TINY
 from scripts.engine_run import TINY_WORKLOAD, Workload, prompts_for
 from scripts.model_shapes import (
-    LLAMA_8B,
-    SMOLLM2,
-    TINY,
     build_engine,
     random_hf_model,
     write_checkpoint,
@@ -40,35 +38,46 @@ from scripts.quant_checkpoints import activation_amax, write_quantized_checkpoin
 REPO = Path(__file__).resolve().parent.parent
 MODELS = ("llama-3.1-8b-shape", "smollm2-135m-shape")
 
-# `pipeline` from the tree first on PYTHONPATH, scripts.engine_run from this one (an older tree
-# has no scripts package, and a newer one measures the same way)
+MEASURE = Path(__file__).resolve().with_name("engine_run.py")
+
+# `pipeline` from the tree (first on PYTHONPATH), the measurement code from this one, loaded from
+# its file under a name of its own: an older tree's own scripts package (with its engine_run)
+# must not stand in for it, and a newer tree measures the same way
 CHILD = """
-import json, sys
+import importlib.util, json, sys
 from pathlib import Path
 import torch
-from scripts.engine_run import Workload, measure_engine
-engine_dir, device, dtype, work, vocab, runtime = sys.argv[1:]
-work = Workload(**json.loads(work))
-result = measure_engine(
+measure, result_path, engine_dir, device, dtype, work, vocab, runtime = sys.argv[1:]
+spec = importlib.util.spec_from_file_location("bench_ab_engine_run", measure)
+engine_run = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = engine_run  # its dataclasses look their module up
+spec.loader.exec_module(engine_run)
+work = engine_run.Workload(**json.loads(work))
+result = engine_run.measure_engine(
     Path(engine_dir), torch.device(device), dtype, work, int(vocab), runtime=json.loads(runtime)
 )
-print("RESULT", json.dumps(result))
+Path(result_path).write_text(json.dumps(result))
 """
 
 
 def run_child(
     tree: Path, engine_dir: Path, args: argparse.Namespace, work, vocab: int, runtime: dict
 ) -> dict:
-    """measure_engine in a fresh process that imports `pipeline` from `tree`."""
-    argv = [str(engine_dir), args.device, args.dtype]
-    argv += [json.dumps(asdict(work)), str(vocab), json.dumps(runtime)]
-    paths = [str(Path(tree).resolve()), str(REPO), os.environ.get("PYTHONPATH", "")]
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, paths))}
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, *argv], capture_output=True, text=True, env=env, cwd=tree
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    result = json.loads(lines[0][7:]) if lines else {"error": proc.stderr[-2000:]}
+    """measure_engine in a fresh process that imports `pipeline` from `tree`; its result comes
+    back in a JSON file (what it prints is only its log)."""
+    with tempfile.TemporaryDirectory(prefix="bench_ab_child_") as tmp:
+        result_path = Path(tmp) / "result.json"
+        argv = [str(MEASURE), str(result_path), str(engine_dir), args.device, args.dtype]
+        argv += [json.dumps(asdict(work)), str(vocab), json.dumps(runtime)]
+        paths = [str(Path(tree).resolve()), os.environ.get("PYTHONPATH", "")]
+        env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, paths))}
+        proc = subprocess.run(
+            [sys.executable, "-c", CHILD, *argv], capture_output=True, text=True, env=env, cwd=tree
+        )
+        if proc.returncode == 0 and result_path.is_file():
+            result = json.loads(result_path.read_text())
+        else:
+            result = {"error": f"exited with code {proc.returncode}: {proc.stderr[-2000:]}"}
     # relative to this tree: results are committed, and machine paths mean nothing elsewhere
     return {"tree": os.path.relpath(tree, REPO), **result}
 

@@ -7,7 +7,7 @@
 3. a TP=N batch-1 decode step replayed from a CUDA graph under the profiler: the share of its
    GPU time in communication kernels.
 
-    PYTHONPATH=. python scripts/bench_all_reduce.py --out DIR [--tiny]   (--tiny: CPU, gloo)
+    python -m scripts.bench_all_reduce --out DIR [--tiny]   (--tiny: CPU, gloo)
 Writes bench_all_reduce.json. Needs torch (+ the pipeline package), not hydra/modelopt.
 """
 
@@ -24,16 +24,14 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from packaging.version import Version
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pipeline.engine.batch_metadata import BatchMetadata  # noqa: E402
-from pipeline.engine.engine_config import ModelConfig  # noqa: E402
-from pipeline.engine.models.llama import LlamaForCausalLM  # noqa: E402
-from pipeline.engine.parallel.mapping import Mapping  # noqa: E402
-from pipeline.engine.parallel.tensor_parallel import TensorParallel  # noqa: E402
-from pipeline.engine.scoring import prompt_logits  # noqa: E402
-from scripts.model_shapes import LLAMA_8B, TINY  # noqa: E402
-from scripts.synthetic_weights import SyntheticWeights, checkpoint_config  # noqa: E402
+from pipeline.engine.batch_metadata import BatchMetadata
+from pipeline.engine.engine_config import ModelConfig
+from pipeline.engine.models.llama import LlamaForCausalLM
+from pipeline.engine.parallel.mapping import Mapping
+from pipeline.engine.parallel.tensor_parallel import TensorParallel
+from pipeline.engine.scoring import prompt_logits
+from pipeline.synthetic.shapes import LLAMA_8B, TINY
+from pipeline.synthetic.weights import SyntheticWeights, checkpoint_config
 
 SIZES = [16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 COMM_KERNELS = ("nccl", "all_reduce", "allreduce", "one_shot", "two_shot", "symm", "allgather")

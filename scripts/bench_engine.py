@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2, TINY
 from scripts.bench_engine_report import decode_bytes, prefix_agreement, tables, vs_bf16
 from scripts.engine_run import (
     TINY_WORKLOAD,
@@ -42,9 +43,6 @@ from scripts.engine_run import (
 from scripts.gpu_checks import gpu_checks
 from scripts.hf_baselines import bench_hf, hf_from_checkpoint
 from scripts.model_shapes import (
-    LLAMA_8B,
-    SMOLLM2,
-    TINY,
     build_engine,
     random_hf_model,
     write_checkpoint,

@@ -2,13 +2,13 @@
 
 - batch-1 decode tok/s and an offline run (all requests at t=0) of Llama-3.1-8B-shaped BF16
   engines at TP=1, TP=2 and PP=2, and of a Llama-3.1-70B shape in FP8 at TP=2 (synthetic weights
-  made on the GPUs: scripts/synthetic_weights.py);
+  made on the GPUs: pipeline.synthetic.weights);
 - real SmolLM2 weights (--smollm2-gguf: a GGUF, e.g. its first layers from
-  scripts/gguf_first_layers.py) at PP=2 against PP=1: greedy tokens equal;
-- with --collectives, scripts/bench_all_reduce.py first (all-reduce table, TP logits, the share
+  scripts.gguf_keep_layers) at PP=2 against PP=1: greedy tokens equal;
+- with --collectives, scripts.bench_all_reduce first (all-reduce table, TP logits, the share
   of a TP decode step in communication).
 
-    PYTHONPATH=. python scripts/bench_multi_gpu.py --out DIR [--runs 8b,70b,smollm2]
+    python -m scripts.bench_multi_gpu --out DIR [--runs 8b,70b,smollm2]
         [--smollm2-gguf FILE] [--collectives] [--budget-s 540] [--tiny]
 Writes bench_multi_gpu.json + .md to DIR after each run. --tiny: the same code on the CPU (gloo)
 with a tiny shape (the unit test). Needs torch + transformers, not hydra/modelopt.
@@ -30,14 +30,13 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pipeline.engine import LLMEngine, SamplingParams  # noqa: E402
-from pipeline.specs.build import BuildSpec  # noqa: E402
-from scripts.engine_run import Workload, free_memory, offline_throughput, prompts_for  # noqa: E402
-from scripts.gpu_activity import gpu_sampler, rank0_trace, util_means  # noqa: E402
-from scripts.model_shapes import LLAMA_8B, TINY, write_tokenizer  # noqa: E402
-from scripts.synthetic_weights import HOOK, checkpoint_config, write_engine  # noqa: E402
+from pipeline.engine import LLMEngine, SamplingParams
+from pipeline.specs.build import BuildSpec
+from pipeline.synthetic.shapes import LLAMA_8B, TINY
+from pipeline.synthetic.weights import HOOK, checkpoint_config, write_engine
+from scripts.engine_run import Workload, free_memory, offline_throughput, prompts_for
+from scripts.gpu_activity import gpu_sampler, rank0_trace, util_means
+from scripts.model_shapes import write_tokenizer
 
 log = logging.getLogger("bench_multi_gpu")
 LLAMA_70B = {
@@ -182,7 +181,7 @@ def run_isolated(args: argparse.Namespace, what: str, runtime: dict, limit_s: fl
     (SIGUSR1) and is killed, and the result says so."""
     result_path = Path(args.work_dir) / f"{what}.result.json"
     result_path.unlink(missing_ok=True)
-    command = [sys.executable, __file__, "--out", args.out, "--child", what]
+    command = [sys.executable, "-m", "scripts.bench_multi_gpu", "--out", args.out, "--child", what]
     command += ["--runtime", json.dumps(runtime), "--work-dir", str(args.work_dir)]
     command += ["--smollm2-gguf", args.smollm2_gguf or ""] + (["--tiny"] if args.tiny else [])
     proc = subprocess.Popen(command, start_new_session=True)

@@ -23,8 +23,6 @@ import logging
 import os
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,8 +31,7 @@ from pathlib import Path
 
 from pipeline.server import stub_env, stub_python
 from pipeline.server.ports import free_ports
-
-REPO = Path(__file__).resolve().parent.parent  # `python -m pipeline` runs from here
+from scripts.stage_process import run_step
 
 # module -> what to pip install (see requirements/models.txt and pyproject.toml)
 REQUIRED = {
@@ -149,38 +146,6 @@ def stub_python_overrides(workdir: Path, hide: list[str], pip_args: str) -> list
     print(f"numpy {python.numpy} here: building a stub env under {workdir}", flush=True)
     python3 = stub_env.create(workdir / "stub-env", tuple(hide), tuple(shlex.split(pip_args)))
     return [f"deploy.stub_python={python3}"]
-
-
-def run_step(stage: str, overrides: list[str], log_path: Path, timeout_s: float) -> Path:
-    """`python -m pipeline <stage> ...` (the CLI itself; a fresh process frees the GPU after it);
-    returns the artifact dir the CLI prints last."""
-    argv = [sys.executable, "-m", "pipeline", stage, *overrides]
-    # Hydra logs to stdout; the CLI's last line is "<stage>: <artifact dir>"
-    proc = subprocess.Popen(
-        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    try:
-        output, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        # SIGINT first: the stage's `with` blocks stop the server it started
-        proc.send_signal(signal.SIGINT)
-        try:
-            output, _ = proc.communicate(timeout=90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            output, _ = proc.communicate()
-        log_path.write_text(output)
-        raise RuntimeError(
-            f"`{' '.join(argv[2:4])} ...` ran past {timeout_s:.0f} s (time budget); log {log_path}"
-        ) from None
-    log_path.write_text(output)
-    lines = output.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"`{' '.join(argv[2:4])} ...` exited {proc.returncode}; log "
-            f"{log_path}:\n" + "\n".join(lines[-30:])
-        )
-    return Path(lines[-1].removeprefix(f"{stage}: ").strip())
 
 
 def copy_outputs(src: Path, dst: Path) -> None:

@@ -37,11 +37,9 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from pipeline.engine import LLMEngine, SamplingParams, StreamDelta
 from pipeline.engine_json import EngineJson
+from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2, TINY
 from scripts.engine_run import Workload, free_memory, prompts_for, sync
 from scripts.model_shapes import (
-    LLAMA_8B,
-    SMOLLM2,
-    TINY,
     build_engine,
     random_hf_model,
     write_checkpoint,

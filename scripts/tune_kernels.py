@@ -30,6 +30,7 @@ from pipeline.engine.kernels import toolchain
 from pipeline.engine.kernels.toolchain import KERNEL_SOURCES
 from pipeline.engine.kernels.tuned_configs import TUNED
 from pipeline.specs.tune import AnnealOptions, KernelSearch
+from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2
 from pipeline.tune.engine_configs import EngineConfigs
 from pipeline.tune.kernel_run import engine_items
 from pipeline.tune.kernel_tuning import strategy_for, tune_items
@@ -37,8 +38,6 @@ from pipeline.tune.tuning_cache import TuningCache
 from scripts.bench_ab import REPO, run_child
 from scripts.engine_run import Workload
 from scripts.model_shapes import (
-    LLAMA_8B,
-    SMOLLM2,
     build_engine,
     random_hf_model,
     write_checkpoint,

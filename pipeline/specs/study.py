@@ -50,7 +50,7 @@ class StudySpec:
     num_kv_blocks: int = 0  # 0 = the engine's KV budget; > 0 a fixed one (capacity probes)
     sample_rate_hz: float = 6.0  # NVML / process sampler
     # null = the configured model's real weights; llama-8b = that shape with synthetic weights
-    # made on the GPUs (scripts/synthetic_weights.py), the configured model's tokenizer
+    # made on the GPUs (pipeline.synthetic.weights), the configured model's tokenizer
     synthetic_shape: str | None = None
     synthetic_dtype: str = "bfloat16"
     # each mapping x kernels x workload runs in a process of its own, restarted after a GPU OOM

@@ -21,7 +21,8 @@ RESULTS = {code: result for result, code in EXIT_CODES.items()}
 
 
 def _run_isolated(job: SeriesJob) -> str:
-    # this process's import path: a synthetic-weights loader may live outside the package
+    # this process's import path: the series imports the `pipeline` this one runs (a checkout
+    # on PYTHONPATH, or the installed package)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     proc = subprocess.run(
         [sys.executable, "-m", "pipeline.study.series_main"], input=pickle.dumps(job), env=env

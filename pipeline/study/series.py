@@ -15,6 +15,7 @@ from pipeline.artifacts import StageRequest, is_up_to_date, produce_artifact
 from pipeline.errors import ArtifactError
 from pipeline.study.faults import RequestFault
 from pipeline.study.grid import Series, next_batch_size
+from pipeline.synthetic.weights import HOOK
 from pipeline.triton_repo.engine_runtime import engine_runtime
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,6 @@ class SeriesJob:
         is_fused = self.series.kernels == "fused"
         runtime |= {"use_cuda_graph": is_fused, "triton_kernels": is_fused}
         if self.study.synthetic_shape is not None:  # drawn on the GPUs as the engine loads
-            from scripts.synthetic_weights import HOOK
-
             runtime["weights_loader"] = HOOK
         return runtime
 

@@ -1,4 +1,4 @@
-"""Engines of a published shape with synthetic weights (scripts/synthetic_weights.py: drawn on
+"""Engines of a published shape with synthetic weights (pipeline.synthetic.weights: drawn on
 the GPUs when the engine loads, split per rank as convert splits them): the study's timing,
 communication and memory at that shape, without its weights. Their accuracy only shows that it
 does not move with batch size (random weights score near chance)."""
@@ -8,28 +8,23 @@ from pathlib import Path
 
 from pipeline.artifacts import StageRequest, produce_artifact
 from pipeline.errors import ConfigError
+from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2
+from pipeline.synthetic.weights import HOOK, checkpoint_config, write_engine
 
-
-def _shapes() -> dict[str, dict]:
-    from scripts.model_shapes import LLAMA_8B, SMOLLM2
-
-    return {"llama-8b": LLAMA_8B, "smollm2-135m": SMOLLM2}
+SHAPES = {"llama-8b": LLAMA_8B, "smollm2-135m": SMOLLM2}
 
 
 def synthetic_engine(spec, model: str, tokenizer_dir: Path) -> Path:
     """The artifact holding `engine/`: spec.study.synthetic_shape at spec.parallel, under
     spec.build's limits, with the tokenizer of tokenizer_dir."""
-    from scripts.synthetic_weights import HOOK, checkpoint_config, write_engine
-
-    shapes = _shapes()
     name = spec.study.synthetic_shape
-    if name not in shapes:
+    if name not in SHAPES:
         raise ConfigError(
-            f"study: synthetic_shape={name!r} is unknown; use one of {', '.join(shapes)} or null "
+            f"study: synthetic_shape={name!r} is unknown; use one of {', '.join(SHAPES)} or null "
             f"(the configured model's weights)"
         )
     tp, pp = spec.parallel.tp_size, spec.parallel.pp_size
-    cfg = checkpoint_config(shapes[name], spec.study.synthetic_dtype, tp, pp, None)
+    cfg = checkpoint_config(SHAPES[name], spec.study.synthetic_dtype, tp, pp, None)
     request = StageRequest(
         workdir=Path(spec.workdir),
         model=model,

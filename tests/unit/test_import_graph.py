@@ -1,8 +1,10 @@
 """The import graph of pipeline/ and scripts/, read from the source with ast: no cycles (imports
-inside functions count too: they only hide a cycle from import time), and stages are called by
-the CLI alone, never by the libraries they orchestrate."""
+inside functions count too: they only hide a cycle from import time), stages are called by the
+CLI alone, never by the libraries they orchestrate, and the package never reaches into scripts/
+(an installed wheel has no scripts package)."""
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -113,6 +115,7 @@ def test_the_graph_is_read_from_both_packages():
     assert "pipeline.engine.llm_engine" in GRAPH["pipeline.engine"]
     assert "scripts.engine_run" in GRAPH["scripts.bench_engine"]
     assert "pipeline.bench.metrics" in GRAPH["scripts.engine_run"]
+    assert "pipeline.synthetic.shapes" in GRAPH["scripts.bench_ab"]
 
 
 def test_cycles_are_found():
@@ -134,3 +137,32 @@ def test_no_library_module_imports_a_stage(package):
         and module not in STAGE_CALLERS
     }
     assert {module: stages for module, stages in callers.items() if stages} == {}
+
+
+def test_the_package_imports_nothing_from_scripts():
+    reaching = {
+        module: sorted(m for m in targets if m.split(".")[0] == "scripts")
+        for module, targets in GRAPH.items()
+        if module.split(".")[0] == "pipeline"
+    }
+    assert {module: names for module, names in reaching.items() if names} == {}
+
+
+# "scripts.x" or "scripts.x:function": a module imported by its name at run time (a weights
+# loader hook, importlib.import_module), which the graph above cannot see
+SCRIPTS_MODULE_NAME = re.compile(r"scripts(\.\w+)+(:\w+)?")
+
+
+def test_the_package_names_no_scripts_module_to_import():
+    named = {
+        module: sorted(
+            node.value
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and SCRIPTS_MODULE_NAME.fullmatch(node.value)
+        )
+        for module, path in MODULES.items()
+        if module.split(".")[0] == "pipeline"
+    }
+    assert {module: names for module, names in named.items() if names} == {}

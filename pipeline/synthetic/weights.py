@@ -26,7 +26,7 @@ from pipeline.engine.quant.primitives import to_fp8
 from pipeline.engine_json import EngineJson
 from pipeline.specs.build import BuildSpec
 
-HOOK = "scripts.synthetic_weights:synthetic_weights"
+HOOK = "pipeline.synthetic.weights:synthetic_weights"
 STD = 0.02
 FP8_SCALE = 4 * STD / 448  # weights past 4 sigma saturate
 FP8_ACT_SCALE = 4.0 / 448

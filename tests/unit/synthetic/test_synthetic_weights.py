@@ -1,10 +1,10 @@
-"""scripts/synthetic_weights.py: each rank of any split holds the slices of one model, as
+"""pipeline.synthetic.weights: each rank of any split holds the slices of one model, as
 convert splits a real one, so TP=N and PP=N benchmark engines compute what TP=1 computes."""
 
 import torch
 
-from scripts.model_shapes import TINY
-from scripts.synthetic_weights import SyntheticWeights, checkpoint_config
+from pipeline.synthetic.shapes import TINY
+from pipeline.synthetic.weights import SyntheticWeights, checkpoint_config
 
 SHAPE = {**TINY, "vocab_size": 257}  # not a multiple of 2: the split head is padded
 
