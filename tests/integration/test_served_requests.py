@@ -148,6 +148,10 @@ def test_a_missing_required_input_is_named(server, model, body, missing):
         ({"temperature": float("nan"), "top_k": 5}, r"temperature=nan is not a finite number"),
         ({"max_tokens": -5}, r"(max_tokens|request_output_len)=-5 .*is outside \[1,"),
         ({"top_p": 1.5, "top_k": 0}, r"top_p=1.5 .*is outside \[0.0, 1.0\]"),
+        # finite float32 values the sampler would overflow with: once a NaN and a 502
+        ({"frequency_penalty": -3e38}, r"frequency_penalty=-3\S* is outside \[-2.0, 2.0\]"),
+        ({"repetition_penalty": 1e-30}, r"repetition_penalty=1\S* is outside \[1e-06, "),
+        ({"temperature": 3e38, "top_k": 5}, r"temperature=3\S* is outside \[0.0, 1000000.0\]"),
     ],
 )
 def test_a_value_out_of_range_is_named_by_the_model_that_took_it(server, model, values, named):
