@@ -84,3 +84,16 @@ def test_a_stage_that_fills_a_real_disk_ends_in_one_line(small_disk):
     assert "/fetch-" in line and "model.safetensors;" in line and " free once" in line
     assert line.endswith("set workdir= to a directory on a larger disk")
     assert list((workdir / "smollm2-135m").iterdir()) == []
+
+
+def test_every_unknown_key_is_named_at_once(tmp_path):
+    """Hydra alone stops at the first key the config lacks; each one reaches the check that
+    names them all, beside a bad value."""
+    out = _cli("convert", "model.colour=red", "build.foo=1", "parallel.tp_size=0",
+               f"workdir={tmp_path}")  # fmt: skip
+    text = out.stdout + out.stderr
+    assert out.returncode == 1 and "Traceback" not in text and "Could not override" not in text
+    (line,) = [ln for ln in text.splitlines() if "config:" in ln]
+    for problem in ("model.colour: unknown key", "build.foo: unknown key", "parallel.tp_size: 0"):
+        assert problem in line
+    assert list(tmp_path.iterdir()) == []

@@ -82,3 +82,20 @@ def test_workdir_under_a_file_is_refused(tmp_path):
     assert make_spec("convert", workdir=tmp_path / "new" / "artifacts").workdir.endswith(
         "artifacts"
     )
+
+
+@pytest.mark.parametrize(
+    "overrides, dtype",
+    [
+        (("hardware=cpu",), "float32"),  # the torch engine on the CPU: bf16 would be far slower
+        (("hardware=h100",), "bfloat16"),
+        (("hardware=h100", "backend.device=cpu"), "float32"),
+        (("hardware=cpu", "backend=trtllm"), "bfloat16"),  # TensorRT-LLM runs on a GPU
+        (("hardware=cpu", "model.dtype=bfloat16"), "bfloat16"),  # asked for: kept
+    ],
+)
+@pytest.mark.parametrize("model", ["hf-local", "hub"])
+def test_a_models_auto_dtype_suits_the_hardware(tmp_path, model, overrides, dtype):
+    spec = make_spec("convert", f"model={model}", "model.source=org/name", *overrides,
+                     workdir=tmp_path)  # fmt: skip
+    assert spec.model.dtype == dtype
