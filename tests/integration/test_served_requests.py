@@ -164,6 +164,20 @@ def test_a_value_out_of_range_is_named_by_the_model_that_took_it(server, model, 
     assert "tensorrt_llm" in response.json()["error"]  # the BLS itself, or the ensemble's LLM
 
 
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"text_input": "hello " * 400}, "max_input_len=192"),
+        ({"max_tokens": 400}, "max_seq_len=256"),
+    ],
+)
+def test_a_request_no_engine_state_could_take_is_a_400(server, model, values, named):
+    """Never servable by this engine, whatever else runs: a client error, not one to retry."""
+    response = generate_http(server, model, GREEDY.values(stream=False) | values)
+    assert response.status_code == 400 and named in response.json()["error"]
+
+
 def test_http_json_that_triton_converts_before_any_model(server):
     """Triton 2.51's HTTP frontend turns the JSON into tensors itself (server r24.10,
     src/http_server.cc, ReadDataFromJsonHelper): an integer is cast to the input's type without
