@@ -85,8 +85,8 @@ def _overrides_checked_together(argv: list[str]) -> list[str]:
     out = []
     for arg in argv:
         key, has_value, _ = arg.partition("=")
-        is_value_key = key and key[0].isalpha() and "@" not in key and key != "hydra"
-        if has_value and is_value_key and key not in groups and not key.startswith("hydra."):
+        is_value_key = key[:1].isalpha() and not any(c in key for c in "@/")
+        if has_value and is_value_key and key not in groups and key.split(".")[0] != "hydra":
             arg = f"++{arg}"
         out.append(arg)
     return out

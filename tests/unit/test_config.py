@@ -99,3 +99,14 @@ def test_a_models_auto_dtype_suits_the_hardware(tmp_path, model, overrides, dtyp
     spec = make_spec("convert", f"model={model}", "model.source=org/name", *overrides,
                      workdir=tmp_path)  # fmt: skip
     assert spec.model.dtype == dtype
+
+
+def test_value_overrides_reach_the_spec_check_and_the_rest_stay_as_given():
+    from pipeline.cli import _overrides_checked_together
+
+    argv = ["model=hub", "model.dtype=float16,bfloat16", "workdir=w", "hydra.run.dir=x",
+            "hydra/launcher=basic", "+extra=1", "~gone", "--multirun"]  # fmt: skip
+    assert _overrides_checked_together(argv) == [
+        "model=hub", "++model.dtype=float16,bfloat16", "++workdir=w", "hydra.run.dir=x",
+        "hydra/launcher=basic", "+extra=1", "~gone", "--multirun",
+    ]  # fmt: skip
