@@ -8,7 +8,6 @@ Up to date means made from the same inputs and still holding what the manifest s
 (`verify_outputs`, for the artifact and its upstream ones); a file changed since is an error.
 """
 
-import errno
 import json
 import logging
 import os
@@ -22,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pipeline import temp_dirs
+from pipeline import disk_space, temp_dirs
 from pipeline.errors import ArtifactError, GateFailed, StageError
 from pipeline.manifest import (  # noqa: F401  (stages import these from here)
     MANIFEST,
@@ -158,9 +157,7 @@ def produce_artifact(request: StageRequest, producer: Callable[[Path], dict | No
         status, gate_error = "failed", exc
         extra = getattr(exc, "extra", {}) or {}
     except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise _out_of_space(request, exc) from None
+        _discard(request, tmp, exc)
         raise
     stats = files_stat(tmp)  # before hashing: a file changed meanwhile gets re-hashed next time
     manifest = Manifest(
@@ -178,7 +175,11 @@ def produce_artifact(request: StageRequest, producer: Callable[[Path], dict | No
         extra=extra,
         output_stats=stats,
     )
-    manifest.write(tmp)
+    try:
+        manifest.write(tmp)
+    except OSError as exc:
+        _discard(request, tmp, exc)
+        raise
     _swap_into_place(tmp, target)
     log.info("%s: %s in %.1f s -> %s", request.stage, status, manifest.wall_time_s, target)
     if gate_error is not None:
@@ -186,13 +187,25 @@ def produce_artifact(request: StageRequest, producer: Callable[[Path], dict | No
     return target
 
 
-def _out_of_space(request: StageRequest, exc: OSError) -> StageError:
+def _discard(request: StageRequest, tmp: Path, exc: BaseException) -> None:
+    """Remove the partial output; a full disk, whichever writer hit it, becomes one StageError."""
+    out_of_space = disk_space.is_out_of_space(exc, tmp)
+    written = disk_space.file_being_written(exc, tmp) if out_of_space else None
+    shutil.rmtree(tmp, ignore_errors=True)
+    if out_of_space:
+        raise _out_of_space(request, tmp, written) from None
+
+
+def _out_of_space(request: StageRequest, tmp: Path, written: str | None) -> StageError:
     workdir = Path(request.workdir).resolve()
-    free_gb = shutil.disk_usage(workdir).free / 1e9
+    free = shutil.disk_usage(workdir).free
+    free_text = f"{free / 1e9:.1f} GB" if free >= 1e9 else f"{free / 1e6:.1f} MB"
+    if written is not None and Path(written).is_relative_to(tmp):
+        written = str(request.artifact_dir / Path(written).relative_to(tmp))
     return StageError(
-        f"{request.stage}: no space left on the disk of workdir={workdir} ({free_gb:.1f} GB free "
+        f"{request.stage}: no space left on the disk of workdir={workdir} ({free_text} free "
         f"once this stage's partial output was removed) while writing "
-        f"{exc.filename or 'its output'}; earlier artifacts are intact. Free space there, or set "
+        f"{written or 'its output'}; earlier artifacts are intact. Free space there, or set "
         f"workdir= to a directory on a larger disk"
     )
 

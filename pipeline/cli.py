@@ -78,6 +78,22 @@ def _argv_with_stage(argv: list[str]) -> list[str]:
     return out
 
 
+def _overrides_checked_together(argv: list[str]) -> list[str]:
+    """`key=value` overrides of values as `++key=value` (set, or add when missing): Hydra stops
+    at the first key that the config lacks, so each one reaches to_specs, which names every
+    unknown key at once. Config group choices (`model=hub`), Hydra's own keys and overrides
+    that already carry a prefix are left as they are."""
+    groups = {p.name for p in Path(CONF_DIR).iterdir() if p.is_dir()}
+    out = []
+    for arg in argv:
+        key, has_value, _ = arg.partition("=")
+        is_value_key = key[:1].isalpha() and not any(c in key for c in "@/")
+        if has_value and is_value_key and key not in groups and key.split(".")[0] != "hydra":
+            arg = f"++{arg}"
+        out.append(arg)
+    return out
+
+
 def main() -> None:
     argv = sys.argv[1:]
     if not argv or argv[0] in ("-h", "--help") and len(argv) == 1:
@@ -90,7 +106,7 @@ def main() -> None:
     if "=" not in first and not first.startswith("-") and first not in STAGE_NAMES:
         print(f"error: unknown stage {first!r}; stages: {', '.join(STAGE_NAMES)}", file=sys.stderr)
         sys.exit(2)
-    argv = _argv_with_stage(argv)
+    argv = _overrides_checked_together(_argv_with_stage(argv))
     # next to the other overrides: argparse takes them as one run of positionals
     at = next((i for i, arg in enumerate(argv) if "=" in arg), len(argv))
     sys.argv = [sys.argv[0], *argv[:at], CONFIG_CHECK, *argv[at:]]

@@ -20,6 +20,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import ConfigError
+from pipeline.hardware import target_sm
 from pipeline.specs.backend import BackendSpec
 from pipeline.specs.bench import BenchSpec
 from pipeline.specs.build import BuildSpec
@@ -68,6 +69,8 @@ class PipelineSpec:
     verbose: bool = False
 
 
+# model.dtype's value that to_specs resolves for the hardware (auto_dtype)
+AUTO_DTYPE = "auto"
 # the config name conf/config.yaml's defaults list starts from
 SPEC_DEFAULTS = "spec_defaults"
 
@@ -244,7 +247,20 @@ def to_specs(cfg: DictConfig | dict) -> PipelineSpec:
         )
     if spec.stage not in STAGE_NAMES:
         raise ConfigError(f"config: unknown stage {spec.stage!r}; stages: {', '.join(STAGE_NAMES)}")
+    if spec.model.dtype == AUTO_DTYPE:
+        model = dataclasses.replace(spec.model, dtype=auto_dtype(spec))
+        spec = dataclasses.replace(spec, model=model)
     return spec
+
+
+def auto_dtype(spec: PipelineSpec) -> str:
+    """model.dtype=auto: float32 where the torch engine runs on the CPU (bf16 matmuls are far
+    slower there), bfloat16 for a GPU (backend=trtllm, or hardware naming or finding one)."""
+    if spec.backend.name == "trtllm":
+        return "bfloat16"
+    if spec.backend.device == "cpu" or target_sm(spec.hardware) is None:
+        return "float32"
+    return "bfloat16"
 
 
 register_spec_defaults()  # before any compose: cli.py and the tests import this module

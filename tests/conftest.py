@@ -3,6 +3,7 @@
 Add fixtures here with small targeted edits; several engineers share this file.
 """
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,26 @@ def bench_profile_dir(session_workdir, smollm_engine_dir, bench_overrides) -> Pa
     # Triton traces every second request
     overrides = (*bench_overrides, "bench.client_processes=2", "bench.trace_rate=2")
     return profile.run(make_spec("profile", *overrides, workdir=session_workdir))
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Path:
+    """A real 512 KiB filesystem (tmpfs), so writers hit a real ENOSPC; skipped where mounting
+    is not permitted."""
+    mount_point = tmp_path / "small_disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        # lazy: a writer that failed may still hold its file open until collected
+        subprocess.run(["umount", "--lazy", str(mount_point)], check=True)
 
 
 def pytest_terminal_summary(terminalreporter):

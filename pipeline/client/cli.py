@@ -14,13 +14,21 @@ import time
 import numpy as np
 from tritonclient.utils import triton_to_np_dtype
 
-from pipeline.client.errors import ClientError, wait_until_ready
+from pipeline.client.endpoints import metrics_url_for
+from pipeline.client.errors import ClientError
 from pipeline.client.grpc_client import GrpcClient
 from pipeline.client.http_client import HttpClient
-from pipeline.client.metrics import engines_ready, fetch_metrics
+from pipeline.client.metrics import engines_up, fetch_metrics
 from pipeline.client.request import GenerateRequest
 
 DEFAULT_URLS = {"grpc": "127.0.0.1:8001", "http": "http://127.0.0.1:8000"}
+# the models that take the ensemble's inputs (text_input, max_tokens, stream, ...), which
+# GenerateRequest sends; tensorrt_llm takes token ids under other names
+GENERATE_MODELS = ("ensemble", "tensorrt_llm_bls")
+DERIVED = (
+    "(default: the --metrics-port of the tritonserver at --url when it runs on this host, "
+    "else port 8002 of the --url host)"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,7 +42,9 @@ def _parser() -> argparse.ArgumentParser:
         "--url",
         help="server address (default 127.0.0.1:8001 for grpc, http://127.0.0.1:8000 for http)",
     )
-    parser.add_argument("--model", default="ensemble", help="ensemble or tensorrt_llm_bls")
+    parser.add_argument(
+        "--model", default="ensemble", help=f"generate drives {' or '.join(GENERATE_MODELS)}"
+    )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per response")
     commands = parser.add_subparsers(dest="command", required=True)
     gen = commands.add_parser("generate", help="send a prompt, print the answer")
@@ -49,17 +59,13 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--bad-word", action="append", default=[])
     ready = commands.add_parser("ready", help="exit 0 when the server and model are ready")
     ready.add_argument("--wait", type=float, default=0.0, help="seconds to keep polling")
-    ready.add_argument(
-        "--metrics-url",
-        default="http://127.0.0.1:8002/metrics",
-        help="where the torch engine's pipeline_engine_ready gauge is read",
-    )
+    ready.add_argument("--metrics-url", help=f"where the engine's readiness is read {DERIVED}")
     infer = commands.add_parser("infer", help="HTTP /infer on a non-decoupled model")
     infer.add_argument("infer_model")
     infer.add_argument("inputs", nargs="+", metavar="NAME=VALUE")
     metrics = commands.add_parser("metrics", help="print Prometheus samples")
     metrics.add_argument("prefix", nargs="?", default="")
-    metrics.add_argument("--metrics-url", default="http://127.0.0.1:8002/metrics")
+    metrics.add_argument("--metrics-url", help=f"where the samples are read {DERIVED}")
     return parser
 
 
@@ -101,8 +107,48 @@ def _infer(client: HttpClient, args) -> None:
         print(f"{name}: {array.tolist()}")
 
 
+def _ready(client, url: str, args) -> int:
+    """0 once Triton and the engine behind it are ready (polling up to --wait seconds); else 1
+    and one line saying which URL failed."""
+    metrics_url = args.metrics_url or metrics_url_for(url)
+    deadline = time.monotonic() + args.wait
+    while (why_not := _not_ready(client, url, args.model, metrics_url)) is not None:
+        if time.monotonic() >= deadline:
+            waited = f" after {args.wait:.0f} s" if args.wait else ""
+            print(f"not ready{waited}: {why_not}", file=sys.stderr)
+            return 1
+        time.sleep(0.5)
+    print(f"ready: {args.model} at {url}")
+    return 0
+
+
+def _not_ready(client, url: str, model: str, metrics_url: str | None) -> str | None:
+    """Why the server at url is not ready (Triton's readiness, then the engine's own gauge);
+    None when it is. A server with its metrics off is judged by Triton alone."""
+    if not client.is_ready():
+        return f"{model} at {url} (no server answers there, or it or the model is not ready)"
+    if metrics_url is None:
+        return None
+    try:
+        samples = fetch_metrics(metrics_url, timeout_s=5.0)
+    except ClientError as exc:
+        return (
+            f"{model} at {url} is up but its metrics at {metrics_url} cannot be read "
+            f"({type(exc.__cause__).__name__}); pass --metrics-url where that server serves them"
+        )
+    if not engines_up(samples):
+        return f"an engine behind {url} is down (pipeline_engine_ready 0 at {metrics_url})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "generate" and args.model not in GENERATE_MODELS:
+        parser.error(
+            f"generate drives the models that take the ensemble's inputs "
+            f"({', '.join(GENERATE_MODELS)}), not {args.model!r}"
+        )
     url = args.url or DEFAULT_URLS[args.protocol]
     kind = GrpcClient if args.protocol == "grpc" else HttpClient
     client = kind(url, model=args.model, timeout_s=args.timeout)
@@ -110,21 +156,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "generate":
             _generate(client, args)
         elif args.command == "ready":
-
-            def is_ready() -> bool:  # Triton's readiness, then the engine's own
-                return client.is_ready() and engines_ready(args.metrics_url)
-
-            if args.wait:
-                wait_until_ready(is_ready, args.model, url, args.wait)
-            if not is_ready():
-                print(f"not ready: {args.model} at {url}", file=sys.stderr)
-                return 1
-            print(f"ready: {args.model} at {url}")
+            return _ready(client, url, args)
         elif args.command == "infer":
             _infer(HttpClient(args.url or DEFAULT_URLS["http"], timeout_s=args.timeout), args)
         else:
+            metrics_url = args.metrics_url or metrics_url_for(url)
+            if metrics_url is None:
+                raise ClientError(f"client: the server at {url} runs with --allow-metrics=false")
             for (name, labels), value in sorted(
-                fetch_metrics(args.metrics_url).items(), key=lambda kv: kv[0][0]
+                fetch_metrics(metrics_url).items(), key=lambda kv: kv[0][0]
             ):
                 if name.startswith(args.prefix):
                     print(name, dict(sorted(labels)), value)

@@ -38,12 +38,18 @@ def metric_value(samples: dict, name: str, **labels: str) -> float | None:
     return sum(values) if values else None
 
 
-def engines_ready(metrics_url: str) -> bool:
+def engines_up(samples: dict[tuple[str, frozenset], float]) -> bool:
     """False while a torch engine behind the server is down (pipeline_engine_ready 0, while it
     is started again after a failure), which Triton's own readiness cannot show. A server
-    without that gauge (backend=trtllm) or whose metrics are off counts as ready."""
+    without that gauge (backend=trtllm) counts as up."""
+    return all(v != 0 for (name, _), v in samples.items() if name == "pipeline_engine_ready")
+
+
+def engines_ready(metrics_url: str) -> bool:
+    """engines_up at metrics_url; a server whose metrics cannot be read counts as ready (the
+    frontend's health check, which reads its own server's metrics)."""
     try:
         samples = fetch_metrics(metrics_url, timeout_s=5.0)
     except ClientError:
         return True
-    return all(v != 0 for (name, _), v in samples.items() if name == "pipeline_engine_ready")
+    return engines_up(samples)

@@ -5,7 +5,7 @@ import hmac
 
 from starlette.requests import Request
 
-from pipeline.openai_api.errors import APIError
+from pipeline.openai_api.errors import APIError, bad_request
 
 
 def check_api_key(request: Request, api_key: str) -> None:
@@ -47,7 +47,8 @@ def _too_large(num_bytes: int, max_bytes: int) -> APIError:
 
 class Admission:
     """Engine requests in flight, at most `limit`; a request that would pass it gets 429 at
-    once (its client retries) instead of queueing unseen in front of the engine.
+    once (its client retries) instead of queueing unseen in front of the engine, and one that
+    alone is above it gets 400 (no retry can pass it).
 
     counts: each frontend process's requests in flight (a multiprocessing Array, one slot per
     worker, `index` this one's), so the limit holds for all the processes on the port together;
@@ -64,6 +65,14 @@ class Admission:
             return sum(self.counts)
 
     def take(self, num: int) -> "Ticket":
+        if num > self.limit:  # not even an idle server takes it: retrying cannot help
+            raise bad_request(
+                f"this request makes {num} engine requests (one per prompt and choice), above "
+                f"this server's limit of {self.limit} in flight "
+                f"(serve.openai.max_concurrent_requests), so it can never be admitted; send at "
+                f"most {self.limit} prompts times n per request",
+                code="request_too_large",
+            )
         with self._lock:
             num_in_flight = sum(self.counts)
             if num_in_flight + num > self.limit:

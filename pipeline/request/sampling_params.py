@@ -10,11 +10,15 @@ vocabulary by RequestLimits, which knows it.
 import math
 from dataclasses import dataclass, field
 
+from pipeline.triton_repo.input_checks import ALLOWED
+
 MAX_INT32 = 2**31 - 1
 MAX_UINT64 = 2**64 - 1
 # below it a draw is the argmax in float32 anyway, and near 1e-38 logits / temperature overflow
 # to inf and softmax to NaN (vLLM's _SAMPLING_EPS)
 GREEDY_BELOW_TEMPERATURE = 1e-5
+# the knobs the sampler scales logits by, in the Triton inputs' ranges (float32-safe)
+BOUNDED_FLOATS = ("temperature", "repetition_penalty", "presence_penalty", "frequency_penalty")
 
 
 def _token_sequences(name: str, value) -> tuple[tuple[int, ...], ...]:
@@ -29,8 +33,10 @@ def _problems(p: "SamplingParams") -> list[str]:
     problems = []
     if not 1 <= p.max_tokens <= MAX_INT32:
         problems.append(f"max_tokens={p.max_tokens} must be in [1, {MAX_INT32}]")
-    if not (math.isfinite(p.temperature) and p.temperature >= 0.0):
-        problems.append(f"temperature={p.temperature} must be a finite number >= 0 (0 = greedy)")
+    for name in BOUNDED_FLOATS:
+        value, allowed = getattr(p, name), ALLOWED[name]
+        if not (math.isfinite(value) and allowed.allows(value)):
+            problems.append(f"{name}={value} must be in {allowed.describe()}")
     if not 0 <= p.top_k <= MAX_INT32:
         problems.append(f"top_k={p.top_k} must be in [0, {MAX_INT32}] (0 disables it)")
     if not (math.isfinite(p.top_p) and 0.0 < p.top_p <= 1.0):
@@ -41,13 +47,6 @@ def _problems(p: "SamplingParams") -> list[str]:
         value = getattr(p, name)
         if value is not None and not -1 <= value <= MAX_INT32:
             problems.append(f"{name}={value} must be a token id in [0, {MAX_INT32}] or -1 (none)")
-    if not (math.isfinite(p.repetition_penalty) and p.repetition_penalty > 0.0):
-        problems.append(
-            f"repetition_penalty={p.repetition_penalty} must be a finite number > 0 (1 = none)"
-        )
-    for name in ("presence_penalty", "frequency_penalty"):
-        if not math.isfinite(getattr(p, name)):
-            problems.append(f"{name}={getattr(p, name)} must be a finite number (0 = none)")
     for name in ("min_tokens", "prompt_ignore_length"):
         if not 0 <= getattr(p, name) <= MAX_INT32:
             problems.append(f"{name}={getattr(p, name)} must be in [0, {MAX_INT32}]")

@@ -24,23 +24,28 @@ class Allowed:
     low: float
     high: float
     meaning: str = ""  # what the edge values mean, for the error message
-    is_low_open: bool = False  # low itself is not allowed
 
     def describe(self) -> str:
         high = "2**64 - 1" if self.high == MAX_UINT64 else self.high
-        low = f"({self.low}" if self.is_low_open else f"[{self.low}"
-        return f"{low}, {high}]" + (f" ({self.meaning})" if self.meaning else "")
+        return f"[{self.low}, {high}]" + (f" ({self.meaning})" if self.meaning else "")
 
     def allows(self, value: float) -> bool:
-        above = self.low < value if self.is_low_open else self.low <= value
-        return above and value <= self.high
+        return self.low <= value <= self.high
 
 
 _OUTPUT_LEN = Allowed(1, MAX_INT32, "tokens to generate")
 _TOP_K = Allowed(0, MAX_INT32, "0 = no top-k filter")
 _TOP_P = Allowed(0.0, 1.0, "0 with top_k 0 = greedy")
 _TOKEN_ID = Allowed(-1, MAX_INT32, "a token id; -1 = none, which no token matches")
-_ADDITIVE_PENALTY = Allowed(-math.inf, math.inf, "0 = none")
+# The sampler divides the logits by temperature (greedy below 1e-5) and scales them by
+# repetition_penalty either way: within these bounds a logit under 1e6 stays under 1e23, far from
+# float32's 3.4e38, where 1e308 became inf and inf * 0 a NaN that failed the batch. Neither
+# vLLM (SamplingParams._verify_args, v0.11) nor TensorRT-LLM (SamplingConfig, v1.0) bounds them
+# above; both refuse a negative temperature and a repetition_penalty <= 0.
+MAX_SCALE = 1e6
+# presence and frequency: OpenAI's range, which vLLM enforces too ([-2, 2]); TensorRT-LLM's is
+# unbounded, but frequency_penalty * a count near 2**31 must stay finite
+_ADDITIVE_PENALTY = Allowed(-2.0, 2.0, "0 = none")
 _LENGTH_PENALTY = Allowed(-math.inf, math.inf, "beam search only")
 # the ensemble's / BLS's names and the tensorrt_llm model's names for the same knobs
 ALLOWED = {
@@ -51,7 +56,7 @@ ALLOWED = {
     "runtime_top_k": _TOP_K,
     "top_p": _TOP_P,
     "runtime_top_p": _TOP_P,
-    "temperature": Allowed(0.0, math.inf, "0 = greedy"),
+    "temperature": Allowed(0.0, MAX_SCALE, "0 = greedy"),
     "seed": Allowed(0, MAX_UINT64),
     "end_id": _TOKEN_ID,
     "pad_id": _TOKEN_ID,
@@ -59,7 +64,7 @@ ALLOWED = {
     "PAD_ID": _TOKEN_ID,
     "input_lengths": Allowed(1, MAX_INT32, "tokens of input_ids to use"),
     # TensorRT-LLM's SamplingConfig ranges (docs/trtllm_reference.md, section 9.2)
-    "repetition_penalty": Allowed(0.0, math.inf, "1 = none", is_low_open=True),
+    "repetition_penalty": Allowed(1 / MAX_SCALE, MAX_SCALE, "1 = none"),
     "presence_penalty": _ADDITIVE_PENALTY,
     "frequency_penalty": _ADDITIVE_PENALTY,
     "min_tokens": Allowed(0, MAX_INT32, "0 = none"),

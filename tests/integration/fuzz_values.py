@@ -114,10 +114,19 @@ def nasty_values(
             *((v, EITHER) for v in (-1, vocab, 999_999_999, I32_MIN, I32_MAX)),
             *([(10**10, EITHER), ("2", INVALID)] if http else []),
         ],
+        # the sampler scales logits by these: past their float32-safe ranges they are refused
         "temperature": [
-            *((v, INVALID) for v in (NAN, INF, -INF, -1.0, -1e-30)),
-            *((v, EITHER) for v in (1e-45, 1e30, 3.4e38, -0.0)),
+            *((v, INVALID) for v in (NAN, INF, -INF, -1.0, -1e-30, 1e30, 3.4e38)),
+            *((v, EITHER) for v in (1e-45, 1e6, -0.0)),
             *(reals if http else []),
+        ],
+        "repetition_penalty": [
+            *((v, INVALID) for v in (NAN, INF, 0.0, -1.0, 1e-30, 3.4e38)),
+            *((v, EITHER) for v in (1e-6, 1e6)),
+        ],
+        "presence_penalty": [
+            *((v, INVALID) for v in (NAN, -INF, 2.5, 3.4e38, -3.4e38)),
+            *((v, EITHER) for v in (-2.0, 2.0)),
         ],
         "top_k": [
             (-1, INVALID),
@@ -149,6 +158,7 @@ def nasty_values(
         "runtime_top_k": table["top_k"],
         "runtime_top_p": table["top_p"],
         "streaming": table["stream"],
+        "frequency_penalty": table["presence_penalty"],
     }
     by_type = {
         "TYPE_INT32": [I32_MIN, -1, 0, I32_MAX],

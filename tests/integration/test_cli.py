@@ -70,3 +70,30 @@ def test_read_only_workdir_is_refused_with_the_fix(read_only_dir):
     assert out.returncode == 1 and "Traceback" not in text
     assert f"workdir: '{read_only_dir / 'artifacts'}' cannot be made: {read_only_dir}" in text
     assert "not writable" in text and "set workdir to a writable directory" in text
+
+
+def test_a_stage_that_fills_a_real_disk_ends_in_one_line(small_disk):
+    """fetch of the real SmolLM2 into a 512 KiB workdir: safetensors hits ENOSPC writing the
+    weights, and the CLI prints one line: the workdir, the file, the space left and the fix."""
+    workdir = small_disk / "workdir"
+    out = _cli("fetch", f"workdir={workdir}")
+    text = out.stdout + out.stderr
+    assert out.returncode == 1 and "Traceback" not in text and "SafetensorError" not in text
+    (line,) = [ln for ln in text.splitlines() if "no space left" in ln]
+    assert f"fetch: no space left on the disk of workdir={workdir} (" in line
+    assert "/fetch-" in line and "model.safetensors;" in line and " free once" in line
+    assert line.endswith("set workdir= to a directory on a larger disk")
+    assert list((workdir / "smollm2-135m").iterdir()) == []
+
+
+def test_every_unknown_key_is_named_at_once(tmp_path):
+    """Hydra alone stops at the first key the config lacks; each one reaches the check that
+    names them all, beside a bad value."""
+    out = _cli("convert", "model.colour=red", "build.foo=1", "parallel.tp_size=0",
+               f"workdir={tmp_path}")  # fmt: skip
+    text = out.stdout + out.stderr
+    assert out.returncode == 1 and "Traceback" not in text and "Could not override" not in text
+    (line,) = [ln for ln in text.splitlines() if "config:" in ln]
+    for problem in ("model.colour: unknown key", "build.foo: unknown key", "parallel.tp_size: 0"):
+        assert problem in line
+    assert list(tmp_path.iterdir()) == []

@@ -123,3 +123,35 @@ def test_an_engine_whose_model_fails_raises_engine_failure(smollm_engine_dir, mo
     assert isinstance(failed.value.__cause__, EngineFailure)
     with pytest.raises(RuntimeError, match="AsyncLLMEngine failed"):
         async_engine.submit(engine.tokenizer.encode(PROMPTS[1]), GREEDY)
+
+
+@pytest.mark.parametrize(
+    "knobs, named",
+    [
+        ({"temperature": 1e308}, "temperature=1e+308 must be in [0.0, 1000000.0]"),
+        ({"repetition_penalty": 1e308}, "repetition_penalty=1e+308 must be in [1e-06, "),
+        ({"repetition_penalty": 1e-30}, "repetition_penalty=1e-30 must be in [1e-06, "),
+        ({"presence_penalty": 1e308}, "presence_penalty=1e+308 must be in [-2.0, 2.0]"),
+        ({"frequency_penalty": -3.0}, "frequency_penalty=-3.0 must be in [-2.0, 2.0]"),
+    ],
+)
+def test_a_value_that_overflows_float32_in_the_sampler_is_refused(knobs, named):
+    with pytest.raises(ValueError) as info:
+        SamplingParams(**knobs)
+    assert named in str(info.value)
+
+
+def test_the_edges_of_every_bounded_knob_sample_finite_tokens(engine):
+    """At the ends of their ranges, together, the knobs still give a finite distribution."""
+    edges = [
+        SamplingParams(
+            max_tokens=4, ignore_eos=True, seed=1, temperature=1e6, repetition_penalty=1e6,
+            presence_penalty=2.0, frequency_penalty=2.0,
+        ),
+        SamplingParams(
+            max_tokens=4, ignore_eos=True, seed=2, temperature=1e-5, repetition_penalty=1e-6,
+            presence_penalty=-2.0, frequency_penalty=-2.0,
+        ),
+    ]  # fmt: skip
+    for out in engine.generate([PROMPTS[0], PROMPTS[0]], edges):
+        assert len(out.token_ids) == 4

@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from pipeline.client import ClientError, GenerateRequest, GrpcClient, HttpClient, cli
+from pipeline.client.endpoints import metrics_url_for
 from pipeline.client.metrics import fetch_metrics, metric_value
 from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.server import launch, stub_env
@@ -372,3 +373,26 @@ def test_server_stops_cleanly(server):
         os.killpg(pgid, 0)  # no stub left in the server's process group
     assert not list(SHM_DIR.glob(f"{prefix}*"))
     assert not server.tmp_dir.exists()
+
+
+def test_ready_reads_the_metrics_of_the_server_it_was_pointed_at(server, capsys):
+    """The server runs on free (non-default) ports: the metrics URL comes from its own
+    --metrics-port, and a metrics endpoint that cannot be read is not ready, naming it."""
+    grpc_url, http_url = server.endpoints.grpc_url, server.endpoints.http_url
+    assert metrics_url_for(grpc_url) == server.endpoints.metrics_url
+    assert metrics_url_for(http_url) == server.endpoints.metrics_url
+    assert cli.main(["--protocol", "http", "--url", http_url, "ready"]) == 0
+    (unused,) = free_ports(1)
+    elsewhere = f"http://127.0.0.1:{unused}/metrics"
+    assert cli.main(["--url", grpc_url, "ready", "--metrics-url", elsewhere]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"not ready: ensemble at {grpc_url} is up")
+    assert f"its metrics at {elsewhere} cannot be read" in err
+
+
+def test_ready_after_the_server_stopped_is_not_ready(server, capsys):
+    server.stop()
+    grpc_url = server.endpoints.grpc_url
+    assert cli.main(["--url", grpc_url, "ready", "--wait", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"not ready after 1 s: ensemble at {grpc_url}")

@@ -176,7 +176,7 @@ UNSERVED = [  # input values -> what the error names, through either model
     ({"lora_task_id": 3}, "lora_task_id=3 (no LoRA adapters"),
     ({"guided_decoding_guide_type": "json", "guided_decoding_guide": "{}"}, "no guided decoding"),
     ({"embedding_bias_words": ["cat"], "embedding_bias_weights": [2.0]}, "no embedding bias"),
-    ({"repetition_penalty": 0.0}, "repetition_penalty=0.0 is outside (0.0, inf]"),
+    ({"repetition_penalty": 0.0}, "repetition_penalty=0.0 is outside [1e-06, 1000000.0]"),
 ]
 GRPC_ONLY = [  # 2-D tensors the HTTP generate extension cannot shape
     ({"prompt_embedding_table": np.ones((1, 2, 576), np.float16)}, "prompt_embedding_table="),

@@ -148,6 +148,10 @@ def test_a_missing_required_input_is_named(server, model, body, missing):
         ({"temperature": float("nan"), "top_k": 5}, r"temperature=nan is not a finite number"),
         ({"max_tokens": -5}, r"(max_tokens|request_output_len)=-5 .*is outside \[1,"),
         ({"top_p": 1.5, "top_k": 0}, r"top_p=1.5 .*is outside \[0.0, 1.0\]"),
+        # finite float32 values the sampler would overflow with: once a NaN and a 502
+        ({"frequency_penalty": -3e38}, r"frequency_penalty=-3\S* is outside \[-2.0, 2.0\]"),
+        ({"repetition_penalty": 1e-30}, r"repetition_penalty=1\S* is outside \[1e-06, "),
+        ({"temperature": 3e38, "top_k": 5}, r"temperature=3\S* is outside \[0.0, 1000000.0\]"),
     ],
 )
 def test_a_value_out_of_range_is_named_by_the_model_that_took_it(server, model, values, named):
@@ -158,6 +162,20 @@ def test_a_value_out_of_range_is_named_by_the_model_that_took_it(server, model, 
     response = requests.post(url, data=body, timeout=120)
     assert response.status_code == 400 and re.search(named, response.json()["error"])
     assert "tensorrt_llm" in response.json()["error"]  # the BLS itself, or the ensemble's LLM
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"text_input": "hello " * 400}, "max_input_len=192"),
+        ({"max_tokens": 400}, "max_seq_len=256"),
+    ],
+)
+def test_a_request_no_engine_state_could_take_is_a_400(server, model, values, named):
+    """Never servable by this engine, whatever else runs: a client error, not one to retry."""
+    response = generate_http(server, model, GREEDY.values(stream=False) | values)
+    assert response.status_code == 400 and named in response.json()["error"]
 
 
 def test_http_json_that_triton_converts_before_any_model(server):

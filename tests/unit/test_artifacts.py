@@ -3,8 +3,12 @@
 import errno
 import json
 import os
+import shutil
 
+import numpy
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from pipeline import manifest as manifest_module
 from pipeline.artifacts import Manifest, StageRequest, produce_artifact, verify_outputs
@@ -209,3 +213,60 @@ def test_skipped_stage_refuses_a_corrupted_upstream(tmp_path):
         produce_artifact(down(), _writer("d", calls))
     assert "weights.bin: sha256 differs" in str(err.value) and str(up) in str(err.value)
     assert "pipeline build force=true" in str(err.value) and calls == ["d"]
+
+
+def _fill_with_safetensors(out):
+    save_file({"w": torch.zeros(1 << 20)}, str(out / "rank0.safetensors"))
+
+
+def _fill_with_torch_save(out):
+    torch.save({"w": torch.zeros(1 << 20)}, out / "state.pt")
+
+
+def _fill_with_numpy(out):
+    numpy.save(out / "calib.npy", numpy.zeros(1 << 20))
+
+
+def _fill_with_json(out):
+    (out / "config.json").write_text(json.dumps({"w": "x" * (1 << 21)}))
+
+
+def _fill_with_copytree(out):
+    src = out.parents[3] / "src"  # tmp_path: off the small disk (out is small_disk/workdir/m/.s-*)
+    src.mkdir(exist_ok=True)
+    (src / "tokenizer.json").write_bytes(b"x" * (1 << 21))
+    shutil.copytree(src, out / "tokenizer")
+
+
+@pytest.mark.parametrize(
+    "writer",
+    [
+        _fill_with_safetensors,
+        _fill_with_torch_save,
+        _fill_with_numpy,
+        _fill_with_json,
+        _fill_with_copytree,
+    ],
+    ids=lambda w: w.__name__.removeprefix("_fill_with_"),
+)
+def test_every_writer_that_fills_a_real_disk_ends_in_one_line(small_disk, writer):
+    workdir = small_disk / "workdir"
+    good = produce_artifact(_request(workdir), _writer("good", []))
+    with pytest.raises(StageError) as err:
+        produce_artifact(_request(workdir, force=True), writer)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"s: no space left on the disk of workdir={workdir.resolve()} (")
+    assert f"while writing {good}/" in message and " MB free once" in message
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+    assert (good / "data.txt").read_text() == "good"
+    assert [p.name for p in good.parent.iterdir()] == [good.name]
+
+
+def test_a_failed_write_on_a_disk_with_room_is_not_called_full(tmp_path):
+    def fails(out):
+        (out / "state.pt").write_bytes(b"half")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+
+    with pytest.raises(RuntimeError, match="unexpected pos"):
+        produce_artifact(_request(tmp_path), fails)

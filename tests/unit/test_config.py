@@ -82,3 +82,31 @@ def test_workdir_under_a_file_is_refused(tmp_path):
     assert make_spec("convert", workdir=tmp_path / "new" / "artifacts").workdir.endswith(
         "artifacts"
     )
+
+
+@pytest.mark.parametrize(
+    "overrides, dtype",
+    [
+        (("hardware=cpu",), "float32"),  # the torch engine on the CPU: bf16 would be far slower
+        (("hardware=h100",), "bfloat16"),
+        (("hardware=h100", "backend.device=cpu"), "float32"),
+        (("hardware=cpu", "backend=trtllm"), "bfloat16"),  # TensorRT-LLM runs on a GPU
+        (("hardware=cpu", "model.dtype=bfloat16"), "bfloat16"),  # asked for: kept
+    ],
+)
+@pytest.mark.parametrize("model", ["hf-local", "hub"])
+def test_a_models_auto_dtype_suits_the_hardware(tmp_path, model, overrides, dtype):
+    spec = make_spec("convert", f"model={model}", "model.source=org/name", *overrides,
+                     workdir=tmp_path)  # fmt: skip
+    assert spec.model.dtype == dtype
+
+
+def test_value_overrides_reach_the_spec_check_and_the_rest_stay_as_given():
+    from pipeline.cli import _overrides_checked_together
+
+    argv = ["model=hub", "model.dtype=float16,bfloat16", "workdir=w", "hydra.run.dir=x",
+            "hydra/launcher=basic", "+extra=1", "~gone", "--multirun"]  # fmt: skip
+    assert _overrides_checked_together(argv) == [
+        "model=hub", "++model.dtype=float16,bfloat16", "++workdir=w", "hydra.run.dir=x",
+        "hydra/launcher=basic", "+extra=1", "~gone", "--multirun",
+    ]  # fmt: skip

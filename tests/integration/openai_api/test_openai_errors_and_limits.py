@@ -41,6 +41,26 @@ ERROR_CASES = {
     "token outside vocabulary": (C, {"prompt": [10**7]}, K, 400, "prompt", None),
     "empty messages": (CHAT, {"messages": []}, K, 400, "messages", None),
     "penalty out of range": (C, {"repetition_penalty": 0}, K, 400, "repetition_penalty", None),
+    # finite in float64 but inf in the engine's float32: once a NaN and a 502
+    "temperature past float32": (C, {"temperature": 1e308}, K, 400, "temperature", None),
+    "repetition past float32": (
+        C,
+        {"repetition_penalty": 1e308},
+        K,
+        400,
+        "repetition_penalty",
+        None,
+    ),
+    "presence past float32": (C, {"presence_penalty": 1e308}, K, 400, "presence_penalty", None),
+    "frequency past its range": (C, {"frequency_penalty": -2.5}, K, 400, "frequency_penalty", None),
+    "more prompts than ever admitted": (
+        C,
+        {"prompt": ["Hi"] * (MAX_IN_FLIGHT + 1)},
+        K,
+        400,
+        None,
+        "request_too_large",
+    ),
     "top logprobs": (
         CHAT,
         {"logprobs": True, "top_logprobs": 3},

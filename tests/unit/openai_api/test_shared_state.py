@@ -37,6 +37,15 @@ def test_a_process_alone_keeps_its_own_count():
     assert admission.num_in_flight == 0
 
 
+def test_a_request_above_the_limit_on_its_own_is_a_400_not_a_retry():
+    admission = Admission(256)
+    with pytest.raises(APIError) as refused:
+        admission.take(257)
+    assert refused.value.status == 400 and "can never be admitted" in str(refused.value)
+    assert "max_concurrent_requests" in str(refused.value) and admission.num_in_flight == 0
+    admission.take(256).give_back()
+
+
 def _count_requests(shared_dir: str, counts, index: int, num: int) -> None:
     from pipeline.openai_api.metrics import FrontendMetrics
 

@@ -300,7 +300,7 @@ def test_inputs_that_ask_for_nothing_pass():
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
-        ({"repetition_penalty": [[0.0]]}, "repetition_penalty=0.0 is outside (0.0, inf]"),
+        ({"repetition_penalty": [[0.0]]}, "repetition_penalty=0.0 is outside [1e-06, 1000000.0]"),
         ({"presence_penalty": [[np.inf]]}, "presence_penalty=inf is not a finite number"),
         ({"min_tokens": [[-1]]}, "min_tokens=-1 is outside [0,"),
         ({"num_return_sequences": [[0]]}, "num_return_sequences=0 is outside [1,"),
