@@ -68,20 +68,15 @@ def column(name: str, value, dtype) -> "pb_utils.Tensor":
 
 
 def tensors(part: "Part", out) -> list:
-    """[batch, beam, ...]: the outputs the request asked for and has, as the tensorrtllm backend
-    (batch_index with several prompts, sequence_index with num_return_sequences, log probs with
-    return_log_probs). Their order: the core model's (output_ids first; text_output, ours, last);
-    for a caller that asked for text and no ids (the ensemble and the BLS, whose responses keep
-    this order), the ensemble's: text_output first, sequence_length (ours) last. text_output is
-    flat, as upstream's postprocessing gives it."""
+    """[batch, beam, ...], in upstream's order (text_output, ours, last and flat, as upstream's
+    postprocessing gives it): the outputs the request asked for and has, as the tensorrtllm
+    backend (batch_index with several prompts, sequence_index with num_return_sequences, log
+    probs with return_log_probs)."""
     caller = part.caller
     outputs, tensors = caller.outputs, []
-    is_text_first = out.text is not None and "output_ids" not in outputs
-    if is_text_first:
-        tensors.append(text_output(out.text))
     if "output_ids" in outputs:
         tensors.append(pb_utils.Tensor("output_ids", out.token_ids.reshape(1, 1, -1)))
-    if "sequence_length" in outputs and not is_text_first:
+    if "sequence_length" in outputs:
         tensors.append(column("sequence_length", out.token_ids.size, np.int32))
     if out.logprobs is not None:
         if "cum_log_probs" in outputs:
@@ -96,16 +91,9 @@ def tensors(part: "Part", out) -> list:
         tensors.append(column("num_input_tokens", out.num_input_tokens, np.int32))
     if out.is_output_counted and "num_output_tokens" in outputs:  # upstream's: output_ids' size
         tensors.append(column("num_output_tokens", out.token_ids.size, np.int32))
-    if is_text_first:
-        if "sequence_length" in outputs:
-            tensors.append(column("sequence_length", out.token_ids.size, np.int32))
-    elif out.text is not None:
-        tensors.append(text_output(out.text))
+    if out.text is not None:
+        tensors.append(pb_utils.Tensor("text_output", np.array([out.text.encode()], np.object_)))
     return tensors
-
-
-def text_output(text: str) -> "pb_utils.Tensor":
-    return pb_utils.Tensor("text_output", np.array([text.encode()], np.object_))
 
 
 def split(arrays: dict) -> list[dict]:
