@@ -54,11 +54,12 @@ def described(result) -> list[tuple[str, str, list[int]]]:
 
 
 def check_upstream_shapes(model: str, result, batch: int = 1) -> None:
-    """Names in the order of upstream's config (ours after), its data types, and its dims
-    after the batch dim; text outputs flat ([batch * beams]), as upstream's models send them."""
+    """Names in the order of upstream's config (ours after; an ensemble's by name, as Triton
+    orders every ensemble's), its data types, and its dims after the batch dim; text outputs
+    flat ([batch * beams]), as upstream's models send them."""
     upstream, ours = UPSTREAM[model]
     declared = {name: (dtype, dims) for name, dtype, dims in (*upstream, *ours)}
-    order = list(declared)
+    order = sorted(declared) if model == "ensemble" else list(declared)
     sent = described(result)
     names = [name for name, _, _ in sent]
     assert names == sorted(names, key=order.index), f"{model}: {names} not in {order}"
@@ -132,7 +133,10 @@ def e2e_inputs(prompts: list[str], streaming: bool, **extra) -> dict:
         "temperature": np.ones((size, 1), np.float32),
         "exclude_input_in_output": np.zeros((size, 1), bool),
     }
-    return inputs | {name: np.full((size, 1), value) for name, value in extra.items()}
+    dtypes = {bool: bool, int: np.int32, float: np.float32}
+    return inputs | {
+        name: np.full((size, 1), value, dtypes[type(value)]) for name, value in extra.items()
+    }
 
 
 def texts(results) -> dict[int, str]:
