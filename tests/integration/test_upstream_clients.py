@@ -101,7 +101,9 @@ def stream(server, model: str, inputs: dict, outputs: list[str], request_id: str
     return got
 
 
-def infer(server, model: str, inputs: dict, outputs: list[str] | None, protocol: str):
+def infer(
+    server, model: str, inputs: dict, outputs: list[str] | None, protocol: str, request_id=""
+):
     """Plain ModelInfer (gRPC) or /infer (HTTP), as end_to_end_test.py calls it."""
     module, url = (
         (grpcclient, server.endpoints.grpc_url)
@@ -116,6 +118,7 @@ def infer(server, model: str, inputs: dict, outputs: list[str] | None, protocol:
             outputs=None
             if outputs is None
             else [module.InferRequestedOutput(name) for name in outputs],
+            request_id=request_id,
         )
     finally:
         client.close()
@@ -249,7 +252,7 @@ def test_inflight_batcher_llm_client(servers, tokenizer):
     }
     with pytest.raises(InferenceServerException, match="stop=true needs the request id"):
         stream(servers["decoupled"], "tensorrt_llm", stop, [])
-    answer = infer(servers["unary"], "tensorrt_llm", stop, None, "grpc")
+    answer = infer(servers["unary"], "tensorrt_llm", stop, None, "grpc", request_id="7")
     assert described(answer) == []  # upstream's "cancellation response": no outputs
     for name, value in [
         ("draft_input_ids", np.array([[1, 2]], np.int32)),
