@@ -323,3 +323,31 @@ def test_end_to_end_test(servers, greedy, protocol):
         result = infer(server, model, inputs, ["text_output"], protocol)
         check_upstream_shapes(model, result)
         assert result.as_numpy("text_output")[0].decode() == greedy[0]
+
+
+def test_stop_ends_a_whole_answer_with_what_it_made(servers, tokenizer):
+    """--stop-after-ms without --streaming: the stopped request answers at once, with the tokens
+    made so far (a prefix of the unstopped answer), as upstream's backend answers it."""
+    server, long = servers["unary"], {"request_output_len": np.array([[200]], np.int32)}
+    full = infer(server, "tensorrt_llm", ifb_inputs(tokenizer, False, **long), None, "grpc")
+    client = grpcclient.InferenceServerClient(server.endpoints.grpc_url)
+    answers: queue.Queue = queue.Queue()
+    inputs = ifb_inputs(tokenizer, False, **long)
+    client.async_infer(
+        "tensorrt_llm",
+        [tensor(grpcclient, name, value) for name, value in inputs.items()],
+        callback=lambda result, error: answers.put(error or result),
+        request_id="stopped",
+    )
+    stop = {
+        "input_ids": np.empty((1, 1), np.int32),
+        "input_lengths": np.zeros((1, 1), np.int32),
+        "request_output_len": np.zeros((1, 1), np.int32),
+        "stop": np.ones((1, 1), bool),
+    }
+    infer(server, "tensorrt_llm", stop, None, "grpc", request_id="stopped")
+    stopped = answers.get(timeout=300)
+    client.close()
+    made = stopped.as_numpy("output_ids")[0][0].tolist()
+    assert made == full.as_numpy("output_ids")[0][0].tolist()[: len(made)]
+    assert stopped.as_numpy("sequence_length")[0][0] == len(made)

@@ -242,10 +242,12 @@ class TritonPythonModel:
         return max(num, 1)
 
     def _stop(self, request_id: str) -> None:
-        """Each request in flight with this id stops at its next response, as if cancelled."""
+        """Each request in flight with this id ends now: a stream at its next response, as if
+        cancelled; a whole answer with the tokens made so far, as upstream's."""
         with self.stoppable_lock:
             for caller in self.stoppable.get(request_id, ()):
                 caller.is_stopped = True
+        self.service.stop(lambda part: part.caller.is_stopped)
 
     def _forget(self, caller: Caller) -> None:
         with self.stoppable_lock:
