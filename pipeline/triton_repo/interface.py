@@ -3,8 +3,10 @@
 `ensemble` and `tensorrt_llm_bls` declare upstream's whole client interface (names, data types,
 dims: docs/trtllm_reference.md, section 9.1), so a client written for upstream's models sends
 what it sends; with backend=trtllm every input reaches the tensorrtllm backend, and the torch
-backend's `tensorrt_llm` serves what its engine can and refuses the rest by name. The other
-models declare the subset the pipeline drives.
+backend's `tensorrt_llm` serves what its engine can and refuses the rest by name. The torch
+`tensorrt_llm` declares every input of the tensorrtllm backend's; preprocessing and
+postprocessing the inputs the pipeline drives. Every model's outputs are upstream's, in upstream's
+order, with ours after them (section 9.7).
 """
 
 from dataclasses import dataclass, replace
