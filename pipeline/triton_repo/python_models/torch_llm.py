@@ -1,7 +1,9 @@
 """tensorrt_llm for backend=torch: the torch engine behind the tensorrtllm backend's interface.
 
-Decoupled: execute() submits each request to the engine and returns at once; the service's one
-responder thread sends every request's responses as the engine produces tokens. A response
+execute() submits each request to the engine and returns at once; the service's one responder
+thread sends every request's responses as the engine produces tokens (decoupled), or its one
+whole answer (deploy.decoupled_mode=false). Several prompts in one request are engine requests of
+their own, answered with their batch_index, as the tensorrtllm backend answers them. A response
 carries the outputs its request asked for: output_ids and sequence_length as the tensorrtllm
 backend's, and text_output (ours), detokenized in the responder thread. It also takes the
 ensemble's text inputs (text_input, stop_words, bad_words; ours) and tokenizes them itself.
@@ -173,8 +175,8 @@ class TritonPythonModel:
         return None
 
     def _stop_request(self, caller: Caller) -> None:
-        """`stop`: the requests in flight with its request id end at their next response; its
-        own answer has no outputs (the decoupled policy allows none but the final flag)."""
+        """`stop`: the requests in flight with its request id end (_stop); its own answer has
+        no outputs (decoupled: the final flag alone; else one empty response, the one allowed)."""
         if not caller.request_id:
             caller.sender.send(
                 pb_utils.InferenceResponse(
