@@ -64,7 +64,7 @@ class DeploySpec:
     stub_python: str = ""
     # 0 = the engine's build_config.max_batch_size (larger is refused)
     triton_max_batch_size: int = 0
-    decoupled_mode: bool = True  # needed for streaming; backend=torch always serves decoupled
+    decoupled_mode: bool = True  # needed for streaming and several responses a request
     max_queue_delay_microseconds: int = 0
     max_queue_size: int = 0  # 0 = unbounded; a full queue rejects at once
     preferred_batch_sizes: tuple[int, ...] = ()  # () = (triton_max_batch_size,)

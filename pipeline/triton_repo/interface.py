@@ -3,13 +3,16 @@
 `ensemble` and `tensorrt_llm_bls` declare upstream's whole client interface (names, data types,
 dims: docs/trtllm_reference.md, section 9.1), so a client written for upstream's models sends
 what it sends; with backend=trtllm every input reaches the tensorrtllm backend, and the torch
-backend's `tensorrt_llm` serves what its engine can and refuses the rest by name. The other
-models declare the subset the pipeline drives.
+backend's `tensorrt_llm` serves what its engine can and refuses the rest by name. The torch
+`tensorrt_llm` declares every input of the tensorrtllm backend's; preprocessing and
+postprocessing the inputs the pipeline drives. Every model's outputs are upstream's, in upstream's
+order, with ours after them (section 9.7).
 """
 
 from dataclasses import dataclass, replace
 
 from pipeline.triton_repo.input_checks import LLM_DIRECT_INPUTS
+from pipeline.trtllm import triton_io
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,12 +128,13 @@ RESULT_OUTPUTS = (
     t("num_input_tokens", "INT32"),
     t("num_output_tokens", "INT32"),
 )
-# sequence_length (ours, not upstream's): tokens behind each response's text_output, for clients
-# that count tokens (a streamed response can carry several when the server falls behind)
+# sequence_length (ours, not upstream's, after upstream's so their order stays upstream's): tokens
+# behind each response's text_output, for clients that count tokens (a streamed response can
+# carry several when the server falls behind)
 ENSEMBLE_OUTPUTS = (
     t("text_output", "STRING", (-1,)),
-    t("sequence_length", "INT32", (-1,)),
     *RESULT_OUTPUTS,
+    t("sequence_length", "INT32", (-1,)),
 )
 
 PREPROCESSING_INPUTS = (
@@ -145,64 +149,50 @@ PREPROCESSING_INPUTS = (
     t("EMBEDDING_BIAS_WEIGHTS", "FP32", (-1,), optional=True),
     t("PROMPT_TABLE_EXTRA_ID", "UINT64", optional=True),
 )
+# upstream's, in its order; the multimodal ones (from PIXEL_VALUES on) are declared and never
+# sent: the pipeline deploys no multimodal encoder
 PREPROCESSING_OUTPUTS = (
     t("INPUT_ID", "INT32", (-1,)),
     t("REQUEST_INPUT_LEN", "INT32"),
+    t("DECODER_INPUT_ID", "INT32", (-1,)),
+    t("REQUEST_DECODER_INPUT_LEN", "INT32"),
     t("BAD_WORDS_IDS", "INT32", (2, -1)),
     t("STOP_WORDS_IDS", "INT32", (2, -1)),
-    t("REQUEST_OUTPUT_LEN", "INT32"),
+    t("EMBEDDING_BIAS", "FP32", (-1,)),
+    t("REQUEST_OUTPUT_LEN", "INT32", (-1,)),
     t("OUT_END_ID", "INT32"),
     t("OUT_PAD_ID", "INT32"),
-    t("EMBEDDING_BIAS", "FP32", (-1,)),
     t("OUT_PROMPT_TABLE_EXTRA_IDS", "UINT64", (-1,)),
+    t("PIXEL_VALUES", "FP16", (-1, -1, -1, -1)),
+    t("ASPECT_RATIO_IDS", "INT64", (-1,)),
+    t("ASPECT_RATIO_MASK", "INT64", (-1, -1)),
+    t("CROSS_ATTENTION_MASK", "INT64", (-1, -1, -1)),
+    t("IMAGE_SIZES", "INT64", (-1, 2)),
+    t("IS_VIDEO_INPUT", "BOOL"),
+    t("ATTENTION_MASK", "INT64", (-1,)),
+    t("IMAGE_GRID_THW", "INT64", (3,)),
+    t("VISION_INPUT_ID", "INT32", (-1,)),
 )
 
-# `tensorrt_llm`: the inputs/outputs of the tensorrtllm backend's model that the pipeline uses.
-LLM_INPUTS = (
-    t("input_ids", "INT32", (-1,), optional=True, ragged=True),
-    t("input_lengths", "INT32", scalar=True),
-    t("request_output_len", "INT32", scalar=True),
-    t("end_id", "INT32", scalar=True, optional=True),
-    t("pad_id", "INT32", scalar=True, optional=True),
-    t("stop_words_list", "INT32", (2, -1), optional=True),
-    t("bad_words_list", "INT32", (2, -1), optional=True),
-    t("runtime_top_k", "INT32", scalar=True, optional=True),
-    t("runtime_top_p", "FP32", scalar=True, optional=True),
-    t("temperature", "FP32", scalar=True, optional=True),
-    t("seed", "UINT64", scalar=True, optional=True),
-    t("streaming", "BOOL", scalar=True, optional=True),
-    t("exclude_input_in_output", "BOOL", scalar=True, optional=True),
-    # true: cancel the requests in flight that carry this request's id (how the BLS cancels)
-    t("stop", "BOOL", scalar=True, optional=True),
-    # the rest of what the ensemble and the BLS pass on (upstream's tensorrt_llm template)
-    t("num_return_sequences", "INT32", scalar=True, optional=True),
-    t("beam_width", "INT32", scalar=True, optional=True),
-    t("len_penalty", "FP32", scalar=True, optional=True),
-    t("repetition_penalty", "FP32", scalar=True, optional=True),
-    t("min_tokens", "INT32", scalar=True, optional=True),
-    t("presence_penalty", "FP32", scalar=True, optional=True),
-    t("frequency_penalty", "FP32", scalar=True, optional=True),
-    t("return_log_probs", "BOOL", scalar=True, optional=True),
-    t("return_context_logits", "BOOL", scalar=True, optional=True),
-    t("return_generation_logits", "BOOL", scalar=True, optional=True),
-    t("return_perf_metrics", "BOOL", scalar=True, optional=True),
-    t("return_num_input_tokens", "BOOL", scalar=True, optional=True),
-    t("return_num_output_tokens", "BOOL", scalar=True, optional=True),
-    t("embedding_bias", "FP32", (-1,), optional=True, ragged=True),
-    t("prompt_embedding_table", "FP16", (-1, -1), optional=True, ragged=True),
-    t("prompt_table_extra_ids", "UINT64", (-1,), optional=True, ragged=True),
-    t("prompt_vocab_size", "INT32", scalar=True, optional=True),
-    t("lora_task_id", "UINT64", scalar=True, optional=True),
-    t("lora_weights", "FP16", (-1, -1), optional=True, ragged=True),
-    t("lora_config", "INT32", (-1, 3), optional=True, ragged=True),
-    t("guided_decoding_guide_type", "STRING", optional=True, ragged=True),
-    t("guided_decoding_guide", "STRING", optional=True, ragged=True),
-)
-LLM_OUTPUTS = (
-    t("output_ids", "INT32", (-1, -1)),
-    t("sequence_length", "INT32", (-1,)),
-    *RESULT_OUTPUTS,
-)
+# `tensorrt_llm`: the tensorrtllm backend's template, as vendored (docs/trtllm_reference.md,
+# section 5.1): every input and output, in its order. Placeholder types: the logits' (LOGITS, set
+# per repository), the encoder features' and the prompt table's (FP16, as upstream fills them).
+_PLACEHOLDERS = {"FEATURES": "TYPE_FP16", "PROMPT_TABLE": "TYPE_FP16"}
+
+
+def _upstream(name: str, data_type: str, dims: tuple[int, ...], flags: str = "") -> TensorSpec:
+    return TensorSpec(
+        name,
+        _PLACEHOLDERS.get(data_type, data_type),
+        dims,
+        optional="o" in flags,
+        scalar="r" in flags,
+        ragged="g" in flags,
+    )
+
+
+LLM_INPUTS = tuple(_upstream(*spec) for spec in triton_io.INPUTS)
+LLM_OUTPUTS = tuple(_upstream(*spec) for spec in triton_io.OUTPUTS)
 
 POSTPROCESSING_INPUTS = (
     t("TOKENS_BATCH", "INT32", (-1, -1)),
@@ -220,19 +210,27 @@ LLM_TEXT_INPUTS = (
     t("text_input", "STRING", optional=True),
     t("bad_words", "STRING", (-1,), optional=True),
     t("stop_words", "STRING", (-1,), optional=True),
-    # the ensemble's inputs preprocessing would take: refused by name, as the engine has no use
+    # the ensemble's inputs preprocessing would take: decoder_text_input is ignored (decoder-only
+    # engines, as upstream's preprocessing and backend treat it), the others refused by name
     t("decoder_text_input", "STRING", optional=True),
     t("embedding_bias_words", "STRING", (-1,), optional=True),
     t("embedding_bias_weights", "FP32", (-1,), optional=True),
     t("prompt_table_extra_id", "UINT64", optional=True),
 )
+# the torch backend's `tensorrt_llm`: upstream's inputs (draft_logits float32, as the logits it
+# would return) and ours after them
 TORCH_LLM_INPUTS = (
-    *(replace(s, optional=True) if s.name == "input_lengths" else s for s in LLM_INPUTS),
+    *with_logits_type(
+        (replace(s, optional=True) if s.name == "input_lengths" else s for s in LLM_INPUTS),
+        LOGITS_TYPES["float32"],
+    ),
     *LLM_TEXT_INPUTS,
     # ours, as later upstream versions: presence and frequency penalties skip this many prompt
     # tokens (docs/trtllm_reference.md, section 9.2)
     t("prompt_ignore_length", "INT32", scalar=True, optional=True),
 )
+# upstream's outputs, then ours
+TORCH_LLM_OUTPUTS = with_logits_type((*LLM_OUTPUTS, LLM_TEXT_OUTPUT), LOGITS_TYPES["float32"])
 
 # Ensemble steps: (model, {model input: ensemble tensor}, {model output: ensemble tensor}).
 PREPROCESSING_STEP = (
@@ -252,6 +250,8 @@ PREPROCESSING_STEP = (
     {
         "INPUT_ID": "_INPUT_ID",
         "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
+        "DECODER_INPUT_ID": "_DECODER_INPUT_ID",
+        "REQUEST_DECODER_INPUT_LEN": "_REQUEST_DECODER_INPUT_LEN",
         "BAD_WORDS_IDS": "_BAD_WORDS_IDS",
         "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
         "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN",
@@ -264,6 +264,8 @@ PREPROCESSING_STEP = (
 LLM_STEP_INPUTS = {
     "input_ids": "_INPUT_ID",
     "input_lengths": "_REQUEST_INPUT_LEN",
+    "decoder_input_ids": "_DECODER_INPUT_ID",
+    "decoder_input_lengths": "_REQUEST_DECODER_INPUT_LEN",
     "request_output_len": "_REQUEST_OUTPUT_LEN",
     "end_id": "_PREPROCESSOR_END_ID",
     "pad_id": "_PREPROCESSOR_PAD_ID",

@@ -306,6 +306,14 @@ class LLMService:
             self._live.pop(request_id, None)
         self.async_engine.cancel(request_id)
 
+    def stop(self, is_stopped: Callable[[Any], bool]) -> None:
+        """End the engine requests whose context is_stopped now; each still answers its final
+        response, with what it made (the tensorrtllm backend's `stop`)."""
+        with self._lock:
+            stopped = [rid for rid, live in self._live.items() if is_stopped(live.context)]
+        for request_id in stopped:
+            self.async_engine.cancel(request_id)
+
     @property
     def owns_engine(self) -> bool:
         return self.async_engine.owns_engine

@@ -20,6 +20,7 @@ SOURCES = Path(__file__).parent / "python_models"
 # beside every python model that checks request values: the stub imports it from the model's
 # version dir, so the models need no other part of this package (the tensorrtllm backend's image)
 INPUT_CHECKS = Path(__file__).parent / "input_checks.py"
+BLS_NAMES = Path(__file__).parent / "bls_names.py"  # the same, for the BLS's tables
 MARKER = ".pipeline_repository.json"  # marks a dir this module may replace
 KEPT_FILES = ("README.md",)
 
@@ -31,7 +32,8 @@ def _write_model(repo: Path, cfg, source: str | None) -> None:
         (version_dir / ".gitkeep").write_text("")  # Triton needs the version dir to exist
     else:
         shutil.copyfile(SOURCES / source, version_dir / "model.py")
-        shutil.copyfile(INPUT_CHECKS, version_dir / INPUT_CHECKS.name)
+        for module in (INPUT_CHECKS, BLS_NAMES):
+            shutil.copyfile(module, version_dir / module.name)
     (repo / cfg.name / "config.pbtxt").write_text(mcfg.render(cfg))
 
 

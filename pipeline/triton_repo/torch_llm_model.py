@@ -19,6 +19,8 @@ from pipeline.triton_repo.engine_info import EngineInfo, triton_max_batch_size
 from pipeline.triton_repo.engine_runtime import runtime_parameters
 
 MODEL_SOURCE = Path(__file__).parent / "python_models" / "torch_llm.py"
+# imported by the model from beside it
+MODEL_MODULES = (Path(__file__).parent / "python_models" / "llm_responses.py",)
 # stub processes on a GPU: one stub's GIL capped the served rate of a fast engine (SmolLM2 on an
 # H100); a CPU engine is slower than one stub
 AUTO_GPU_INSTANCES = 4
@@ -53,9 +55,7 @@ def model_config(engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, devi
     max_batch_size = triton_max_batch_size(deploy, engine)
     cfg = mcfg.new_config("tensorrt_llm", max_batch_size, backend="python")
     mcfg.add_inputs(cfg, io.TORCH_LLM_INPUTS)
-    mcfg.add_outputs(
-        cfg, io.with_logits_type((*io.LLM_OUTPUTS, io.LLM_TEXT_OUTPUT), io.LOGITS_TYPES["float32"])
-    )
+    mcfg.add_outputs(cfg, io.TORCH_LLM_OUTPUTS)
     mcfg.set_decoupled(cfg, deploy.decoupled_mode)
     mcfg.set_dynamic_batching(
         cfg,
@@ -101,5 +101,7 @@ def write(
     version_dir = Path(model_dir) / "1"
     version_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(MODEL_SOURCE, version_dir / "model.py")
+    for module in MODEL_MODULES:
+        shutil.copyfile(module, version_dir / module.name)
     (Path(model_dir) / "config.pbtxt").write_text(text)
     return text

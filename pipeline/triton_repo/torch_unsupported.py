@@ -23,8 +23,33 @@ ABSENT_FEATURES = {
     "lora_config": "no LoRA adapters",
     "guided_decoding_guide_type": "no guided decoding",
     "guided_decoding_guide": "no guided decoding",
-    "decoder_text_input": "no encoder-decoder models",
+    "encoder_input_features": "no encoder-decoder models",
+    "encoder_output_lengths": "no encoder-decoder models",
+    "cross_attention_mask": "no encoder-decoder models",
+    "skip_cross_attn_blocks": "no encoder-decoder models",
+    "draft_input_ids": "no speculative decoding (draft tokens)",
+    "draft_logits": "no speculative decoding (draft tokens)",
+    "draft_acceptance_threshold": "no speculative decoding (draft tokens)",
+    "lookahead_window_size": "no speculative decoding (lookahead)",
+    "lookahead_ngram_size": "no speculative decoding (lookahead)",
+    "lookahead_verification_set_size": "no speculative decoding (lookahead)",
+    "runtime_top_p_min": "no top-p decay",
+    "runtime_top_p_decay": "no top-p decay",
+    "runtime_top_p_reset_ids": "no top-p decay",
+    "mrope_rotary_cos_sin": "no multimodal rotary embeddings (mrope)",
+    "mrope_position_deltas": "no multimodal rotary embeddings (mrope)",
+    "context_phase_params": "no disaggregated serving (context phase parameters)",
+    "retention_token_range_starts": "no KV-cache retention priorities",
+    "retention_token_range_ends": "no KV-cache retention priorities",
+    "retention_token_range_priorities": "no KV-cache retention priorities",
+    "retention_token_range_durations_ms": "no KV-cache retention priorities",
+    "retention_decode_priority": "no KV-cache retention priorities",
+    "retention_decode_duration_ms": "no KV-cache retention priorities",
 }
+# Accepted and unused, as the tensorrtllm backend uses them with a decoder-only engine without
+# beam search: decoder_text_input, decoder_input_ids and decoder_input_lengths (an
+# encoder-decoder model's decoder prompt; upstream's preprocessing always sends one), and beam
+# search's early_stopping and beam_search_diversity_rate (as length_penalty).
 # boolean inputs whose true the torch engine cannot honour -> what it lacks
 ABSENT_OUTPUTS = {
     "return_context_logits": "it returns no logits",

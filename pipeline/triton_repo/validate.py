@@ -160,7 +160,7 @@ def check_batching(configs: dict, engine_max_batch_size: int) -> list[str]:
     return errors
 
 
-def check_decoupled(configs: dict, backend: str) -> list[str]:
+def check_decoupled(configs: dict) -> list[str]:
     decoupled = {n: c.model_transaction_policy.decoupled for n, c in configs.items()}
     errors = [
         f"{n}: must not be decoupled (the ensemble feeds it one response per request)"
@@ -177,11 +177,6 @@ def check_decoupled(configs: dict, backend: str) -> list[str]:
             f"is decoupled={decoupled['tensorrt_llm_bls']}; both follow "
             f"deploy.decoupled_mode"
         )
-    if backend == "torch" and decoupled.get("tensorrt_llm") is False:
-        errors.append(
-            "tensorrt_llm: backend=torch serves through a decoupled model; set "
-            "deploy.decoupled_mode=true"
-        )
     return errors
 
 
@@ -192,7 +187,7 @@ def check_repository(repo_dir: Path, engine_max_batch_size: int, backend: str) -
     for name, cfg in configs.items():
         errors += check_model(name, cfg, Path(repo_dir) / name)
     errors += check_batching(configs, engine_max_batch_size)
-    errors += check_decoupled(configs, backend)
+    errors += check_decoupled(configs)
     errors += check_ensemble(configs)
     errors += check_text_source(configs, backend)
     errors += check_bls_interface(configs)

@@ -154,6 +154,15 @@ def test_penalties_min_tokens_and_log_probs_are_served(server, engine, model, pr
 
 
 @pytest.mark.parametrize("model", MODELS)
+def test_a_decoder_prompt_is_taken_and_unused(server, engine, model):
+    """decoder_text_input is an encoder-decoder model's; a decoder-only one ignores it, as the
+    tensorrtllm backend does (docs/trtllm_reference.md, section 9.6)."""
+    (response,) = grpc_responses(server, model, {"decoder_text_input": "Bonjour"})
+    text = response["text_output"].reshape(-1)[0].decode()
+    assert text == engine.tokenizer.decode(expected(engine).token_ids)
+
+
+@pytest.mark.parametrize("model", MODELS)
 def test_each_returned_sequence_comes_with_its_index(server, engine, model):
     values = {"num_return_sequences": 2, "temperature": 0.9, "top_k": 40, "seed": 7}
     texts = {}
@@ -213,8 +222,6 @@ def test_tensors_the_torch_engine_cannot_use_are_named(server, model, values, na
 @pytest.mark.parametrize(
     ("model", "values", "named"),
     [
-        ("ensemble", {"decoder_text_input": "x"}, "no encoder-decoder models"),
-        ("tensorrt_llm_bls", {"decoder_text_input": "x"}, "decoder-only"),
         ("tensorrt_llm_bls", {"image_url_input": "http://x"}, "image_url_input needs a multimodal"),
         ("tensorrt_llm_bls", {"num_draft_tokens": 4}, "num_draft_tokens needs a draft model"),
     ],

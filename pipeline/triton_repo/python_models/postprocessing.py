@@ -1,5 +1,6 @@
-"""postprocessing: token ids [B, beams, L] + lengths [B, beams] -> text [B, beams], and the
-lengths passed on (OUT_SEQUENCE_LENGTH: how many tokens each text stands for)."""
+"""postprocessing: token ids [B, beams, L] + lengths [B, beams] -> text [B * beams] (flat, as
+upstream's postprocessing returns it: clients read a response's text as text_output[0]), and the
+lengths passed on (OUT_SEQUENCE_LENGTH, ours: how many tokens each text stands for)."""
 
 import json
 
@@ -22,14 +23,11 @@ class TritonPythonModel:
         lengths = pb_utils.get_input_tensor_by_name(request, "SEQUENCE_LENGTH").as_numpy()
         if tokens.ndim == 2:  # [B, L]: a caller without the beam dim
             tokens, lengths = tokens[:, None, :], lengths.reshape(-1, 1)
+        skip = self.skip_special_tokens
         texts = [
-            [
-                self.tokenizer.decode(
-                    beam[:length], skip_special_tokens=self.skip_special_tokens
-                ).encode()
-                for beam, length in zip(item, item_lengths, strict=True)
-            ]
+            self.tokenizer.decode(beam[:length], skip_special_tokens=skip).encode()
             for item, item_lengths in zip(tokens, lengths, strict=True)
+            for beam, length in zip(item, item_lengths, strict=True)
         ]
         return [
             pb_utils.Tensor("OUTPUT", np.array(texts, dtype=np.object_)),

@@ -27,6 +27,7 @@ CLIENT_NAMES = {
     "BAD_WORDS_DICT": "bad_words",
     "STOP_WORDS_DICT": "stop_words",
     "EMBEDDING_BIAS_WORDS": "embedding_bias_words",
+    "DECODER_QUERY": "decoder_text_input",
 }
 
 
@@ -101,6 +102,22 @@ class TritonPythonModel:
             return np.full((batch, 1), default, dtype=np.int32)
         return tensor.as_numpy().astype(np.int32).reshape(batch, 1)
 
+    def _decoder_prompt(self, request, batch: int, pad_ids: np.ndarray):
+        """An encoder-decoder model's decoder prompt ([B, N] ids, [B, 1] lengths), as upstream's
+        preprocessing makes it: DECODER_QUERY tokenized, else one pad id. A decoder-only
+        `tensorrt_llm` takes and ignores it, as the tensorrtllm backend does."""
+        query = pb_utils.get_input_tensor_by_name(request, "DECODER_QUERY")
+        if query is None:
+            return pad_ids.copy(), np.ones((batch, 1), np.int32)
+        encoded = [
+            self.tokenizer.encode(_text(q, "DECODER_QUERY"), add_special_tokens=False) or [pad]
+            for q, pad in zip(query.as_numpy().reshape(-1), pad_ids[:, 0], strict=True)
+        ]
+        ids = np.full((batch, max(len(x) for x in encoded)), pad_ids[0, 0], np.int32)
+        for i, x in enumerate(encoded):
+            ids[i, : len(x)] = x
+        return ids, np.array([[len(x)] for x in encoded], np.int32)
+
     def _preprocess(self, request):
         missing = [
             f"{name} (the ensemble's {outer})"
@@ -134,11 +151,7 @@ class TritonPythonModel:
                 else self._word_lists(_strings(tensor))
             )
         output_len = pb_utils.get_input_tensor_by_name(request, "REQUEST_OUTPUT_LEN").as_numpy()
-        if pb_utils.get_input_tensor_by_name(request, "DECODER_QUERY") is not None:
-            raise ValueError(
-                "decoder_text_input is an encoder-decoder model's input; this model is "
-                "decoder-only: leave it out"
-            )
+        decoder_ids, decoder_lengths = self._decoder_prompt(request, batch, pad_ids)
         # like the bias, [B, 0] (none) unless sent: upstream's, on the prompt-table ids (those
         # past the vocabulary), 0 elsewhere
         extra_id = pb_utils.get_input_tensor_by_name(request, "PROMPT_TABLE_EXTRA_ID")
@@ -146,18 +159,21 @@ class TritonPythonModel:
         if extra_id is not None:
             values = extra_id.as_numpy().astype(np.uint64).reshape(batch, -1)[:, :1]
             extra_ids = np.where(input_ids >= len(self.tokenizer), values, np.uint64(0))
-        return [
-            pb_utils.Tensor("EMBEDDING_BIAS", self._embedding_bias(request, batch)),
-            pb_utils.Tensor("OUT_PROMPT_TABLE_EXTRA_IDS", extra_ids),
+        bias = self._embedding_bias(request, batch)
+        return [  # upstream's order
             pb_utils.Tensor("INPUT_ID", input_ids),
             pb_utils.Tensor(
                 "REQUEST_INPUT_LEN", np.array([[len(ids)] for ids in encoded], dtype=np.int32)
             ),
+            pb_utils.Tensor("DECODER_INPUT_ID", decoder_ids),
+            pb_utils.Tensor("REQUEST_DECODER_INPUT_LEN", decoder_lengths),
             pb_utils.Tensor("BAD_WORDS_IDS", words["BAD_WORDS_DICT"]),
             pb_utils.Tensor("STOP_WORDS_IDS", words["STOP_WORDS_DICT"]),
+            pb_utils.Tensor("EMBEDDING_BIAS", bias),
             pb_utils.Tensor("REQUEST_OUTPUT_LEN", output_len.astype(np.int32).reshape(batch, 1)),
             pb_utils.Tensor("OUT_END_ID", end_ids),
             pb_utils.Tensor("OUT_PAD_ID", pad_ids),
+            pb_utils.Tensor("OUT_PROMPT_TABLE_EXTRA_IDS", extra_ids),
         ]
 
     def execute(self, requests):

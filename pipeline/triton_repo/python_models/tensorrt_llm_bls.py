@@ -25,70 +25,19 @@ import uuid
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from input_checks import (  # copied beside this file by the deploy stage
-    LLM_DIRECT_INPUTS,
-    check_inputs,
+from bls_names import (  # copied beside this file by the deploy stage, as input_checks
+    NOT_DEPLOYED,
+    PREPROCESSED,
+    PREPROCESSING_INPUTS,
+    RESULTS,
 )
+from input_checks import LLM_DIRECT_INPUTS, check_inputs
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-PREPROCESSING_INPUTS = {
-    "text_input": "QUERY",
-    "max_tokens": "REQUEST_OUTPUT_LEN",
-    "bad_words": "BAD_WORDS_DICT",
-    "stop_words": "STOP_WORDS_DICT",
-    "end_id": "END_ID",
-    "pad_id": "PAD_ID",
-    "decoder_text_input": "DECODER_QUERY",
-    "embedding_bias_words": "EMBEDDING_BIAS_WORDS",
-    "embedding_bias_weights": "EMBEDDING_BIAS_WEIGHTS",
-    "prompt_table_extra_id": "PROMPT_TABLE_EXTRA_ID",
-}
-PREPROCESSED = {
-    "INPUT_ID": "input_ids",
-    "REQUEST_INPUT_LEN": "input_lengths",
-    "REQUEST_OUTPUT_LEN": "request_output_len",
-    "OUT_END_ID": "end_id",
-    "OUT_PAD_ID": "pad_id",
-    "STOP_WORDS_IDS": "stop_words_list",
-    "BAD_WORDS_IDS": "bad_words_list",
-    "EMBEDDING_BIAS": "embedding_bias",
-    "OUT_PROMPT_TABLE_EXTRA_IDS": "prompt_table_extra_ids",
-}
 # Triton 2.51 checks required inputs by their number only: one left out can still arrive
 REQUIRED_INPUTS = ("text_input", "max_tokens")
 # client input -> the LLM model's (upstream's BLS's renames)
 LLM_INPUTS = {client: llm for llm, client in LLM_DIRECT_INPUTS.items()}
-# upstream's BLS inputs for models the pipeline does not deploy -> what is missing
-NOT_DEPLOYED = {
-    "image_input": "a multimodal encoder",
-    "image_bytes_input": "a multimodal encoder",
-    "image_url_input": "a multimodal encoder",
-    "video_bytes_input": "a multimodal encoder",
-    "num_draft_tokens": "a draft model (speculative decoding)",
-    "use_draft_logits": "a draft model (speculative decoding)",
-}
-# the LLM model's results passed on as they come; output_log_probs of responses merged into one
-# (accumulate_tokens waits out split characters) are joined
-RESULTS = (
-    "cum_log_probs",
-    "output_log_probs",
-    "context_logits",
-    "generation_logits",
-    "batch_index",
-    "sequence_index",
-    "kv_cache_alloc_new_blocks",
-    "kv_cache_reused_blocks",
-    "kv_cache_alloc_total_blocks",
-    "arrival_time_ns",
-    "first_scheduled_time_ns",
-    "first_token_time_ns",
-    "last_token_time_ns",
-    "acceptance_rate",
-    "total_accepted_draft_tokens",
-    "total_draft_tokens",
-    "num_input_tokens",
-    "num_output_tokens",
-)
 
 
 def _param(params: dict, key: str, default: str) -> str:
@@ -138,13 +87,24 @@ def _merged(held: list[dict]) -> dict[str, np.ndarray]:
     return merged
 
 
+def _with_batch_index(response, index: int):
+    """response with its prompt's batch_index, in upstream's place among the outputs."""
+    tensors = response.output_tensors()
+    at = next(
+        (i for i, t in enumerate(tensors) if t.name() in RESULTS[RESULTS.index("batch_index") :]),
+        len(tensors) - 1,  # before sequence_length (ours, last)
+    )
+    tensors.insert(at, pb_utils.Tensor("batch_index", np.array([[index]], np.int32)))
+    return pb_utils.InferenceResponse(output_tensors=tensors)
+
+
 def _refuse_not_deployed(inputs: dict) -> None:
     sent = [
         name
         for name in NOT_DEPLOYED
         if name in inputs
-        and inputs[name].as_numpy().size
-        and (name != "use_draft_logits" or inputs[name].as_numpy().any())
+        and inputs[name].size
+        and (name != "use_draft_logits" or inputs[name].any())
     ]
     if sent:
         raise pb_utils.TritonModelException(
@@ -176,25 +136,65 @@ class TritonPythonModel:
 
     def _unary(self, request):
         try:
-            return self._texts(request, streaming_allowed=False)[-1]
+            prompts = self._prompts(request)
+            if len(prompts) > 1:
+                raise pb_utils.TritonModelException(
+                    f"tensorrt_llm_bls: {len(prompts)} prompts in one request are answered in "
+                    f"responses of their own (batch_index), which needs the decoupled "
+                    f"deployment (deploy.decoupled_mode=true); send one prompt per request"
+                )
+            wanted = set(request.requested_output_names())
+            return self._texts(prompts[0], wanted, streaming_allowed=False)[-1]
         except pb_utils.TritonModelException as exc:
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc)))
 
     def _stream(self, request):
         sender = request.get_response_sender()
         try:
-            for response in self._texts(request, streaming_allowed=True, sender=sender):
-                sender.send(response)
+            prompts = self._prompts(request)
+            wanted = set(request.requested_output_names())
+            if len(prompts) == 1:
+                for response in self._texts(prompts[0], wanted, True, sender):
+                    sender.send(response)
+            else:
+                self._batch(prompts, wanted, sender)
             sender.send(flags=FINAL)  # also when cancelled: it frees the request
         except Exception as exc:  # whatever failed must reach the client and close the request
             sender.send(
                 pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))), flags=FINAL
             )
 
-    def _texts(self, request, streaming_allowed: bool, sender=None):
-        """The text_output responses for one request (a list, or a generator when streaming)."""
+    def _batch(self, prompts: list[dict], wanted: set, sender) -> None:
+        """Several prompts in one request, as upstream's BLS serves them: each in flight at once
+        (a thread each), its responses tagged with its batch_index; the first error fails the
+        request once every prompt is done."""
+        lock, errors = threading.Lock(), []
+
+        def run(index: int, prompt: dict) -> None:
+            try:
+                for response in self._texts(prompt, wanted, True, sender):
+                    if "batch_index" in wanted:
+                        response = _with_batch_index(response, index)
+                    with lock:
+                        sender.send(response)
+            except Exception as exc:
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=run, args=(index, prompt), daemon=True)
+            for index, prompt in enumerate(prompts)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+
+    def _prompts(self, request) -> list[dict[str, np.ndarray]]:
+        """The request's inputs, one dict per prompt of its batch (its rows of each input)."""
         inputs = {
-            name: tensor
+            name: tensor.as_numpy()
             for name in (*PREPROCESSING_INPUTS, *LLM_INPUTS, *NOT_DEPLOYED)
             if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None
         }
@@ -203,31 +203,45 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"tensorrt_llm_bls: missing required input {' and '.join(missing)}; send it"
             )
+        size = inputs["text_input"].shape[0] if inputs["text_input"].ndim > 1 else 1
+        if size == 1:
+            return [inputs]
+        return [
+            {name: value[i : i + 1] if value.ndim > 1 else value for name, value in inputs.items()}
+            for i in range(size)
+        ]
+
+    def _texts(self, inputs: dict, wanted: set, streaming_allowed: bool, sender=None):
+        """The text_output responses for one prompt (a list, or a generator when streaming)."""
         _refuse_not_deployed(inputs)
         try:
-            check_inputs({name: t.as_numpy() for name, t in inputs.items()})
+            check_inputs(inputs)
         except ValueError as exc:
             raise pb_utils.TritonModelException(f"tensorrt_llm_bls: {exc}") from None
-        stream = "stream" in inputs and bool(inputs["stream"].as_numpy().reshape(-1)[0])
+        stream = "stream" in inputs and bool(inputs["stream"].reshape(-1)[0])
         if stream and not streaming_allowed:
             raise pb_utils.TritonModelException(
                 "stream=true needs the decoupled deployment (deploy.decoupled_mode=true)"
             )
         sequences = inputs.get("num_return_sequences")
-        if sequences is not None and int(sequences.as_numpy().reshape(-1)[0]) > 1:
+        if sequences is not None and int(sequences.reshape(-1)[0]) > 1:
             if not self.decoupled:
                 raise pb_utils.TritonModelException(
                     "tensorrt_llm_bls: num_return_sequences > 1 returns each sequence in "
                     "responses of its own, which needs the decoupled deployment "
                     "(deploy.decoupled_mode=true)"
                 )
-        # the results the client asked for (and sequence_index, which keeps sequences apart)
-        wanted = set(request.requested_output_names())
-        results = [name for name in RESULTS if name in wanted or name == "sequence_index"]
+        # the results the client asked for (and sequence_index, which keeps sequences apart);
+        # batch_index is the BLS's own: it sends the LLM model one prompt a request
+        results = [
+            name
+            for name in RESULTS
+            if (name in wanted and name != "batch_index") or name == "sequence_index"
+        ]
         relayed = frozenset(name for name in results if name in wanted)
         llm_inputs = self._preprocess(inputs)
         llm_inputs += [
-            pb_utils.Tensor(LLM_INPUTS[name], _batched(inputs[name].as_numpy()))
+            pb_utils.Tensor(LLM_INPUTS[name], _batched(inputs[name]))
             for name in LLM_INPUTS
             if name in inputs
         ]
@@ -290,7 +304,7 @@ class TritonPythonModel:
         request = pb_utils.InferenceRequest(
             model_name="preprocessing",
             inputs=[
-                pb_utils.Tensor(PREPROCESSING_INPUTS[name], inputs[name].as_numpy())
+                pb_utils.Tensor(PREPROCESSING_INPUTS[name], inputs[name])
                 for name in PREPROCESSING_INPUTS
                 if name in inputs
             ],
@@ -341,14 +355,16 @@ class TritonPythonModel:
         return self._string_response(self._decode(tokens), len(tokens), results)
 
     def _string_response(self, text: str, num_tokens: int, results: dict):
+        """Upstream's order: text_output (flat, as upstream's BLS returns it), the LLM model's
+        results; then sequence_length (ours)."""
         return pb_utils.InferenceResponse(
             output_tensors=[
-                pb_utils.Tensor("text_output", np.array([[text.encode()]], dtype=np.object_)),
-                pb_utils.Tensor("sequence_length", np.array([[num_tokens]], np.int32)),
+                pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_)),
                 *(
-                    pb_utils.Tensor(name, value)
-                    for name, value in results.items()
-                    if not name.startswith("_")
+                    pb_utils.Tensor(name, results[name])
+                    for name in RESULTS
+                    if name in results and not name.startswith("_")
                 ),
+                pb_utils.Tensor("sequence_length", np.array([[num_tokens]], np.int32)),
             ]
         )

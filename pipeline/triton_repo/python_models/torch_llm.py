@@ -1,7 +1,9 @@
 """tensorrt_llm for backend=torch: the torch engine behind the tensorrtllm backend's interface.
 
-Decoupled: execute() submits each request to the engine and returns at once; the service's one
-responder thread sends every request's responses as the engine produces tokens. A response
+execute() submits each request to the engine and returns at once; the service's one responder
+thread sends every request's responses as the engine produces tokens (decoupled), or its one
+whole answer (deploy.decoupled_mode=false). Several prompts in one request are engine requests of
+their own, answered with their batch_index, as the tensorrtllm backend answers them. A response
 carries the outputs its request asked for: output_ids and sequence_length as the tensorrtllm
 backend's, and text_output (ours), detokenized in the responder thread. It also takes the
 ensemble's text inputs (text_input, stop_words, bad_words; ours) and tokenizes them itself.
@@ -26,6 +28,7 @@ from collections.abc import Iterable
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from llm_responses import Caller, Part, split, tensors  # copied beside this file by deploy
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 METRICS = {  # engine stats key -> (metric family, description)
@@ -58,9 +61,6 @@ METRICS_PERIOD_S = 0.05
 # recomputing the hops' percentiles holds the stub's GIL, which the requests' own work waits
 # behind: at most once a second, not every METRICS_PERIOD_S (docs/design.md, the response path)
 HOPS_PERIOD_S = 1.0
-# is_cancelled() is a round trip to the server process, as each send is: asked before every
-# response it doubled the cost of a streamed token; a hang-up is noticed this much later instead
-CANCEL_CHECK_S = 0.1
 
 
 def hop_metrics(hops: dict[str, str], stats: Iterable[str]) -> dict[str, tuple[str, str]]:
@@ -72,81 +72,11 @@ def hop_metrics(hops: dict[str, str], stats: Iterable[str]) -> dict[str, tuple[s
     }
 
 
-def _tensors(caller: "_Caller", out) -> list:
-    """[batch, beam, ...]: the outputs the request asked for and has (as the tensorrtllm
-    backend: sequence_index with num_return_sequences, log probs with return_log_probs)."""
-    outputs, tensors = caller.outputs, []
-    if "sequence_length" in outputs:
-        tensors.append(
-            pb_utils.Tensor("sequence_length", np.array([[out.token_ids.size]], np.int32))
-        )
-    if "output_ids" in outputs:
-        tensors.append(pb_utils.Tensor("output_ids", out.token_ids.reshape(1, 1, -1)))
-    if out.text is not None:
-        tensors.append(pb_utils.Tensor("text_output", np.array([[out.text.encode()]], np.object_)))
-    if caller.lock is not None and "sequence_index" in outputs:
-        tensors.append(
-            pb_utils.Tensor("sequence_index", np.array([[out.sequence_index]], np.int32))
-        )
-    if out.logprobs is not None:
-        if "output_log_probs" in outputs:
-            tensors.append(pb_utils.Tensor("output_log_probs", out.logprobs.reshape(1, 1, -1)))
-        if "cum_log_probs" in outputs:
-            tensors.append(
-                pb_utils.Tensor("cum_log_probs", np.array([[out.cum_logprob]], np.float32))
-            )
-    if out.num_input_tokens is not None and "num_input_tokens" in outputs:
-        tensors.append(
-            pb_utils.Tensor("num_input_tokens", np.array([[out.num_input_tokens]], np.int32))
-        )
-    if out.is_output_counted and "num_output_tokens" in outputs:  # upstream's: output_ids' size
-        tensors.append(
-            pb_utils.Tensor("num_output_tokens", np.array([[out.token_ids.size]], np.int32))
-        )
-    return tensors
-
-
 def _stop_server(cause: BaseException) -> None:
     """The engine cannot be started again. A python model cannot mark itself not ready in Triton
     2.51, so the server stops: its health checks then fail instead of saying ready."""
     pb_utils.Logger.log_error(f"tensorrt_llm: engine lost ({cause!r}); stopping the server")
     os.kill(os.getppid(), signal.SIGTERM)  # the stub's parent is tritonserver
-
-
-class _Caller:
-    """One request's sender, the outputs it asked for, and when it was last asked is_cancelled;
-    is_stopped: a `stop` request with its request id came. With num_return_sequences, its
-    sequences' responses go out through one sender from several lanes: one at a time (lock), the
-    last sequence's final response with the final flag (num_open), none after it (is_closed)."""
-
-    __slots__ = (
-        "sender",
-        "outputs",
-        "checked_at",
-        "request_id",
-        "is_stopped",
-        "num_open",
-        "is_closed",
-        "lock",
-    )
-
-    def __init__(self, sender, outputs: frozenset, request_id: str):
-        self.sender, self.outputs, self.checked_at = sender, outputs, -CANCEL_CHECK_S
-        self.request_id, self.is_stopped = request_id, False
-        self.num_open, self.is_closed, self.lock = 1, False, None
-
-    def expect_sequences(self, num: int) -> None:
-        if num > 1:
-            self.num_open, self.lock = num, threading.Lock()
-
-    def is_cancelled(self) -> bool:
-        if self.is_stopped:
-            return True
-        now = time.monotonic()
-        if now - self.checked_at < CANCEL_CHECK_S:
-            return False
-        self.checked_at = now
-        return self.sender.is_cancelled()
 
 
 class TritonPythonModel:
@@ -208,7 +138,7 @@ class TritonPythonModel:
         }
         # request id -> its requests in flight, for `stop` (the tensorrtllm backend's cancel,
         # which the BLS sends: Triton 2.51's python backend cannot cancel a BLS request)
-        self.stoppable: dict[str, list[_Caller]] = {}
+        self.stoppable: dict[str, list[Caller]] = {}
         self.stoppable_lock = threading.Lock()
         self.stopped = threading.Event()
         self.metrics_thread = threading.Thread(target=self._export_metrics, daemon=True)
@@ -226,24 +156,73 @@ class TritonPythonModel:
                 if tensor.name() in self.input_names
             }
             outputs = frozenset(request.requested_output_names())
-            caller = _Caller(sender, outputs, request.request_id())
+            caller = Caller(sender, outputs, request.request_id())
             if bool(arrays.pop("stop", np.zeros(1)).reshape(-1)[0]):
-                self._stop(caller.request_id)
-                sender.send(flags=FINAL)
+                self._stop_request(caller)
                 continue
             try:
-                caller.expect_sequences(self._num_sequences(arrays))
+                prompts = split(arrays)
+                self._check_policy(arrays, len(prompts))
+                caller.expect(len(prompts), self._num_sequences(arrays))
                 if caller.request_id:  # known before the engine can answer it
                     with self.stoppable_lock:
                         self.stoppable.setdefault(caller.request_id, []).append(caller)
-                self.service.generate(arrays, caller, "text_output" in outputs, received_at)
+                for index, prompt in enumerate(prompts):
+                    part = Part(caller, index)
+                    self.service.generate(prompt, part, "text_output" in outputs, received_at)
             except (ValueError, RuntimeError) as exc:  # bad input, or the engine is gone
-                self._forget(caller)
-                sender.send(
-                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm: {exc}")),
-                    flags=FINAL,
-                )
+                self._refuse(caller, exc)
         return None
+
+    def _stop_request(self, caller: Caller) -> None:
+        """`stop`: the requests in flight with its request id end (_stop); its own answer has
+        no outputs (decoupled: the final flag alone; else one empty response, the one allowed)."""
+        if not caller.request_id:
+            caller.sender.send(
+                pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(
+                        "tensorrt_llm: stop=true needs the request id of the request to stop; "
+                        "send it as this request's id"
+                    )
+                ),
+                flags=FINAL,
+            )
+            return
+        self._stop(caller.request_id)
+        if self.is_decoupled:
+            caller.sender.send(flags=FINAL)
+        else:
+            caller.sender.send(pb_utils.InferenceResponse(output_tensors=[]), flags=FINAL)
+
+    def _refuse(self, caller: Caller, exc: Exception) -> None:
+        """The request's error; a prompt of its batch already submitted answers no more."""
+        self._forget(caller)
+        if caller.lock is not None:
+            with caller.lock:
+                if caller.is_closed:
+                    return
+                caller.is_closed = True
+        caller.sender.send(
+            pb_utils.InferenceResponse(error=pb_utils.TritonError(f"tensorrt_llm: {exc}")),
+            flags=FINAL,
+        )
+
+    def _check_policy(self, arrays: dict, num_prompts: int) -> None:
+        """Without the decoupled policy a request gets one response: no stream, one prompt."""
+        if self.is_decoupled:
+            return
+        streaming = arrays.get("streaming")
+        if streaming is not None and streaming.size and bool(streaming.reshape(-1)[0]):
+            raise ValueError(
+                "streaming=true sends several responses, which needs the decoupled deployment "
+                "(deploy.decoupled_mode=true); send streaming=false"
+            )
+        if num_prompts > 1:
+            raise ValueError(
+                f"{num_prompts} prompts in one request are answered in responses of their own "
+                f"(batch_index), which needs the decoupled deployment "
+                f"(deploy.decoupled_mode=true); send one prompt per request"
+            )
 
     def _num_sequences(self, arrays: dict) -> int:
         """num_return_sequences, each an engine request of its own with its own responses:
@@ -265,12 +244,14 @@ class TritonPythonModel:
         return max(num, 1)
 
     def _stop(self, request_id: str) -> None:
-        """Each request in flight with this id stops at its next response, as if cancelled."""
+        """Each request in flight with this id ends now: a stream at its next response, as if
+        cancelled; a whole answer with the tokens made so far, as upstream's."""
         with self.stoppable_lock:
             for caller in self.stoppable.get(request_id, ()):
                 caller.is_stopped = True
+        self.service.stop(lambda part: part.caller.is_stopped)
 
-    def _forget(self, caller: _Caller) -> None:
+    def _forget(self, caller: Caller) -> None:
         with self.stoppable_lock:
             callers = self.stoppable.get(caller.request_id, [])
             if caller in callers:
@@ -278,13 +259,14 @@ class TritonPythonModel:
             if not callers:
                 self.stoppable.pop(caller.request_id, None)
 
-    def _respond(self, caller: _Caller, out) -> bool:
+    def _respond(self, part: Part, out) -> bool:
         """One chunk (or the engine's failure) to one request; False once its client is gone."""
+        caller = part.caller
         try:
             if caller.lock is None:
-                return self._send(caller, out)
-            with caller.lock:  # its sequences' lanes take turns
-                return not caller.is_closed and self._send(caller, out)
+                return self._send(part, out)
+            with caller.lock:  # its engine requests' lanes take turns
+                return not caller.is_closed and self._send(part, out)
         except BaseException:
             caller.is_closed = True  # a send that failed: the caller is gone
             raise
@@ -293,7 +275,8 @@ class TritonPythonModel:
                 self._forget(caller)
 
     @staticmethod
-    def _send(caller: _Caller, out) -> bool:
+    def _send(part: Part, out) -> bool:
+        caller = part.caller
         sender = caller.sender
         if isinstance(out, BaseException):  # every open request must hear it, and close
             caller.is_closed = True
@@ -309,7 +292,7 @@ class TritonPythonModel:
         caller.num_open -= out.is_final
         caller.is_closed = caller.num_open == 0  # the last sequence's end ends the request
         sender.send(
-            pb_utils.InferenceResponse(output_tensors=_tensors(caller, out)),
+            pb_utils.InferenceResponse(output_tensors=tensors(part, out)),
             flags=FINAL if caller.is_closed else 0,
         )
         return True

@@ -277,6 +277,10 @@ def test_upstream_sampling_inputs_reach_the_engine():
         ({"guided_decoding_guide_type": np.array([[b"json"]], object)}, "'json' (no guided"),
         ({"embedding_bias": np.ones((1, 9), np.float32)}, "embedding_bias=<[1, 9] float32>"),
         ({"prompt_embedding_table": np.ones((1, 2, 4), np.float16)}, "prompt_embedding_table"),
+        ({"draft_input_ids": [[3, 4]]}, "draft_input_ids=<[1, 2] int64> (no speculative"),
+        ({"lookahead_window_size": [[3]]}, "lookahead_window_size=3 (no speculative decoding"),
+        ({"encoder_output_lengths": [[3]]}, "encoder_output_lengths=3 (no encoder-decoder"),
+        ({"runtime_top_p_decay": [[0.5]]}, "runtime_top_p_decay=0.5 (no top-p decay"),
     ],
 )
 def test_inputs_the_torch_engine_cannot_serve_are_named(extra, named):
@@ -295,6 +299,20 @@ def test_inputs_that_ask_for_nothing_pass():
         beam_width=[[1]],
     )
     assert from_arrays(arrays, default_exclude_input=True).params.max_tokens == 4
+
+
+def test_encoder_decoder_and_beam_inputs_are_taken_and_unused():
+    """As the tensorrtllm backend with a decoder-only engine and no beam search: upstream's
+    preprocessing always sends a decoder prompt."""
+    arrays = request_arrays(
+        decoder_input_ids=np.array([[2]], np.int32),
+        decoder_input_lengths=[[1]],
+        decoder_text_input=np.array([[b"Bonjour"]], object),
+        early_stopping=[[True]],
+        beam_search_diversity_rate=[[0.5]],
+    )
+    plain = from_arrays(request_arrays(), default_exclude_input=True)
+    assert from_arrays(arrays, default_exclude_input=True) == plain
 
 
 @pytest.mark.parametrize(

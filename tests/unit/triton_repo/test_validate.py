@@ -207,9 +207,10 @@ def test_model_without_batching(repo):
     assert "preprocessing: max_batch_size 0 < 1" in problems(repo)
 
 
-def test_torch_backend_needs_decoupled(tmp_path):
-    message = writing_fails(tmp_path, "deploy.decoupled_mode=false")
-    assert "backend=torch serves through a decoupled model" in message
+def test_torch_backend_serves_either_transaction_policy(tmp_path):
+    repo = write_repo(tmp_path, "deploy.decoupled_mode=false")  # raises if invalid
+    for name in ("tensorrt_llm", "tensorrt_llm_bls"):
+        assert not read_config(repo, name).model_transaction_policy.decoupled
 
 
 def test_decoupled_llm_and_bls_disagree(repo):
