@@ -96,8 +96,8 @@ class EngineSupervisor:
         self.failure = cause
         if len(self._failed_at) > self.max_restarts:
             self._give_up(
-                f"{len(self._failed_at)} failures within {self.restart_window_s:.0f} s, the "
-                f"last {cause!r}"
+                f"it failed {len(self._failed_at)} time(s) within {self.restart_window_s:.0f} "
+                f"s (deploy.torch.max_engine_restarts={self.max_restarts}), the last: {cause!r}"
             )
             threading.Thread(target=self._shutdown_quietly, daemon=True).start()
             return

@@ -1,12 +1,14 @@
-"""Real corruptions of a built engine's weights file, with its mtime put back so that the stat check
-(verify_outputs) passes: the engine's probe refuses the engine at start, serve.verify=full's
-re-hash names the file, and an engine that the probe cannot catch (its prompt never reaches the
-broken weights) crash-loops until the restart limit, then stays down with the cause."""
+"""A built engine's weights file corrupted for real, its mtime put back so that the stat check
+(verify_outputs) passes: the engine's probe refuses the engine at start (in the service, and
+`pipeline serve` never reports ready), and serve.verify=full's re-hash names the file. An engine
+that keeps dying is started again up to the limit, then stays down with the cause."""
 
 import json
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -18,8 +20,11 @@ from pipeline.artifact_rehash import rehash_outputs
 from pipeline.artifacts import verify_outputs
 from pipeline.engine.engine_probe import PROBE_FILE
 from pipeline.errors import ArtifactError
+from pipeline.server.ports import free_ports
+from pipeline.stages import build
 from pipeline.triton_repo.engine_supervisor import UNAVAILABLE
 from pipeline.triton_repo.llm_service import LLMService
+from tests.conftest import REPO, SMOLLM_ENGINE_OVERRIDES, make_spec
 
 pytestmark = pytest.mark.slow
 WEIGHTS = "rank0.safetensors"
@@ -53,6 +58,18 @@ def engine_copy(smollm_engine_dir, tmp_path) -> Path:
     return copy
 
 
+def _flip_high_byte(weights: Path) -> None:
+    """The corruption: one byte, the highest (sign and top exponent bits) of element 100 of layer
+    0's MLP down projection (fp32, little-endian); XOR 0x40 flips the exponent's top bit, so the
+    weight goes from ~1e-2 to ~1e38: still finite, and every logit after it collapses. The file
+    keeps its size and mtime."""
+    offset = _tensor_offset(weights, "transformer.layers.0.mlp.proj.weight") + 4 * 100 + 3
+    with open(weights, "rb") as f:
+        f.seek(offset)
+        (byte,) = f.read(1)
+    _write_keeping_mtime(weights, offset, bytes([byte ^ 0x40]))
+
+
 def _wait(condition, timeout_s: float = 300) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -77,15 +94,7 @@ def _service(engine_dir: Path, respond, **kwargs) -> LLMService:
 def test_a_flipped_weight_byte_with_its_mtime_put_back_keeps_the_engine_from_starting(
     engine_copy,
 ):
-    # The corruption: one byte, the highest (sign and top exponent bits) of element 100 of
-    # layer 0's MLP down projection (fp32, little-endian); XOR 0x40 flips the exponent's top bit,
-    # so the weight goes from ~1e-2 to ~1e38: still finite, and every logit after it collapses.
-    weights = engine_copy / WEIGHTS
-    offset = _tensor_offset(weights, "transformer.layers.0.mlp.proj.weight") + 4 * 100 + 3
-    with open(weights, "rb") as f:
-        f.seek(offset)
-        (byte,) = f.read(1)
-    _write_keeping_mtime(weights, offset, bytes([byte ^ 0x40]))
+    _flip_high_byte(engine_copy / WEIGHTS)
     verify_outputs(engine_copy)  # the stat check cannot see it: same size, same mtime
 
     with pytest.raises(ArtifactError) as err:
@@ -100,16 +109,41 @@ def test_a_flipped_weight_byte_with_its_mtime_put_back_keeps_the_engine_from_sta
         rehash_outputs(engine_copy)  # serve.verify=full
 
 
-def test_an_engine_that_crashes_on_sampled_requests_stops_being_restarted(engine_copy):
-    # The corruption: token 0's row of the input embedding (fp32) overwritten with NaN, mtime
-    # put back. The probe's prompt never embeds token 0, so every start passes it; a sampled
-    # request whose prompt holds token 0 gets NaN probabilities, its launch fails, and the
-    # engine's own health check (one token: token 0) fails too: the engine fails, every time.
-    weights = engine_copy / WEIGHTS
-    offset = _tensor_offset(weights, "transformer.vocab_embedding.weight")
-    _write_keeping_mtime(weights, offset, np.full(576, np.nan, np.float32).tobytes())
-    verify_outputs(engine_copy)
+@pytest.mark.triton
+def test_serve_of_an_engine_with_a_flipped_byte_never_reports_ready(session_workdir, tmp_path):
+    http, grpc, metrics = free_ports(3)
+    overrides = (
+        # limits no other test builds: this engine is corrupted, the shared one never is
+        *SMOLLM_ENGINE_OVERRIDES,
+        "build.max_batch_size=5",
+        f"deploy.repo_dir={tmp_path / 'model_repo'}",
+        f"deploy.http_port={http}",
+        f"deploy.grpc_port={grpc}",
+        f"deploy.metrics_port={metrics}",
+        "serve.openai.enabled=false",
+    )
+    engine = build.run(make_spec("build", *overrides, workdir=session_workdir))
+    _flip_high_byte(engine / WEIGHTS)
+    served = subprocess.run(
+        [sys.executable, "-m", "pipeline", "serve", *overrides, f"workdir={session_workdir}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    text = served.stdout + served.stderr
+    assert served.returncode == 1 and "serve: ready" not in text
+    lines = [line for line in text.splitlines() if "no longer give(s) the build's probe" in line]
+    assert lines, text[-3000:]
+    assert f"engine {engine}: {WEIGHTS}" in lines[0]
+    assert "`python -m pipeline build force=true`" in lines[0]
 
+
+def test_an_engine_that_keeps_dying_stops_being_restarted(smollm_engine_dir):
+    # The crash loop: the engine process SIGKILLed each time it is up (as an OOM killer would on
+    # every load). A weight that fails only sampled requests makes one on a GPU (multinomial's
+    # device assert on NaN probabilities fails the engine), not on this CPU engine: NaN written
+    # over token 0's embedding row gave sampled requests tokens [0, 0, 0, 0], no failure.
     answers, answered = {}, threading.Condition()
 
     def respond(context, out) -> bool:
@@ -118,28 +152,29 @@ def test_an_engine_that_crashes_on_sampled_requests_stops_being_restarted(engine
             answered.notify_all()
         return True
 
-    svc = _service(engine_copy, respond, max_restarts=2, restart_window_s=600.0)
-    sampled = {
-        "input_ids": np.array([[0, 504, 3575]], np.int32),
+    svc = _service(smollm_engine_dir, respond, max_restarts=2, restart_window_s=600.0)
+    request = {
+        "input_ids": np.array([[504, 3575, 282]], np.int32),
         "input_lengths": np.array([[3]], np.int32),
-        "request_output_len": np.array([[4]], np.int32),
-        "temperature": np.array([[1.0]], np.float32),
+        "request_output_len": np.array([[200]], np.int32),
+        "end_id": np.array([[-1]], np.int32),
         "streaming": np.array([[False]]),
     }
     try:
-        for attempt in range(3):  # the first start, then 2 restarts: each crashes on it
+        for attempt in range(3):  # the first start, then 2 restarts: each killed
             _wait(lambda a=attempt: svc.is_ready and svc.stats()["num_restarts"] == a)
-            svc.generate(sampled, attempt)
+            svc.generate(request, attempt)
+            svc.async_engine.engine._process.kill()
             with answered:
                 assert answered.wait_for(lambda a=attempt: a in answers, 300)
-            assert isinstance(answers[attempt], BaseException)
+            assert "engine process exited (code -9)" in str(answers[attempt])
         _wait(lambda: svc.async_engine.is_given_up)  # the third failure in the window
         assert svc.stats()["num_restarts"] == 2 and svc.stats()["is_ready"] == 0
         with pytest.raises(RuntimeError) as err:
-            svc.generate(sampled, "after")
+            svc.generate(request, "after")
         message = str(err.value)
         assert message.startswith(f"{UNAVAILABLE}: it failed and is not started again")
-        assert "3 failures within 600 s" in message and "restart the server" in message
-        assert "probability tensor contains either `inf`, `nan` or element < 0" in message
+        assert "it failed 3 time(s) within 600 s" in message and "restart the server" in message
+        assert "engine process exited (code -9)" in message
     finally:
         svc.shutdown()
