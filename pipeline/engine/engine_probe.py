@@ -17,7 +17,8 @@ may split its sums by thread count, so bits may differ); on another device or dt
 CPU in float32, served on a GPU in bfloat16; or on another GPU model, whose kernels sum in
 another order) each step's top logit may move by TOLERANCE[dtype] of the logits' spread there,
 and the tokens must agree up to the first step whose recorded top-2 margin is within that
-tolerance (a near tie may go either way). Non-finite logits always fail.
+tolerance (a near tie may go either way). Non-finite logits always fail, and so does a non-finite
+weight anywhere in the rank's model when the build had none.
 """
 
 import json
@@ -54,12 +55,18 @@ def run_probe(engine, prompt_token_ids: list[int] | None = None) -> dict:
     steps = logits[len(prompt) - 1 :].float().cpu()
     top2 = steps.topk(2, dim=-1).values
     runner = engine.model_runner
+    # the prompt reaches a few embedding rows only: a NaN or inf anywhere else (a row of another
+    # token) is found by looking, one pass over this rank's weights
+    weights = runner.model.state_dict().values()
     return {
         "prompt_token_ids": prompt,
         "token_ids": tokens,
         "top2_logits": top2.tolist(),
         "spread": steps.std(dim=-1).tolist(),
         "is_finite": bool(torch.isfinite(steps).all()),
+        "are_weights_finite": all(
+            bool(torch.isfinite(w).all()) for w in weights if w.is_floating_point()
+        ),
         "device": runner.device.type,
         "device_name": _device_name(runner.device),
         "dtype": str(runner.dtype).removeprefix("torch."),
@@ -97,6 +104,8 @@ def mismatch(recorded: dict, probe: dict) -> str | None:
     """Why `probe` (run here) is not the engine `recorded` at build; None when it is."""
     if not probe["is_finite"]:
         return "its logits are not finite"
+    if recorded["are_weights_finite"] and not probe["are_weights_finite"]:
+        return "a weight is NaN or infinite, none was at build"
     tol = tolerance(recorded, probe)
     for step, token in enumerate(recorded["token_ids"]):
         (top, second), (now, _) = recorded["top2_logits"][step], probe["top2_logits"][step]

@@ -91,10 +91,25 @@ def _service(engine_dir: Path, respond, **kwargs) -> LLMService:
     )
 
 
-def test_a_flipped_weight_byte_with_its_mtime_put_back_keeps_the_engine_from_starting(
-    engine_copy,
+def _nan_embedding_row(weights: Path) -> None:
+    """The corruption: token 0's row of the input embedding (fp32) overwritten with NaN, mtime
+    put back. The probe's prompt never embeds token 0: its logits stay as recorded, and a prompt
+    holding token 0 is answered with tokens [0, 0, 0, 0] (empty text)."""
+    offset = _tensor_offset(weights, "transformer.vocab_embedding.weight")
+    _write_keeping_mtime(weights, offset, np.full(576, np.nan, np.float32).tobytes())
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "why"),
+    [
+        (_flip_high_byte, "greedy step 0: top logit"),
+        (_nan_embedding_row, "a weight is NaN or infinite"),
+    ],
+)
+def test_a_corrupted_weight_with_its_mtime_put_back_keeps_the_engine_from_starting(
+    engine_copy, corrupt, why
 ):
-    _flip_high_byte(engine_copy / WEIGHTS)
+    corrupt(engine_copy / WEIGHTS)
     verify_outputs(engine_copy)  # the stat check cannot see it: same size, same mtime
 
     with pytest.raises(ArtifactError) as err:
@@ -102,7 +117,7 @@ def test_a_flipped_weight_byte_with_its_mtime_put_back_keeps_the_engine_from_sta
     message = str(err.value)
     assert "\n" not in message
     assert f"engine {engine_copy}: {WEIGHTS}" in message
-    assert "no longer give(s) the build's probe (greedy step 0" in message
+    assert f"no longer give(s) the build's probe ({why}" in message
     assert "`python -m pipeline build force=true`" in message
 
     with pytest.raises(ArtifactError, match=f"{WEIGHTS}: sha256 differs"):
@@ -141,9 +156,9 @@ def test_serve_of_an_engine_with_a_flipped_byte_never_reports_ready(session_work
 
 def test_an_engine_that_keeps_dying_stops_being_restarted(smollm_engine_dir):
     # The crash loop: the engine process SIGKILLed each time it is up (as an OOM killer would on
-    # every load). A weight that fails only sampled requests makes one on a GPU (multinomial's
-    # device assert on NaN probabilities fails the engine), not on this CPU engine: NaN written
-    # over token 0's embedding row gave sampled requests tokens [0, 0, 0, 0], no failure.
+    # every load). A weight that fails only sampled requests is no way to make one here: the
+    # probe now refuses NaN weights at start, and before it did, NaN over token 0's embedding
+    # row gave this CPU engine's sampled requests tokens [0, 0, 0, 0], no engine failure.
     answers, answered = {}, threading.Condition()
 
     def respond(context, out) -> bool:

@@ -10,6 +10,7 @@ RECORDED = {
     "top2_logits": [[17.0, 14.0], [25.0, 24.99]],  # step 1 is a near tie
     "spread": [3.0, 3.0],
     "is_finite": True,
+    "are_weights_finite": True,
     "device": "cpu",
     "device_name": "cpu",
     "dtype": "float32",
@@ -47,5 +48,8 @@ def test_a_near_tie_may_pick_the_other_token_but_a_clear_winner_may_not():
     assert "token 11" in mismatch(RECORDED, probe(17.0, (11, 20), **bf16))
 
 
-def test_non_finite_logits_always_fail():
+def test_non_finite_logits_always_fail_and_weights_when_the_build_had_none():
     assert mismatch(RECORDED, probe(17.0, is_finite=False)) == "its logits are not finite"
+    nan_weight = probe(17.0) | {"are_weights_finite": False}
+    assert "a weight is NaN or infinite" in mismatch(RECORDED, nan_weight)
+    assert mismatch(RECORDED | {"are_weights_finite": False}, nan_weight) is None
