@@ -46,7 +46,8 @@ _PRECISION = ("float32", "float16", "bfloat16")  # most precise first
 def run_probe(engine, prompt_token_ids: list[int] | None = None) -> dict:
     """The probe on this engine (an LLMEngine): the prompt's greedy tokens, each step's top-2
     logits and logits' spread, and the device type and dtype it ran on."""
-    prompt = list(prompt_token_ids or engine.tokenizer.encode(PROMPT))
+    # a toy vocabulary may have no tokens for the prompt's text: token 0 then
+    prompt = list(prompt_token_ids or engine.tokenizer.encode(PROMPT) or [0])
     tokens: list[int] = []
     for _ in range(NUM_TOKENS):
         logits = engine.prompt_logits([prompt + tokens])[0]  # [S, V]
