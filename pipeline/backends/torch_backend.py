@@ -2,7 +2,9 @@
 
 build: TensorRT-LLM checkpoint -> self-contained engine dir: config.json (TensorRT-LLM's engine
 layout + "backend": "torch"), rank<N>.safetensors (the checkpoint's tensors, unchanged: quantized
-layouts are packed for the device when the engine loads), tokenizer/ (the HF tokenizer files).
+layouts are packed for the device when the engine loads), tokenizer/ (the HF tokenizer files),
+probe.json (a fixed prompt's greedy tokens and logits, checked each time a server starts the
+engine: pipeline.engine.engine_probe).
 """
 
 import json
@@ -88,10 +90,17 @@ def copy_tokenizer(tokenizer_dir: Path, out_dir: Path) -> list[str]:
     return names
 
 
-def build_engine_dir(build, checkpoint_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict:
+def build_engine_dir(
+    build,
+    checkpoint_dir: Path,
+    tokenizer_dir: Path,
+    out_dir: Path,
+    probe_device: str | None = "auto",
+) -> dict:
     """The torch engine dir of a checkpoint under the engine limits of `build` (a BuildSpec):
     what `python -m pipeline build backend=torch` writes, for callers that have no pipeline spec
-    (the GPU benchmark tools)."""
+    (the GPU benchmark tools). probe_device: where the engine runs its probe once written; None
+    for an engine whose weights are not in its files (synthetic weights), which has none."""
     checkpoint_dir = Path(checkpoint_dir)
     cfg = read_checkpoint_config(checkpoint_dir, "build")
     check_checkpoint(cfg, checkpoint_dir)
@@ -128,9 +137,34 @@ def build_engine_dir(build, checkpoint_dir: Path, tokenizer_dir: Path, out_dir: 
         "build_config": build_config,
     }
     (out_dir / "config.json").write_text(json.dumps(engine, indent=2))
+    probe = {} if probe_device is None else _record_probe(out_dir, probe_device, build)
     quant_algo = (cfg.get("quantization") or {}).get("quant_algo")
     log.info("build: torch engine (%s, quant_algo=%s) -> %s", cfg["dtype"], quant_algo, out_dir)
-    return {"dtype": cfg["dtype"], "quant_algo": quant_algo, "tokenizer_files": tokenizer_files}
+    return {
+        "dtype": cfg["dtype"],
+        "quant_algo": quant_algo,
+        "tokenizer_files": tokenizer_files,
+        "probe": {k: probe[k] for k in ("token_ids", "device", "dtype") if k in probe},
+    }
+
+
+def _record_probe(engine_dir: Path, device: str, build) -> dict:
+    """Load the engine just written (a KV cache for one sequence, no CUDA graphs or compile:
+    the probe prefills on a scratch cache of its own) and record its probe."""
+    from pipeline.engine import LLMEngine
+    from pipeline.engine.engine_probe import record_probe
+
+    runtime = {
+        "max_batch_size": 1,
+        "num_kv_blocks": -(-build.max_seq_len // build.tokens_per_block),
+        "use_cuda_graph": False,
+        "compile": False,
+    }
+    engine = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)
+    try:
+        return record_probe(engine, engine_dir)
+    finally:
+        engine.close()
 
 
 class TorchBackend:
@@ -154,7 +188,7 @@ class TorchBackend:
             raise ConfigError("build: " + "; ".join(problems))
 
     def build(self, checkpoint_dir: Path, tokenizer_dir: Path, out_dir: Path) -> dict:
-        return build_engine_dir(self._build, checkpoint_dir, tokenizer_dir, out_dir)
+        return build_engine_dir(self._build, checkpoint_dir, tokenizer_dir, out_dir, self._device)
 
     def triton_llm_model(self, engine_dir: Path, tokenizer_dir: Path, model_dir: Path) -> str:
         from pipeline.triton_repo import torch_llm_model

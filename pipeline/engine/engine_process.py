@@ -35,8 +35,10 @@ from multiprocessing.connection import Client, Connection
 from pathlib import Path
 
 from pipeline.engine.async_engine import AsyncLLMEngine
+from pipeline.engine.engine_probe import check_probe
 from pipeline.engine.heap import freeze_loaded
 from pipeline.engine.llm_engine import LLMEngine
+from pipeline.errors import PipelineError
 from pipeline.request.limits import RequestLimits
 from pipeline.request.outputs import StreamDelta
 from pipeline.request.sampling_params import SamplingParams
@@ -50,8 +52,11 @@ STATS_PERIOD_S = 0.05  # stats ride along with step outputs at most this often
 JOIN_TRIES = 5  # joining races: two spawns at once, or a connect as the engine stops
 
 
-def _portable(exc: BaseException) -> RuntimeError:
-    """An exception that surely unpickles in the parent (a CUDA error's class may not)."""
+def _portable(exc: BaseException) -> BaseException:
+    """An exception that surely unpickles in the parent (a CUDA error's class may not); the
+    pipeline's own errors (a failed probe) go as they are, their message already says it all."""
+    if isinstance(exc, PipelineError):
+        return exc
     return RuntimeError(f"engine process: {exc!r}")
 
 
@@ -241,6 +246,7 @@ def _child_main(first: Connection, name: str | None) -> None:
     engine_dir, device, runtime = first.recv()
     try:
         engine = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)
+        check_probe(engine, engine_dir)  # before it is ready: its weights are the build's
     except BaseException as exc:  # noqa: BLE001 - the parent reports it
         first.send((_ERROR, _portable(exc), None))
         return

@@ -221,7 +221,11 @@ class TritonServer:
         )
 
     def failure(self, what: str) -> str:
-        lines = self.log_path.read_text(errors="replace").splitlines()[-50:]
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        # a model's load error (its cause, one line) scrolls out of the tail while the server
+        # takes its time to stop: it goes first
+        load_errors = [line for line in lines[:-50] if "failed to load" in line]
+        lines = load_errors + lines[-50:]
         return (
             f"serve: `{' '.join(self.argv[:2])} ...` {what}; full log {self.log_path}; last "
             f"lines:\n" + "\n".join(lines)

@@ -31,6 +31,11 @@ class TorchDeployOptions:
     # engine steps a launch (decodes after its first; the engine's num_scheduler_steps); 0 = auto:
     # from the GPU step time (more while the host lags), 1 on CPU
     num_scheduler_steps: int = 0
+    # a failed engine is started again at most this many times within restart_window_s; one
+    # more failure and it stays down (not ready, requests refused with the cause) until the
+    # server is restarted
+    max_engine_restarts: int = 3
+    restart_window_s: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)

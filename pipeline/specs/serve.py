@@ -23,6 +23,19 @@ class OpenAISpec:
     request_timeout_s: float = 600.0  # a request still generating after this fails (504)
 
 
+VERIFY_MODES = ("stat", "full")
+
+
 @dataclass(frozen=True, slots=True)
 class ServeSpec:
     openai: OpenAISpec = field(default_factory=OpenAISpec)
+    # how `serve` checks the deployed artifacts before it starts the server. stat (default):
+    # each file's size and mtime against its manifest, sha256 only of the files whose stat
+    # changed, then the torch engine's probe at every engine start (NUM_TOKENS prefills of a
+    # short prompt: pipeline.engine.engine_probe), which catches a corruption that changes the
+    # model's output. full: also sha256 every file of the engine and the repository, on
+    # threads. sha256 measured at 1.1 GB/s a thread on a 16-core Xeon with SHA-NI (8 threads:
+    # 8 GB/s from the page cache), 0.3 GB/s on a busy 2-core host: an 8B bfloat16 engine
+    # (~16 GB) takes ~2 s cached on 8 threads, otherwise what its disk takes to read 16 GB
+    # (~55 s at 0.3 GB/s)
+    verify: str = "stat"

@@ -50,7 +50,7 @@ def write_engine(cfg: dict, build: BuildSpec, tokenizer_dir: Path, out_dir: Path
     for rank in range(cfg["mapping"]["world_size"]):
         (ckpt / f"rank{rank}.safetensors").touch()
     out_dir.mkdir(parents=True)
-    build_engine_dir(build, ckpt, tokenizer_dir, out_dir)
+    build_engine_dir(build, ckpt, tokenizer_dir, out_dir, probe_device=None)  # no weights to probe
     return out_dir
 
 

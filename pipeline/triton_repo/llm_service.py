@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.engine import AsyncLLMEngine, LLMEngine
+from pipeline.engine.engine_probe import check_probe
 from pipeline.engine.engine_process import EngineProcess
 from pipeline.triton_repo.detokenizer import Detokenizer
 from pipeline.triton_repo.engine_supervisor import EngineSupervisor
@@ -87,11 +88,13 @@ class LLMService:
         response_lanes: int = 1,
         add_special_tokens: bool = True,
         share_engine: str | None = None,
-        on_unrecoverable: Callable[[BaseException], None] | None = None,
+        max_restarts: int = 3,
+        restart_window_s: float = 600.0,
     ):
         """runtime: the engine's runtime options (engine_config.RuntimeOptions). share_engine
         (with engine_process): services with the same key share one engine process.
-        on_unrecoverable: called with the cause when a failed engine cannot be started again."""
+        max_restarts, restart_window_s: a failed engine is started again at most max_restarts
+        times within restart_window_s, then stays down (engine_supervisor.EngineSupervisor)."""
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
 
         def start_engine() -> AsyncLLMEngine | EngineProcess:
@@ -103,9 +106,10 @@ class LLMService:
                     engine_dir, device, runtime, self._outbox, python, share_key=share_engine
                 )
             loaded = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)
+            check_probe(loaded, engine_dir)  # before it is ready: its weights are the build's
             return AsyncLLMEngine(loaded, outbox=self._outbox)
 
-        self.async_engine = EngineSupervisor(start_engine, on_unrecoverable)
+        self.async_engine = EngineSupervisor(start_engine, max_restarts, restart_window_s)
         self.exclude_input_in_output = exclude_input_in_output
         self.detokenizer = (
             None if tokenizer_dir is None else Detokenizer(tokenizer_dir, skip_special_tokens)

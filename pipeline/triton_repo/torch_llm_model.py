@@ -50,7 +50,17 @@ def instance_count(deploy: DeploySpec, device: str) -> int:
     return AUTO_GPU_INSTANCES if is_gpu else 1
 
 
+def _check_restarts(deploy: DeploySpec) -> None:
+    opts = deploy.torch
+    if opts.max_engine_restarts < 0 or opts.restart_window_s <= 0:
+        raise ConfigError(
+            f"deploy: deploy.torch.max_engine_restarts={opts.max_engine_restarts} must be >= 0 "
+            f"and deploy.torch.restart_window_s={opts.restart_window_s} > 0"
+        )
+
+
 def model_config(engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, device: str):
+    _check_restarts(deploy)
     engine = EngineInfo.read(engine_dir)
     max_batch_size = triton_max_batch_size(deploy, engine)
     cfg = mcfg.new_config("tensorrt_llm", max_batch_size, backend="python")
@@ -79,6 +89,8 @@ def model_config(engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, devi
             "max_response_rate": deploy.torch.max_response_rate,
             "response_lanes": deploy.torch.response_lanes,
             "engine_process": deploy.torch.engine_process,
+            "max_engine_restarts": deploy.torch.max_engine_restarts,
+            "restart_window_s": deploy.torch.restart_window_s,
             # the stub imports this checkout's pipeline package, whatever is installed in the venv
             "python_path": Path(pipeline.__file__).resolve().parent.parent,
         },

@@ -20,7 +20,6 @@ own hops (label `instance`).
 
 import json
 import os
-import signal
 import sys
 import threading
 import time
@@ -53,7 +52,8 @@ METRICS = {  # engine stats key -> (metric family, description)
 HEALTH_METRICS = {  # per instance: each has its own handle on the engine
     "is_ready": (
         "pipeline_engine_ready",
-        "1 while the engine serves; 0 while a failed engine is started again",
+        "1 while the engine serves; 0 while a failed engine is started again, or once it is "
+        "not (it failed too often: restart the server)",
     ),
     "num_restarts": ("pipeline_engine_restarts", "times a failed engine was started again"),
 }
@@ -70,13 +70,6 @@ def hop_metrics(hops: dict[str, str], stats: Iterable[str]) -> dict[str, tuple[s
         for hop, text in hops.items()
         for q in stats
     }
-
-
-def _stop_server(cause: BaseException) -> None:
-    """The engine cannot be started again. A python model cannot mark itself not ready in Triton
-    2.51, so the server stops: its health checks then fail instead of saying ready."""
-    pb_utils.Logger.log_error(f"tensorrt_llm: engine lost ({cause!r}); stopping the server")
-    os.kill(os.getppid(), signal.SIGTERM)  # the stub's parent is tritonserver
 
 
 class TritonPythonModel:
@@ -113,7 +106,8 @@ class TritonPythonModel:
             response_lanes=int(params["response_lanes"]),
             add_special_tokens=params["add_special_tokens"] == "true",
             share_engine=share_key if num_instances > 1 else None,
-            on_unrecoverable=_stop_server,
+            max_restarts=int(params["max_engine_restarts"]),
+            restart_window_s=float(params["restart_window_s"]),
         )
         from pipeline.engine.heap import freeze_loaded
 

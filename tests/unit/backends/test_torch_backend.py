@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from pipeline.backends.torch_backend import TorchBackend
+from pipeline.backends.torch_backend import TorchBackend, build_engine_dir
 from pipeline.errors import ArtifactError, ConfigError
 from tests.conftest import make_spec
 
@@ -105,8 +105,11 @@ def test_a_tensor_parallel_checkpoint_needs_every_rank_file(tmp_path):
 def test_engine_dir_is_self_contained(tmp_path):
     out = tmp_path / "engine"
     out.mkdir()
-    extra = backend(tmp_path, "build.tokens_per_block=16").build(
-        checkpoint(tmp_path), tokenizer(tmp_path), out
+    spec = make_spec("build", "backend=torch", "build.tokens_per_block=16", workdir=tmp_path)
+    # no probe: this checkpoint's weights are a stub no model loads from (the probe's own tests
+    # build real engines: tests/integration/test_engine_probe.py)
+    extra = build_engine_dir(
+        spec.build, checkpoint(tmp_path), tokenizer(tmp_path), out, probe_device=None
     )
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["backend"] == "torch" and cfg["pretrained_config"] == CHECKPOINT

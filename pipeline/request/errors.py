@@ -1,0 +1,7 @@
+"""How the serving side says what failed, in words both ends of a hop read.
+
+ENGINE_UNAVAILABLE opens the message of every request refused because the engine behind the
+served model is down (restarting, or given up after too many restarts): the Triton model writes
+it, and the OpenAI frontend, which sees only the message text over gRPC, answers 503 for it."""
+
+ENGINE_UNAVAILABLE = "engine unavailable"
