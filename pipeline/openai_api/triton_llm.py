@@ -20,6 +20,7 @@ import numpy as np
 from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 
 from pipeline.engine.sampling_params import SamplingParams
+from pipeline.triton_repo.drain import SHUTTING_DOWN
 
 LLM_MODEL = "tensorrt_llm"
 LOG_PROBS = "output_log_probs"  # [1, 1, n]: each new token's log probability
@@ -164,6 +165,8 @@ def _model_error(message: str) -> EngineError:
     # the model's ValueError texts: input checks name an input ("tensorrt_llm: max_tokens=...")
     # and the engine's RequestLimits start "request:"; anything else is the server's failure
     is_request_error = "tensorrt_llm: request:" in message or "is outside [" in message
+    if SHUTTING_DOWN in message:  # the server's drain ran out: this one is worth a retry
+        return EngineError(message, status=503)
     return EngineError(message, is_request_error, 400 if is_request_error else 502)
 
 

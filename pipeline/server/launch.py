@@ -37,8 +37,12 @@ def _log_path(workdir: str) -> Path:
 
 
 def local_server(
-    deploy: DeploySpec, workdir: str, extra_args: tuple[str, ...] = ()
+    deploy: DeploySpec,
+    workdir: str,
+    extra_args: tuple[str, ...] = (),
+    drain_timeout_s: float = 0.0,
 ) -> TritonServer:
+    """drain_timeout_s: how long requests in flight may go on once it is told to stop."""
     python = stub_python.probe(deploy.stub_python)
     stub_python.check_numpy(python)
     home = prepare_home(server_dir(workdir), python)
@@ -50,6 +54,7 @@ def local_server(
         deploy.startup_timeout_s,
         (*deploy.server_args, *extra_args),
         run_dir(workdir),
+        drain_timeout_s,
     )
 
 

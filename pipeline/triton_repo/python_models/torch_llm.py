@@ -165,6 +165,7 @@ class TritonPythonModel:
             import torch
 
             torch.set_num_threads(int(params["num_threads"]))
+        from pipeline.triton_repo.drain import DrainWatch
         from pipeline.triton_repo.engine_runtime import runtime_from_parameters
         from pipeline.triton_repo.hop_log import HOP_STATS, HOPS
         from pipeline.triton_repo.llm_service import LLMService
@@ -211,6 +212,7 @@ class TritonPythonModel:
         self.stoppable: dict[str, list[_Caller]] = {}
         self.stoppable_lock = threading.Lock()
         self.stopped = threading.Event()
+        self.drain = DrainWatch()  # polled with the metrics: the server's drain is over
         self.metrics_thread = threading.Thread(target=self._export_metrics, daemon=True)
         self.metrics_thread.start()
 
@@ -316,7 +318,11 @@ class TritonPythonModel:
 
     def _export_metrics(self):
         max_running, exported = 0, {}
+        is_drained = False
         while not self.stopped.wait(METRICS_PERIOD_S):
+            if not is_drained and self.drain.ended() is not None:
+                self.service.end_all(self.drain.message)
+                is_drained = True
             stats = self.service.stats() | self.service.hops(max_age_s=HOPS_PERIOD_S)
             max_running = stats["max_running"] = max(max_running, stats["num_running"])
             for key, gauge in self.gauges.items():
