@@ -28,12 +28,16 @@ class Frontend(Protocol):
     def num_in_flight(self) -> int: ...
 
 
-def drain(server: TritonServer, frontend: Frontend | None, timeout_s: float) -> int:
-    """Stop admitting, wait up to timeout_s for the requests in flight; then end the rest. The
-    frontend's requests the drain time ended (0: all finished in time)."""
+def begin(server: TritonServer, frontend: Frontend | None) -> None:
+    """From now on new requests are refused; those in flight go on."""
     if frontend is not None:
         frontend.stop_admitting()
     server.begin_stop()
+
+
+def finish(server: TritonServer, frontend: Frontend | None, timeout_s: float) -> int:
+    """After begin: wait up to timeout_s for the requests in flight, then end the rest. The
+    frontend's requests the drain time ended (0: all finished in time)."""
     deadline = time.monotonic() + timeout_s
 
     def frontend_busy() -> int:

@@ -32,7 +32,7 @@ from pipeline.errors import StageError
 from pipeline.server import server_records
 from pipeline.server.ports import wait_accepting
 from pipeline.server.server_home import ServerHome
-from pipeline.triton_repo.drain import DRAIN_FILE_ENV, end_drain
+from pipeline.triton_repo.drain import DRAIN_FILE_ENV, DRAIN_TIMEOUT_ENV, write_drain
 
 log = logging.getLogger(__name__)
 SHM_DIR = server_records.SHM_DIR
@@ -156,11 +156,14 @@ class TritonServer:
         run_dir: Path | None = None,
         drain_timeout_s: float = 0.0,
     ) -> "TritonServer":
-        """drain_timeout_s: after SIGTERM, how long requests in flight may go on (end_drain)."""
+        """drain_timeout_s: after begin_stop, how long requests in flight may go on."""
         shm_prefix = f"pipeline{os.getpid()}-{secrets.token_hex(3)}_"
         tmp_dir = Path(log_path).parent / f"tmp-{shm_prefix.rstrip('_')}"
         exit_timeout_s = math.ceil(drain_timeout_s) + EXIT_TIMEOUT_S
-        env = home.env(tmp_dir) | {DRAIN_FILE_ENV: str(tmp_dir / "drain-ended")}
+        env = home.env(tmp_dir) | {
+            DRAIN_FILE_ENV: str(tmp_dir / "drain.json"),
+            DRAIN_TIMEOUT_ENV: str(drain_timeout_s),
+        }
         return cls(
             local_argv(home, repo_dir, endpoints, shm_prefix, extra_args, exit_timeout_s),
             endpoints,
@@ -246,20 +249,25 @@ class TritonServer:
             raise StageError(self.failure(f"ready, but {', '.join(refusing)} refuses connections"))
 
     def begin_stop(self) -> None:
-        """SIGTERM: the server takes no new requests and drains those in flight (the server
-        exits by itself once they are done, or once its exit timeout is over)."""
-        if self.process is not None and self.process.poll() is None and not self.is_stopping:
-            self.process.send_signal(signal.SIGTERM)
-            self.is_stopping = True
+        """The server refuses new requests from now on and drains those in flight (it exits by
+        itself once they are done, or once its exit timeout is over): its models are told
+        (pipeline.triton_repo.drain), then it gets SIGTERM."""
+        if self.process is None or self.process.poll() is not None or self.is_stopping:
+            return
+        self._tell_models(None)
+        self.process.send_signal(signal.SIGTERM)
+        self.is_stopping = True
 
-    def end_drain(self, message: str) -> bool:
-        """End every request the server's models still run, with message as their error (the
-        pipeline's python models only); False when this server has no way to be told."""
+    def end_drain(self, message: str) -> None:
+        """The server's models end every request they still run, with message as its error (the
+        pipeline's python models only: a container's are not told)."""
+        if self.process is not None and self.process.poll() is None:
+            self._tell_models(message)
+
+    def _tell_models(self, end_message: str | None) -> None:
         path = (self.env or {}).get(DRAIN_FILE_ENV)
-        if path is None or self.process is None or self.process.poll() is not None:
-            return False
-        end_drain(Path(path), message)
-        return True
+        if path is not None:
+            write_drain(Path(path), end_message)
 
     def failure(self, what: str) -> str:
         lines = self.log_path.read_text(errors="replace").splitlines()[-50:]

@@ -16,8 +16,7 @@ from pathlib import Path
 
 from pipeline.errors import StageError
 from pipeline.openai_api.server import serve_beside
-from pipeline.server import launch
-from pipeline.server.drain import drain
+from pipeline.server import drain, launch
 from pipeline.server.ports import wait_accepting
 from pipeline.server.triton_server import PORTS_TIMEOUT_S
 from pipeline.stages import deploy
@@ -73,12 +72,13 @@ def _check_listening(ends, api) -> None:
 
 
 def _drain(server, api, timeout_s: float) -> None:
+    drain.begin(server, api)
     print(
         f"serve: stopping; new requests are refused, those in flight get up to {timeout_s:g} s "
         f"(serve.drain_timeout_s); Ctrl-C again stops at once",
         flush=True,
     )
     start = time.perf_counter()
-    num_ended = drain(server, api, timeout_s)
+    num_ended = drain.finish(server, api, timeout_s)
     how = f"{num_ended} OpenAI requests ended by the drain time" if num_ended else "drained"
     print(f"serve: {how} after {time.perf_counter() - start:.1f} s; stopping", flush=True)

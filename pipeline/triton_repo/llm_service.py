@@ -328,6 +328,11 @@ class LLMService:
     def is_ready(self) -> bool:
         return self.async_engine.is_ready
 
+    @property
+    def num_live(self) -> int:
+        """Engine requests not finished yet."""
+        return len(self._live)
+
     def stats(self) -> dict:
         return self.async_engine.stats()
 

@@ -127,6 +127,7 @@ def openai_stream(served: Served, num_tokens: int, stream: Stream) -> None:
         "min_tokens": num_tokens,
         "temperature": 0,
         "stream": True,
+        "stream_options": {"include_usage": True},
     }
     url = f"http://127.0.0.1:{served.openai}/v1/completions"
     with requests.post(url, json=body, stream=True, timeout=WAIT_S) as response:
@@ -160,13 +161,17 @@ def grpc_stream(served: Served, num_tokens: int, stream: Stream) -> None:
         client.close()
 
 
-def run_streams(served: Served, num_tokens: int) -> tuple[list[Stream], list[Stream], list]:
+def run_streams(
+    served: Served, openai_tokens: int, grpc_tokens: int
+) -> tuple[list[Stream], list[Stream], list, list]:
     """Start NUM_STREAMS streams on each API; return once each has its first token, with the
     wrapper's processes (the server, its stubs, the engine process) as they are then."""
     streams = ([Stream() for _ in range(NUM_STREAMS)], [Stream() for _ in range(NUM_STREAMS)])
     threads = [
         threading.Thread(target=target, args=(served, num_tokens, stream), daemon=True)
-        for target, group in zip((openai_stream, grpc_stream), streams, strict=True)
+        for target, num_tokens, group in zip(
+            (openai_stream, grpc_stream), (openai_tokens, grpc_tokens), streams, strict=True
+        )
         for stream in group
     ]
     for thread in threads:
@@ -189,9 +194,10 @@ def stop_and_wait(served: Served, threads: list, processes: list) -> None:
     )
     assert refused.status_code == 503, refused.text
     assert refused.json()["error"]["code"] == "server_shutting_down"
-    with pytest.raises(ClientError):
+    with pytest.raises(ClientError) as refusal:
         grpc = GrpcClient(f"127.0.0.1:{served.grpc}", model="ensemble", timeout_s=WAIT_S)
         list(grpc.responses(grpc_arrays(4)))
+    assert "takes no new requests" in str(refusal.value)
     for thread in threads:
         thread.join(WAIT_S)
         assert not thread.is_alive()
@@ -202,22 +208,27 @@ def stop_and_wait(served: Served, threads: list, processes: list) -> None:
 
 
 def test_a_long_enough_drain_lets_every_stream_finish(session_workdir, engine16):
-    num_tokens = 48
+    # the OpenAI streams outlast the gRPC ones: Triton, which counts only the latter as in
+    # flight, unloads the model while they still run
+    openai_tokens, grpc_tokens = 64, 24
     served = start_serve(session_workdir, "drain_long_repo", drain_timeout_s=240)
     try:
-        openai_streams, grpc_streams, threads, processes = run_streams(served, num_tokens)
+        openai_streams, grpc_streams, threads, processes = run_streams(
+            served, openai_tokens, grpc_tokens
+        )
         stop_and_wait(served, threads, processes)
     finally:
         served.wrapper.kill()
     for stream in openai_streams:
         assert stream.status == 200 and stream.events[-1] == "[DONE]", stream
-        *chunks, last = stream.events[:-1]
+        *chunks, last, usage = stream.events[:-1]
         assert last["choices"][0]["finish_reason"] == "length", stream.events[-3:]
+        assert usage["usage"]["completion_tokens"] == openai_tokens
         assert not any("error" in chunk for chunk in chunks)
     for stream in grpc_streams:
         assert stream.error is None, stream.error
         assert stream.responses[-1].is_final
-        assert sum(r.num_tokens for r in stream.responses) == num_tokens
+        assert sum(r.num_tokens for r in stream.responses) == grpc_tokens
     assert "serve: drained" in served.output
 
 
@@ -225,7 +236,9 @@ def test_a_short_drain_ends_each_stream_with_an_error(session_workdir, engine16)
     num_tokens = 200  # many seconds of generation: far past the 1 s drain
     served = start_serve(session_workdir, "drain_short_repo", drain_timeout_s=1)
     try:
-        openai_streams, grpc_streams, threads, processes = run_streams(served, num_tokens)
+        openai_streams, grpc_streams, threads, processes = run_streams(
+            served, num_tokens, num_tokens
+        )
         stop_and_wait(served, threads, processes)
     finally:
         served.wrapper.kill()

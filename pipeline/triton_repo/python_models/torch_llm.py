@@ -165,7 +165,7 @@ class TritonPythonModel:
             import torch
 
             torch.set_num_threads(int(params["num_threads"]))
-        from pipeline.triton_repo.drain import DrainWatch
+        from pipeline.triton_repo.drain import REFUSAL, DrainWatch
         from pipeline.triton_repo.engine_runtime import runtime_from_parameters
         from pipeline.triton_repo.hop_log import HOP_STATS, HOPS
         from pipeline.triton_repo.llm_service import LLMService
@@ -212,7 +212,8 @@ class TritonPythonModel:
         self.stoppable: dict[str, list[_Caller]] = {}
         self.stoppable_lock = threading.Lock()
         self.stopped = threading.Event()
-        self.drain = DrainWatch()  # polled with the metrics: the server's drain is over
+        self.drain = DrainWatch()  # polled with the metrics: the server's drain
+        self.refusal = REFUSAL
         self.metrics_thread = threading.Thread(target=self._export_metrics, daemon=True)
         self.metrics_thread.start()
 
@@ -233,6 +234,12 @@ class TritonPythonModel:
                 self._stop(caller.request_id)
                 sender.send(flags=FINAL)
                 continue
+            if self.is_refusing():
+                sender.send(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(self.refusal)),
+                    flags=FINAL,
+                )
+                continue
             try:
                 caller.expect_sequences(self._num_sequences(arrays))
                 if caller.request_id:  # known before the engine can answer it
@@ -246,6 +253,12 @@ class TritonPythonModel:
                     flags=FINAL,
                 )
         return None
+
+    def is_refusing(self) -> bool:
+        """The server drains (asked on each request: the metrics thread's poll may lag)."""
+        if not self.drain.is_draining:
+            self.drain.poll()
+        return self.drain.is_draining
 
     def _num_sequences(self, arrays: dict) -> int:
         """num_return_sequences, each an engine request of its own with its own responses:
@@ -320,7 +333,7 @@ class TritonPythonModel:
         max_running, exported = 0, {}
         is_drained = False
         while not self.stopped.wait(METRICS_PERIOD_S):
-            if not is_drained and self.drain.ended() is not None:
+            if not is_drained and self.drain.poll() is not None:
                 self.service.end_all(self.drain.message)
                 is_drained = True
             stats = self.service.stats() | self.service.hops(max_age_s=HOPS_PERIOD_S)
@@ -332,6 +345,10 @@ class TritonPythonModel:
                     exported[key] = stats[key]
 
     def finalize(self):
+        # the server stops: its requests in flight get the drain time (pipeline.triton_repo.drain)
+        message = self.drain.wait(lambda: self.service.num_live > 0)
+        if message is not None:
+            self.service.end_all(message)  # the metrics thread may have: the second finds none
         self.stopped.set()
         self.metrics_thread.join()
         hops = self.service.hops()
