@@ -1,11 +1,12 @@
 """A served model's graceful stop: no new requests, those in flight finish or time out.
 
-The OpenAI frontend answers new generation requests 503 and tritonserver, on its SIGTERM, refuses
-new ones itself (UNAVAILABLE) while both let the requests in flight go on. The drain is over when
-the frontend has none left and tritonserver has exited by itself (it exits once its own are done),
-or when the drain time runs out: then the server's models end each request still running with an
-error (TritonServer.end_drain), which reaches a gRPC client as the stream's last response and an
-OpenAI client as an SSE error event and [DONE] (a 503 when not streamed).
+The OpenAI frontend answers new generation requests 503 and the server's tensorrt_llm model
+refuses new ones with an error (TritonServer.begin_stop tells it, then sends SIGTERM), while the
+requests in flight go on. The drain is over when the frontend has none left and tritonserver has
+exited by itself (it exits once its own are done), or when the drain time runs out: then the
+model ends each request still running with an error (TritonServer.end_drain), which reaches a
+gRPC client as the stream's last response and an OpenAI client as an SSE error event and [DONE]
+(a 503 when its answer had not begun).
 """
 
 import logging

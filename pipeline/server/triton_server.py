@@ -105,10 +105,10 @@ def local_argv(
         "--disable-auto-complete-config",
         "--exit-on-error=true",
         "--strict-readiness=true",
-        # on SIGTERM Triton 2.51 refuses new requests (UNAVAILABLE), waits for those in flight
-        # (the drain; Triton 2.51 keeps a client-cancelled ensemble request "in flight" for
-        # good), then for the models to unload (their finalize stops the engine: seconds on a
-        # loaded CPU); past this it exits anyway, code 1 (src/core: InferenceServer::Stop)
+        # on SIGTERM Triton 2.51 waits for the requests it counts in flight (the ensemble's and
+        # the BLS's; it keeps a client-cancelled ensemble request "in flight" for good), then
+        # for the models to unload (tensorrt_llm's finalize waits out the drain, then stops the
+        # engine: seconds on a loaded CPU); past this it exits anyway, code 1
         f"--exit-timeout-secs={exit_timeout_s}",
         f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
         *(f"--{kind}-address={endpoints.host}" for kind in ("http", "grpc", "metrics")),

@@ -26,7 +26,7 @@ class OpenAISpec:
 @dataclass(frozen=True, slots=True)
 class ServeSpec:
     openai: OpenAISpec = field(default_factory=OpenAISpec)
-    # on SIGTERM or Ctrl-C: new requests are refused (the OpenAI API's 503, Triton's own
-    # UNAVAILABLE) while those in flight get this long to finish; then each still running ends
-    # with an error (an SSE error event and [DONE], a 503, a final gRPC error response)
+    # on SIGTERM or Ctrl-C: new requests are refused (the OpenAI API's 503, an error response
+    # from Triton's model) while those in flight get this long to finish; then each still
+    # running ends with an error (an SSE error event and [DONE], a 503, a final gRPC error)
     drain_timeout_s: float = 30.0
