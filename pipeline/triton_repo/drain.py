@@ -1,9 +1,10 @@
 """A server's drain, from the process that stops it to the python models inside it.
 
-Triton 2.51 on SIGTERM waits for the requests in flight before it unloads the models, but it still
-takes new requests meanwhile (an ensemble's at least), and it does not count a decoupled python
-model's requests as in flight once its execute() has returned (only the ensemble's and the BLS's),
-so it unloads the model at once while the OpenAI frontend's streams to it still run. So the process
+Triton 2.51 on SIGTERM refuses new requests and waits for those in flight before it unloads the
+models, but it may still take a request sent right after the signal, and it does not count a
+decoupled python model's requests as in flight once its execute() has returned (only the
+ensemble's and the BLS's), so it unloads the model at once while the OpenAI frontend's streams to
+it still run. So the process
 that stops the server tells the model itself, through a file whose path is in the server's
 environment (DRAIN_FILE_ENV; every stub inherits it): when the drain begins (the model refuses
 new requests from then on) and when its time is over (the model ends the requests still running
