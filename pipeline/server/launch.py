@@ -97,12 +97,15 @@ def serve_until_stopped(server: TritonServer) -> None:
     """Block until interrupted (the caller's `with` then stops the server) or until the server
     exits by itself (StageError with its log tail)."""
     try:
-        code = server.process.wait()
-        raise StageError(
-            server.failure(
-                f"{exit_description(code)} while serving; its python models and engine are "
-                f"stopped with it; start it again (`make serve`)"
-            )
-        )
+        raise died_while_serving(server, server.process.wait())
     except KeyboardInterrupt:
         log.info("serve: stopping")
+
+
+def died_while_serving(server: TritonServer, code: int) -> StageError:
+    return StageError(
+        server.failure(
+            f"{exit_description(code)} while serving; its python models and engine are "
+            f"stopped with it; start it again (`make serve`)"
+        )
+    )

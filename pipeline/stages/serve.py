@@ -46,7 +46,7 @@ def run(spec) -> Path:
     with launch.signals_as_interrupt(), server:
         ends = server.endpoints
         with serve_beside(spec, facts, ends) as api:
-            _check_listening(ends, api)
+            _check_listening(server, api)
             print(
                 f"serve: ready in {time.perf_counter() - start:.1f} s; {spec.deploy.repo_dir} "
                 f"({facts['backend']}) on http {ends.http_url}, grpc {ends.grpc_url}, metrics "
@@ -60,13 +60,16 @@ def run(spec) -> Path:
     return artifact
 
 
-def _check_listening(ends, api) -> None:
+def _check_listening(server, api) -> None:
     """Every port the ready line names accepts connections before it is printed."""
+    ends = server.endpoints
     ports = {"http": ends.http_port, "grpc": ends.grpc_port, "metrics": ends.metrics_port}
     refusing = wait_accepting(ends.host, ports, PORTS_TIMEOUT_S)
     if api is not None:
         spec = api.recipe.spec
         refusing += wait_accepting(spec.host, {"openai": spec.port}, PORTS_TIMEOUT_S)
+    if server.process.poll() is not None:  # killed meanwhile: that is the news
+        raise launch.died_while_serving(server, server.process.returncode)
     if refusing:
         raise StageError(f"serve: started, but {', '.join(refusing)} refuses connections")
 
