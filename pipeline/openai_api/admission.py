@@ -2,6 +2,7 @@
 
 import contextlib
 import hmac
+import threading
 
 from starlette.requests import Request
 
@@ -52,12 +53,15 @@ class Admission:
 
     counts: each frontend process's requests in flight (a multiprocessing Array, one slot per
     worker, `index` this one's), so the limit holds for all the processes on the port together;
-    None: this process alone. Summed under the array's lock, held for a few additions only."""
+    None: this process alone. Summed under the array's lock, held for a few additions only.
+    closed: set once the server drains (503 from then on); a multiprocessing Event shared by
+    the processes, or (None) this process's own."""
 
-    def __init__(self, limit: int, counts=None, index: int = 0):
+    def __init__(self, limit: int, counts=None, index: int = 0, closed=None):
         self.limit, self.index = limit, index
         self.counts = [0] if counts is None else counts
         self._lock = contextlib.nullcontext() if counts is None else counts.get_lock()
+        self.closed = threading.Event() if closed is None else closed
 
     @property
     def num_in_flight(self) -> int:
@@ -65,6 +69,13 @@ class Admission:
             return sum(self.counts)
 
     def take(self, num: int) -> "Ticket":
+        if self.closed.is_set():
+            raise APIError(
+                503,
+                "this server is shutting down and takes no new requests; send the request to "
+                "another replica, or retry once this one is back",
+                code="server_shutting_down",
+            )
         if num > self.limit:  # not even an idle server takes it: retrying cannot help
             raise bad_request(
                 f"this request makes {num} engine requests (one per prompt and choice), above "

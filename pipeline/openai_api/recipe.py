@@ -93,6 +93,16 @@ class ServesRecipe:
     """What a running frontend (one thread, or worker processes) tells its callers."""
 
     recipe: FrontendRecipe
+    admission: Admission  # the port's, for all its processes
+
+    def stop_admitting(self) -> None:
+        """Generation requests get 503 from now on; those in flight go on (the server drains)."""
+        self.admission.closed.set()
+
+    @property
+    def num_in_flight(self) -> int:
+        """Engine requests in flight on the port."""
+        return self.admission.num_in_flight
 
     @property
     def url(self) -> str:

@@ -37,6 +37,7 @@ class OpenAIServer(ServesRecipe):
     def __init__(self, recipe: FrontendRecipe):
         self.recipe = recipe
         self.frontend = recipe.frontend()
+        self.admission = self.frontend.admission
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 

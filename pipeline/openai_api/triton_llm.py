@@ -19,7 +19,7 @@ import grpc
 import numpy as np
 from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 
-from pipeline.request.errors import ENGINE_UNAVAILABLE
+from pipeline.request.errors import ENGINE_UNAVAILABLE, SHUTTING_DOWN
 from pipeline.request.sampling_params import SamplingParams
 
 LLM_MODEL = "tensorrt_llm"
@@ -166,6 +166,8 @@ def _model_error(message: str) -> EngineError:
     # and the engine's RequestLimits start "request:"; anything else is the server's failure
     is_request_error = "tensorrt_llm: request:" in message or "is outside [" in message
     if ENGINE_UNAVAILABLE in message:  # the engine is down (restarting, or failed too often): 503
+        return EngineError(message, status=503)
+    if SHUTTING_DOWN in message:  # the server's drain ran out: this one is worth a retry
         return EngineError(message, status=503)
     return EngineError(message, is_request_error, 400 if is_request_error else 502)
 

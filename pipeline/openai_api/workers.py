@@ -49,6 +49,7 @@ class FrontendWorkers(ServesRecipe):
         self._processes: list = [None] * self.num_workers
         self._readies: list = [None] * self.num_workers  # set by each process once it listens
         self._counts = None
+        self._closed = self._context.Event()  # Admission.closed, in every worker
         self._shared_dir: str | None = None
         self._lock = threading.Lock()  # the process list, between the watcher and __exit__
         self._stopping = False
@@ -66,6 +67,9 @@ class FrontendWorkers(ServesRecipe):
         check_free(self.recipe.spec)
         self._shared_dir = tempfile.mkdtemp(prefix="openai-metrics-")
         self._counts = self._context.Array("i", self.num_workers)
+        self.admission = Admission(
+            self.recipe.spec.max_concurrent_requests, self._counts, closed=self._closed
+        )
         try:
             readies = [self._start(index) for index in range(self.num_workers)]
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -108,7 +112,15 @@ class FrontendWorkers(ServesRecipe):
         ready = self._context.Event()
         process = self._context.Process(
             target=run_worker,
-            args=(self.recipe, index, self._counts, self._shared_dir, ready, os.getpid()),
+            args=(
+                self.recipe,
+                index,
+                self._counts,
+                self._closed,
+                self._shared_dir,
+                ready,
+                os.getpid(),
+            ),
             name=f"openai-worker-{index}",
             daemon=True,
         )
@@ -171,15 +183,24 @@ class FrontendWorkers(ServesRecipe):
 
 
 def run_worker(
-    recipe: FrontendRecipe, index: int, counts, shared_dir: str, ready, parent_pid: int
+    recipe: FrontendRecipe,
+    index: int,
+    counts,
+    closed,
+    shared_dir: str,
+    ready,
+    parent_pid: int,
 ) -> None:
     """A worker process: its frontend on a socket of its own until SIGTERM or SIGINT (uvicorn's
     handlers), or until its parent is gone."""
+    # a terminal's Ctrl-C reaches its foreground process group: the parent drains the port
+    # first (closed), then stops the workers
+    os.setpgrp()
     logging.basicConfig(
         level=logging.WARNING,
         format=f"%(asctime)s openai-worker-{index} %(levelname)s %(name)s: %(message)s",
     )
-    admission = Admission(recipe.spec.max_concurrent_requests, counts, index)
+    admission = Admission(recipe.spec.max_concurrent_requests, counts, index, closed)
     frontend = recipe.frontend(admission, FrontendMetrics(admission, shared_dir))
     server = uvicorn.Server(uvicorn_config(build_app(frontend), recipe.spec))
     watcher = threading.Thread(

@@ -37,8 +37,12 @@ def _log_path(workdir: str) -> Path:
 
 
 def local_server(
-    deploy: DeploySpec, workdir: str, extra_args: tuple[str, ...] = ()
+    deploy: DeploySpec,
+    workdir: str,
+    extra_args: tuple[str, ...] = (),
+    drain_timeout_s: float = 0.0,
 ) -> TritonServer:
+    """drain_timeout_s: how long requests in flight may go on once it is told to stop."""
     python = stub_python.probe(deploy.stub_python)
     stub_python.check_numpy(python)
     home = prepare_home(server_dir(workdir), python)
@@ -50,6 +54,7 @@ def local_server(
         deploy.startup_timeout_s,
         (*deploy.server_args, *extra_args),
         run_dir(workdir),
+        drain_timeout_s,
     )
 
 
@@ -92,12 +97,15 @@ def serve_until_stopped(server: TritonServer) -> None:
     """Block until interrupted (the caller's `with` then stops the server) or until the server
     exits by itself (StageError with its log tail)."""
     try:
-        code = server.process.wait()
-        raise StageError(
-            server.failure(
-                f"{exit_description(code)} while serving; its python models and engine are "
-                f"stopped with it; start it again (`make serve`)"
-            )
-        )
+        raise died_while_serving(server, server.process.wait())
     except KeyboardInterrupt:
         log.info("serve: stopping")
+
+
+def died_while_serving(server: TritonServer, code: int) -> StageError:
+    return StageError(
+        server.failure(
+            f"{exit_description(code)} while serving; its python models and engine are "
+            f"stopped with it; start it again (`make serve`)"
+        )
+    )

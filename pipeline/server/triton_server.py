@@ -14,6 +14,7 @@ which the next start stops what is left of a server whose wrapper died.
 
 import ctypes
 import logging
+import math
 import os
 import secrets
 import shutil
@@ -29,11 +30,14 @@ import requests
 
 from pipeline.errors import StageError
 from pipeline.server import server_records
+from pipeline.server.ports import wait_accepting
 from pipeline.server.server_home import ServerHome
+from pipeline.triton_repo.drain import DRAIN_FILE_ENV, DRAIN_TIMEOUT_ENV, write_drain
 
 log = logging.getLogger(__name__)
 SHM_DIR = server_records.SHM_DIR
-EXIT_TIMEOUT_S = 30
+EXIT_TIMEOUT_S = 30  # past the drain: for the models to unload
+PORTS_TIMEOUT_S = 30.0  # after /v2/health/ready, for the gRPC and metrics ports to accept
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -91,6 +95,7 @@ def local_argv(
     endpoints: Endpoints,
     shm_prefix: str,
     extra_args: tuple[str, ...] = (),
+    exit_timeout_s: int = EXIT_TIMEOUT_S,
 ) -> list:
     return [
         str(home.binary),
@@ -100,10 +105,11 @@ def local_argv(
         "--disable-auto-complete-config",
         "--exit-on-error=true",
         "--strict-readiness=true",
-        # shutdown waits this long for the models to unload (their finalize stops the engine:
-        # seconds on a loaded CPU) and for in-flight requests (Triton 2.51 keeps a
-        # client-cancelled ensemble request "in flight" for good), then exits anyway, code 1
-        f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
+        # on SIGTERM Triton 2.51 waits for the requests it counts in flight (the ensemble's and
+        # the BLS's; it keeps a client-cancelled ensemble request "in flight" for good), then
+        # for the models to unload (tensorrt_llm's finalize waits out the drain, then stops the
+        # engine: seconds on a loaded CPU); past this it exits anyway, code 1
+        f"--exit-timeout-secs={exit_timeout_s}",
         f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
         *(f"--{kind}-address={endpoints.host}" for kind in ("http", "grpc", "metrics")),
         f"--http-port={endpoints.http_port}",
@@ -126,12 +132,17 @@ class TritonServer:
         shm_prefix: str | None = None,
         tmp_dir: Path | None = None,
         run_dir: Path | None = None,
+        exit_timeout_s: float = EXIT_TIMEOUT_S,
     ):
+        """exit_timeout_s: how long the server may take to exit after SIGTERM (its drain and
+        its models' unloading)."""
         self.argv, self.endpoints, self.log_path = argv, endpoints, Path(log_path)
         self.startup_timeout_s, self.env = startup_timeout_s, env
         self.shm_prefix, self.tmp_dir, self.run_dir = shm_prefix, tmp_dir, run_dir
+        self.exit_timeout_s = exit_timeout_s
         self.process: subprocess.Popen | None = None
         self.record_path: Path | None = None
+        self.is_stopping = False  # SIGTERM sent
 
     @classmethod
     def local(
@@ -143,18 +154,26 @@ class TritonServer:
         startup_timeout_s: float,
         extra_args: tuple[str, ...] = (),
         run_dir: Path | None = None,
+        drain_timeout_s: float = 0.0,
     ) -> "TritonServer":
+        """drain_timeout_s: after begin_stop, how long requests in flight may go on."""
         shm_prefix = f"pipeline{os.getpid()}-{secrets.token_hex(3)}_"
         tmp_dir = Path(log_path).parent / f"tmp-{shm_prefix.rstrip('_')}"
+        exit_timeout_s = math.ceil(drain_timeout_s) + EXIT_TIMEOUT_S
+        env = home.env(tmp_dir) | {
+            DRAIN_FILE_ENV: str(tmp_dir / "drain.json"),
+            DRAIN_TIMEOUT_ENV: str(drain_timeout_s),
+        }
         return cls(
-            local_argv(home, repo_dir, endpoints, shm_prefix, extra_args),
+            local_argv(home, repo_dir, endpoints, shm_prefix, extra_args, exit_timeout_s),
             endpoints,
             log_path,
             startup_timeout_s,
-            home.env(tmp_dir),
+            env,
             shm_prefix,
             tmp_dir,
             run_dir,
+            exit_timeout_s,
         )
 
     def __enter__(self) -> "TritonServer":
@@ -171,7 +190,7 @@ class TritonServer:
 
     def start(self) -> None:
         if self.run_dir is not None:
-            server_records.stop_orphans(self.run_dir, grace_s=EXIT_TIMEOUT_S + 5)
+            server_records.stop_orphans(self.run_dir, grace_s=self.exit_timeout_s + 5)
         self.endpoints.check_free()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         if self.tmp_dir is not None:
@@ -208,6 +227,7 @@ class TritonServer:
                     self.failure(f"{exit_description(self.process.returncode)} before it was ready")
                 )
             if self.is_ready():
+                self._wait_ports()
                 elapsed = time.perf_counter() - start
                 log.info("serve: ready in %.1f s at %s", elapsed, self.endpoints.http_url)
                 return elapsed
@@ -220,6 +240,35 @@ class TritonServer:
             )
         )
 
+    def _wait_ports(self) -> None:
+        """Triton says ready once its models are, and may open its other ports after it."""
+        ends = self.endpoints
+        ports = {"grpc": ends.grpc_port, "metrics": ends.metrics_port}
+        refusing = wait_accepting(ends.host, ports, PORTS_TIMEOUT_S)
+        if refusing:
+            raise StageError(self.failure(f"ready, but {', '.join(refusing)} refuses connections"))
+
+    def begin_stop(self) -> None:
+        """The server refuses new requests from now on and drains those in flight (it exits by
+        itself once they are done, or once its exit timeout is over): its models are told
+        (pipeline.triton_repo.drain), then it gets SIGTERM."""
+        if self.process is None or self.process.poll() is not None or self.is_stopping:
+            return
+        self._tell_models(None)
+        self.process.send_signal(signal.SIGTERM)
+        self.is_stopping = True
+
+    def end_drain(self, message: str) -> None:
+        """The server's models end every request they still run, with message as its error (the
+        pipeline's python models only: a container's are not told)."""
+        if self.process is not None and self.process.poll() is None:
+            self._tell_models(message)
+
+    def _tell_models(self, end_message: str | None) -> None:
+        path = (self.env or {}).get(DRAIN_FILE_ENV)
+        if path is not None:
+            write_drain(Path(path), end_message)
+
     def failure(self, what: str) -> str:
         lines = self.log_path.read_text(errors="replace").splitlines()
         # a model's load error (its cause, one line) scrolls out of the tail while the server
@@ -231,10 +280,12 @@ class TritonServer:
             f"lines:\n" + "\n".join(lines)
         )
 
-    def stop(self, timeout_s: float = 60.0) -> None:
-        """SIGTERM, then SIGKILL to the whole process group; then remove shm/tmp leftovers."""
+    def stop(self, timeout_s: float | None = None) -> None:
+        """SIGTERM (unless begin_stop sent it), then after timeout_s (default: the exit timeout
+        and a margin) SIGKILL to the whole process group; then remove shm/tmp leftovers."""
+        timeout_s = self.exit_timeout_s + 30 if timeout_s is None else timeout_s
         if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self.begin_stop()
             try:
                 self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
@@ -247,7 +298,7 @@ class TritonServer:
             except ProcessLookupError:
                 pass
             self.process.wait()
-            _wait_group_gone(self.process.pid, EXIT_TIMEOUT_S)
+            _wait_group_gone(self.process.pid, self.exit_timeout_s)
         self._remove_leftovers()
         if self.record_path is not None:
             self.record_path.unlink(missing_ok=True)

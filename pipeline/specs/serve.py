@@ -39,3 +39,7 @@ class ServeSpec:
     # (~16 GB) takes ~2 s cached on 8 threads, otherwise what its disk takes to read 16 GB
     # (~55 s at 0.3 GB/s)
     verify: str = "stat"
+    # on SIGTERM or Ctrl-C: new requests are refused (the OpenAI API's 503, an error response
+    # from Triton's model) while those in flight get this long to finish; then each still
+    # running ends with an error (an SSE error event and [DONE], a 503, a final gRPC error)
+    drain_timeout_s: float = 30.0

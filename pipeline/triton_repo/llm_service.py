@@ -68,6 +68,11 @@ _WAKE = object()  # a lane sent a stream's response while more of its tokens wai
 _FINAL, _FIRST, _IN_TURN, _LAST = range(4)
 
 
+class _EndAll:
+    def __init__(self, message: str):
+        self.message = message
+
+
 # respond(context, chunk or the engine's failure) -> False when the caller is gone (cancelled)
 Respond = Callable[[Any, OutputChunk | BaseException], bool]
 
@@ -192,12 +197,12 @@ class LLMService:
                     return
                 if item is _WAKE:
                     continue
+                if isinstance(item, _EndAll):  # the engine runs on: it drops them
+                    for request_id in self._fail_all(RuntimeError(item.message), unsent):
+                        self.async_engine.cancel(request_id)
+                    continue
                 if isinstance(item, BaseException):
-                    with self._lock:
-                        lives, self._live = list(self._live.items()), {}
-                    unsent.clear()
-                    for request_id, live in lives:  # after what each stream has in its lane
-                        self._to_lane(live, _IN_TURN, request_id, item)
+                    self._fail_all(item, unsent)
                     self.async_engine.failed(item)
                     continue
                 now = time.perf_counter()
@@ -213,6 +218,15 @@ class LLMService:
                 if not self.coalesce_stream:
                     self._send_due(unsent)
             self._send_due(unsent)
+
+    def _fail_all(self, error: BaseException, unsent: dict[str, LiveRequest]) -> list[str]:
+        """Every request in flight ends with error, after what its stream has in its lane."""
+        with self._lock:
+            lives, self._live = list(self._live.items()), {}
+        unsent.clear()
+        for request_id, live in lives:
+            self._to_lane(live, _IN_TURN, request_id, error)
+        return [request_id for request_id, _ in lives]
 
     def _to_lane(self, live: LiveRequest, rank: int, request_id: str, out) -> None:
         self._lanes[live.lane].put((rank, next(self._lane_order), request_id, live, out))
@@ -326,6 +340,11 @@ class LLMService:
     def is_ready(self) -> bool:
         return self.async_engine.is_ready
 
+    @property
+    def num_live(self) -> int:
+        """Engine requests not finished yet."""
+        return len(self._live)
+
     def stats(self) -> dict:
         return self.async_engine.stats()
 
@@ -336,6 +355,11 @@ class LLMService:
         the engine between requests is lost batch occupancy. max_age_s: a summary computed
         less than this ago is returned as it is (the percentiles hold the GIL for a while)."""
         return self._hop_log.summary(max_age_s)
+
+    def end_all(self, message: str) -> None:
+        """Every request in flight now ends with an error response saying message, and leaves
+        the engine (the server's drain is over)."""
+        self._outbox.put(_EndAll(message))
 
     def shutdown(self) -> None:
         """Unfinished requests get a final (cancelled) chunk, then the responder stops."""

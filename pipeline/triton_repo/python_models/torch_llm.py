@@ -88,6 +88,7 @@ class TritonPythonModel:
             import torch
 
             torch.set_num_threads(int(params["num_threads"]))
+        from pipeline.triton_repo.drain import REFUSAL, DrainWatch
         from pipeline.triton_repo.engine_runtime import runtime_from_parameters
         from pipeline.triton_repo.hop_log import HOP_STATS, HOPS
         from pipeline.triton_repo.llm_service import LLMService
@@ -135,6 +136,8 @@ class TritonPythonModel:
         self.stoppable: dict[str, list[Caller]] = {}
         self.stoppable_lock = threading.Lock()
         self.stopped = threading.Event()
+        self.drain = DrainWatch()  # polled with the metrics: the server's drain
+        self.refusal = REFUSAL
         self.metrics_thread = threading.Thread(target=self._export_metrics, daemon=True)
         self.metrics_thread.start()
 
@@ -153,6 +156,12 @@ class TritonPythonModel:
             caller = Caller(sender, outputs, request.request_id())
             if bool(arrays.pop("stop", np.zeros(1)).reshape(-1)[0]):
                 self._stop_request(caller)
+                continue
+            if self.is_refusing():
+                sender.send(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(self.refusal)),
+                    flags=FINAL,
+                )
                 continue
             try:
                 prompts = split(arrays)
@@ -217,6 +226,12 @@ class TritonPythonModel:
                 f"(batch_index), which needs the decoupled deployment "
                 f"(deploy.decoupled_mode=true); send one prompt per request"
             )
+
+    def is_refusing(self) -> bool:
+        """The server drains (asked on each request: the metrics thread's poll may lag)."""
+        if not self.drain.is_draining:
+            self.drain.poll()
+        return self.drain.is_draining
 
     def _num_sequences(self, arrays: dict) -> int:
         """num_return_sequences, each an engine request of its own with its own responses:
@@ -293,7 +308,11 @@ class TritonPythonModel:
 
     def _export_metrics(self):
         max_running, exported = 0, {}
+        is_drained = False
         while not self.stopped.wait(METRICS_PERIOD_S):
+            if not is_drained and self.drain.poll() is not None:
+                self.service.end_all(self.drain.message)
+                is_drained = True
             stats = self.service.stats() | self.service.hops(max_age_s=HOPS_PERIOD_S)
             max_running = stats["max_running"] = max(max_running, stats["num_running"])
             for key, gauge in self.gauges.items():
@@ -303,6 +322,10 @@ class TritonPythonModel:
                     exported[key] = stats[key]
 
     def finalize(self):
+        # the server stops: its requests in flight get the drain time (pipeline.triton_repo.drain)
+        message = self.drain.wait(lambda: self.service.num_live > 0)
+        if message is not None:
+            self.service.end_all(message)  # the metrics thread may have: the second finds none
         self.stopped.set()
         self.metrics_thread.join()
         hops = self.service.hops()

@@ -154,3 +154,16 @@ def test_a_killed_worker_is_replaced(pool, model_name):
         conn.request("POST", C, json.dumps(completion(model_name)), HEADERS)
         assert conn.getresponse().status == 200
         conn.close()
+
+
+def test_once_the_port_drains_every_worker_refuses_with_503(pool, model_name):
+    """Last: the pool admits nothing after this."""
+    pool.stop_admitting()
+    conns = connections_on_each_worker(pool, 1)
+    for conn in conns:
+        conn.request("POST", C, json.dumps(completion(model_name)), HEADERS)
+        response = conn.getresponse()
+        body = json.loads(response.read())
+        assert response.status == 503 and body["error"]["code"] == "server_shutting_down"
+        conn.close()
+    assert pool.num_in_flight == 0

@@ -46,6 +46,19 @@ def test_a_request_above_the_limit_on_its_own_is_a_400_not_a_retry():
     admission.take(256).give_back()
 
 
+def test_a_closed_admission_refuses_every_worker_with_503_and_keeps_the_counts():
+    counts, closed = SPAWN.Array("i", 2), SPAWN.Event()
+    first, second = Admission(4, counts, 0, closed), Admission(4, counts, 1, closed)
+    ticket = first.take(1)
+    closed.set()  # the port drains
+    with pytest.raises(APIError) as refused:
+        second.take(1)
+    assert refused.value.status == 503 and refused.value.code == "server_shutting_down"
+    assert second.num_in_flight == 1  # what runs still counts until it ends
+    ticket.give_back()
+    assert first.num_in_flight == 0
+
+
 def _count_requests(shared_dir: str, counts, index: int, num: int) -> None:
     from pipeline.openai_api.metrics import FrontendMetrics
 
