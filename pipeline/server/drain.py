@@ -13,8 +13,8 @@ import logging
 import time
 from typing import Protocol
 
+from pipeline.request.errors import SHUTTING_DOWN
 from pipeline.server.triton_server import TritonServer
-from pipeline.triton_repo.drain import SHUTTING_DOWN
 
 log = logging.getLogger(__name__)
 POLL_S = 0.1
