@@ -51,13 +51,6 @@ class SchedulerOutput:
     def total_num_tokens(self) -> int:
         return int(self.query_start[-1])
 
-    def sampling_seqs(self) -> list[Sequence]:
-        """The sequences whose step samples, in batch order."""
-        samples = self.samples
-        if samples.all():
-            return list(self.seqs)
-        return [self.seqs[row] for row in np.flatnonzero(samples).tolist()]
-
     def rows(self, part: slice) -> "SchedulerOutput":
         """The contiguous rows `part` (a pipeline-parallel micro-batch) as a batch of their own."""
         if part.start == 0 and part.stop == len(self.seqs):

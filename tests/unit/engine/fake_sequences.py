@@ -21,7 +21,8 @@ def make_seq(request_id: str, num_prompt_tokens: int, max_tokens: int = 4) -> Se
 def launch(scheduler: Scheduler) -> tuple[SchedulerOutput, SampledTokens]:
     """Schedule a one-step launch without a model: its sampled tokens are left pending."""
     batch = scheduler.schedule()
-    sampled = SampledTokens(batch.sampling_seqs(), None, None, 1)
+    sampling = [seq for seq, samples in zip(batch.seqs, batch.samples, strict=True) if samples]
+    sampled = SampledTokens(sampling, None, None, 1)
     scheduler.update_from_launch(batch, sampled)
     return batch, sampled
 
