@@ -22,7 +22,6 @@ one that fails alone is the cause, and only it is failed (LLMEngine). The others
 import logging
 import time
 from collections import deque
-from typing import NamedTuple
 
 from pipeline.engine.block_manager import BlockManager
 from pipeline.engine.sampled_tokens import SampledTokens
@@ -34,14 +33,11 @@ logger = logging.getLogger(__name__)
 POLICIES = ("guaranteed_no_evict", "max_utilization")
 
 
-class SequenceUpdate(NamedTuple):
-    """What a launch's tokens did to one sequence."""
-
-    seq: Sequence
-    num_new: int  # tokens appended (an end token is not)
-    num_taken: int  # sampled tokens used up to its stop (an end token is)
-    finish_reason: str | None
-    error: str | None = None  # its own stop rules failed on its tokens: finished "error"
+# what a launch's tokens did to one sequence: (the sequence, tokens appended (an end token is
+# not), sampled tokens used up to its stop (an end token is), finish reason or None, error or None
+# (its own stop rules failed on its tokens: finished "error")); a plain tuple, one a sequence
+# and launch, since a named one costs several times more to build
+SequenceUpdate = tuple[Sequence, int, int, str | None, str | None]
 
 
 class Scheduler:
@@ -188,11 +184,11 @@ class Scheduler:
             except Exception as exc:  # noqa: BLE001 - its own stop rules: fail it alone
                 logger.warning("request %s failed on its tokens: %r", seq.request_id, exc)
                 self.finish(seq, "error")
-                updates.append(SequenceUpdate(seq, 0, 0, "error", f"{type(exc).__name__}: {exc}"))
+                updates.append((seq, 0, 0, "error", f"{type(exc).__name__}: {exc}"))
                 continue
             if reason is not None:
                 self.finish(seq, reason)
-            updates.append(SequenceUpdate(seq, seq.num_tokens - num_before, num_taken, reason))
+            updates.append((seq, seq.num_tokens - num_before, num_taken, reason, None))
         return updates
 
     def _num_tokens_to_run(self, seq: Sequence, budget: int) -> int:

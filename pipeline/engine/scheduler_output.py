@@ -13,9 +13,9 @@ import numpy as np
 
 from pipeline.engine.sequence import Sequence
 
-# what is read of each scheduled sequence, in one numpy row: computed, on the host, pending,
-# pending row, block-table row, blocks held, max_kv_tokens
-_SEQ_STATE = np.dtype((np.int64, 7))
+# what is read of each scheduled sequence, in one numpy row: tokens this step, computed, on the
+# host, pending, pending row, block-table row, blocks held, max_kv_tokens
+_SEQ_STATE = np.dtype((np.int64, 8))
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +86,7 @@ def scheduler_output(
     state = np.fromiter(
         (
             (
+                num,
                 seq.num_computed_tokens,
                 len(seq.token_ids),
                 seq.num_pending_tokens,
@@ -94,14 +95,13 @@ def scheduler_output(
                 seq.num_blocks,
                 seq.max_kv_tokens,
             )
-            for seq in seqs
+            for seq, num in zip(seqs, num_tokens, strict=True)
         ),
         _SEQ_STATE,
         num_seqs,
     )
     state.flags.writeable = False  # and so are its columns
-    starts, num_known, num_pending, pending_rows, block_rows, num_blocks, limits = state.T
-    lens = _read_only(np.array(num_tokens, np.int64))
+    lens, starts, num_known, num_pending, pending_rows, block_rows, num_blocks, limits = state.T
     query_start = np.zeros(num_seqs + 1, np.int64)
     np.cumsum(lens, out=query_start[1:])
     ends = starts + lens
