@@ -1,12 +1,25 @@
 """The portable torch engine: paged KV cache, in-flight batching, CPU and CUDA.
 
+A step (LLMEngine.step) is schedule -> launch -> update:
+    batch = scheduler.schedule()                   # SchedulerOutput: what runs, read-only
+    plan = launch_policy.plan(batch)               # LaunchPlan: steps, reserve
+    sampled = model_runner.launch(batch, plan)     # SampledTokens, on their way to the host
+    scheduler.update_from_launch(batch, sampled)   # progress, pending tokens
+    ... (overlap scheduling: the next step() reads them)
+    scheduler.update_from_output(sampled, tokens)  # append, finish, free blocks
+
 Who owns which state (each piece has one owner; others only read it):
-- LLMEngine: the tokenizer, the unfinished requests by id, step counters.
-- Scheduler: the waiting and running queues, preemption count; owns the BlockManager.
+- LLMEngine: the tokenizer, the unfinished requests by id, step counters, failure isolation,
+  the deltas it returns.
+- Scheduler: the waiting and running queues, preemption count, suspects; owns the BlockManager;
+  the only one that updates a Sequence after it was scheduled.
 - BlockManager: the free-block list and the block-table array (a row per Sequence holding
-  blocks); the ModelRunner reads the array.
+  blocks); a SchedulerOutput carries the scheduled rows of it.
+- LaunchPolicy: the pacer (steps a launch, the late-scheduling reserve) and the launch timer.
 - ModelRunner: every device tensor (weights, KV cache, sampling RNG) and, through
-  CudaGraphRunner, the CUDA graphs and their static buffers; creates a request's seeded generator.
+  CudaGraphRunner, the CUDA graphs and their static buffers; creates a request's seeded
+  generator. It packs a SchedulerOutput into one int64 buffer (step_inputs.py: StepHeader,
+  StepParts), which is also what travels to the other ranks.
 - Sequence: one request's tokens, progress (num_computed_tokens), status and timings.
 - AsyncLLMEngine: the inbox and the per-request handles; its thread alone drives the LLMEngine.
 Layers and kernels (layers/, kernels/, quant/) hold only weights; the KV cache comes in as an

@@ -2,7 +2,6 @@
 
 import json
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -14,11 +13,13 @@ from transformers import AutoTokenizer
 from pipeline.engine.block_manager import BlockManager
 from pipeline.engine.engine_config import EngineConfig, load_engine_config
 from pipeline.engine.kernels.tuned_configs import install_engine_configs
-from pipeline.engine.launch_pacer import LaunchPacer
-from pipeline.engine.launch_timer import LaunchTimer, mean_ms
-from pipeline.engine.model_runner import ModelRunner, SampledTokens
+from pipeline.engine.launch_policy import LaunchPolicy
+from pipeline.engine.launch_timer import mean_ms
+from pipeline.engine.model_runner import ModelRunner
 from pipeline.engine.phase_range import phase
-from pipeline.engine.scheduler import ScheduledSequence, Scheduler
+from pipeline.engine.sampled_tokens import SampledTokens
+from pipeline.engine.scheduler import Scheduler
+from pipeline.engine.scheduler_output import SchedulerOutput
 from pipeline.engine.sequence import Sequence
 from pipeline.engine.weights import load_rank_weights
 from pipeline.request.limits import RequestLimits
@@ -70,7 +71,7 @@ class LLMEngine:
         self.model_runner = ModelRunner(config, weights)
         del weights  # the model holds what it needs (possibly repacked or on the GPU)
         runner = self.model_runner
-        self.pacer = LaunchPacer(runner.num_scheduler_steps, runner.max_scheduler_steps)
+        self.launch_policy = LaunchPolicy(runner.num_scheduler_steps, runner.max_scheduler_steps)
         block_manager = BlockManager(
             runner.num_kv_blocks,
             config.block_size,
@@ -108,12 +109,11 @@ class LLMEngine:
         # running batch), first token and final token on the host
         self._num_finished = 0
         self._queue_s = self._first_token_s = self._final_s = 0.0
-        self.timer = LaunchTimer()
 
     @property
     def num_scheduler_steps(self) -> int:
-        """Steps the next launch runs (the pacer's count)."""
-        return self.pacer.num_steps
+        """Steps the next launch runs (the launch policy's count)."""
+        return self.launch_policy.num_steps
 
     @classmethod
     def from_engine_dir(cls, path: str | Path, device: str = "auto", **runtime) -> "LLMEngine":
@@ -174,55 +174,56 @@ class LLMEngine:
         Without it, each call launches a step and reports it.
 
         admit: adds the requests that arrived (add_request, abort) just before scheduling, which
-        then waits until the launch in flight has only the pacer's reserve steps left: a request
-        that arrives meanwhile joins step N+1 instead of waiting a whole launch more. Without it
-        (generate(): nothing can arrive) the next step is scheduled at once."""
-        self.timer.start_step()
-        schedule_at = None if self._in_flight is None else self._in_flight.schedule_at
-        if schedule_at is not None and admit is not None:
-            self.timer.wait_gpu(schedule_at.synchronize)
-        prep_started = time.perf_counter()  # the host's part until the next launch is queued
+        then waits until the launch in flight has only its reserve steps left (LaunchPolicy): a
+        request that arrives meanwhile joins step N+1 instead of waiting a whole launch more.
+        Without it (generate(): nothing can arrive) the next step is scheduled at once."""
+        policy = self.launch_policy
+        policy.start_step(self._in_flight, admit is not None)
         if admit is not None:
             admit()
         deltas, self._cancelled = self._cancelled, []
         with phase("engine.schedule"):
-            scheduled = self.scheduler.schedule()
-        launched = self._launch_or_isolate(scheduled, deltas) if scheduled else None
-        prep_s = time.perf_counter() - prep_started
+            batch = self.scheduler.schedule()
+        launched = self._launch_or_isolate(batch, deltas) if batch else None
+        policy.queued()
         finished, self._in_flight = (
             (self._in_flight, launched) if self.overlap_scheduling else (launched, None)
         )
         if finished is not None:
             with phase("engine.postprocess"):
-                self._postprocess(finished, deltas)
-        self.timer.end_step(launched is not None, self._in_flight is not None)
-        if launched is not None and finished is not None:  # steady: the device had a launch
-            timer = self.timer
-            self.pacer.observe(timer.step_wait_s, timer.last_cycle_s, timer.last_wait_s, prep_s)
+                self._update(finished, deltas)
+        policy.end_step(launched is not None, finished is not None, self._in_flight is not None)
         return deltas
 
     def _launch_or_isolate(
-        self, scheduled: list[ScheduledSequence], deltas: list[StreamDelta]
+        self, batch: SchedulerOutput, deltas: list[StreamDelta]
     ) -> SampledTokens | None:
         """Launch; when that fails, fail the one sequence launched, or isolate a batch's
         sequences to find the one that fails alone. EngineFailure when the model itself no
         longer runs, or too many launches failed in a row."""
         try:
-            launched = self._launch(scheduled)
+            launched = self.model_runner.launch(batch, self.launch_policy.plan(batch))
         except Exception as exc:  # noqa: BLE001 - any request-caused failure stays its own
             self._num_failed_launches += 1
             if self._num_failed_launches >= MAX_FAILED_LAUNCHES or not self._is_model_healthy():
                 raise EngineFailure(f"engine: launches keep failing: {exc!r}") from exc
-            seqs = [entry.seq for entry in scheduled]
+            seqs = batch.seqs
             if len(seqs) == 1:
                 logger.warning("request %s failed its launch: %r", seqs[0].request_id, exc)
-                self._fail(seqs[0], f"{type(exc).__name__}: {exc}", deltas)
+                self.scheduler.finish(seqs[0], "error")
+                self._failed(seqs[0], f"{type(exc).__name__}: {exc}", deltas)
             else:
                 logger.warning("a launch of %d failed (%r): each runs alone", len(seqs), exc)
-                self.scheduler.isolate(seqs)
+                self.scheduler.isolate(list(seqs))
             return None
         self._num_failed_launches = 0
-        self.scheduler.clear_suspects(launched.seqs)
+        self.scheduler.update_from_launch(batch, launched)
+        num_tokens, num_ahead = batch.total_num_tokens, launched.num_steps - 1
+        num_sampled = len(launched.seqs)
+        self._num_steps += launched.num_steps
+        self._num_scheduled_tokens += num_tokens + num_ahead * num_sampled
+        self._num_prompt_steps += num_tokens > len(batch)
+        self._num_scheduled_seqs += len(batch) + num_ahead * num_sampled
         return launched
 
     def _is_model_healthy(self) -> bool:
@@ -238,67 +239,34 @@ class LLMEngine:
             logger.exception("engine: the model fails a one-token check")
             return False
 
-    def _fail(self, seq: Sequence, error: str, deltas: list[StreamDelta]) -> None:
-        self.scheduler.finish(seq, "error")
+    def _failed(self, seq: Sequence, error: str, deltas: list[StreamDelta]) -> None:
         del self._requests[seq.request_id]
         deltas.append(StreamDelta(seq.request_id, [], True, "error", error))
 
-    def _launch(self, scheduled: list[ScheduledSequence]) -> SampledTokens:
-        """Queue the step (and the decode steps after it) on the device; every scheduled
-        sequence advances now, and each one that samples owes its sampled tokens until the
-        launch is postprocessed."""
-        num_steps = self.pacer.num_steps
-        # a bad sequence of 2+ tokens needs each new token on the host before the next step
-        if num_steps > 1 and any(entry.seq.needs_host_tokens for entry in scheduled):
-            num_steps = 1
-        sampled = self.model_runner.launch(
-            scheduled, num_steps, self.scheduler.block_manager.tables, self.pacer.num_reserve_steps
-        )
-        num_tokens = 0
-        for entry in scheduled:
-            entry.seq.num_computed_tokens += entry.num_tokens
-            num_tokens += entry.num_tokens
-        num_ahead, num_sampled = sampled.num_steps - 1, len(sampled.seqs)
-        self._num_steps += sampled.num_steps
-        self._num_scheduled_tokens += num_tokens + num_ahead * num_sampled
-        self._num_prompt_steps += num_tokens > len(scheduled)
-        self._num_scheduled_seqs += len(scheduled) + num_ahead * num_sampled
-        for row, seq in enumerate(sampled.seqs):
-            seq.num_computed_tokens += num_ahead  # the tokens the decode steps fed back
-            seq.num_pending_tokens += sampled.num_steps
-            seq.pending_row = row
-        return sampled
-
-    def _postprocess(self, sampled: SampledTokens, deltas: list[StreamDelta]) -> None:
-        """Append each sequence's sampled tokens up to a stop, and its delta; a sequence that
-        ended (or was cancelled) since its step was launched drops them."""
+    def _update(self, sampled: SampledTokens, deltas: list[StreamDelta]) -> None:
+        """Read a launch's tokens; the scheduler updates its sequences, and each one still
+        running when it was read gets its delta."""
         try:
-            tokens, num_seqs = self.timer.wait_gpu(sampled.tolist), len(sampled.seqs)
+            tokens = self.launch_policy.read_tokens(sampled)
         except Exception as exc:  # the device failed: no launch's tokens can be trusted now
             raise EngineFailure(f"engine: reading sampled tokens failed: {exc!r}") from exc
-        for row, seq in enumerate(sampled.seqs):
-            seq.num_pending_tokens -= sampled.num_steps
-            if seq.is_finished:
-                continue
-            num_before = seq.num_tokens
-            try:
-                num_taken, reason = seq.append_tokens(tokens[row::num_seqs])
-            except Exception as exc:  # noqa: BLE001 - its own stop rules: fail it alone
-                logger.warning("request %s failed on its tokens: %r", seq.request_id, exc)
-                self._fail(seq, f"{type(exc).__name__}: {exc}", deltas)
+        for seq, num_new, num_taken, reason, error in self.scheduler.update_from_output(
+            sampled, tokens
+        ):
+            if error is not None:
+                self._failed(seq, error, deltas)
                 continue
             self._num_generated_tokens += num_taken
             if reason is not None:
-                self.scheduler.finish(seq, reason)
                 del self._requests[seq.request_id]
                 self._num_finished += 1
                 self._queue_s += seq.admitted_time_s - seq.arrival_time_s
                 self._first_token_s += seq.first_token_time_s - seq.arrival_time_s
                 self._final_s += seq.finish_time_s - seq.arrival_time_s
-            new = seq.token_ids[num_before:]
+            new = seq.token_ids[len(seq.token_ids) - num_new :]
             logprobs = seq.logprobs
             if logprobs is not None:  # one per token kept
-                logprobs = logprobs[len(logprobs) - len(new) :]
+                logprobs = logprobs[len(logprobs) - num_new :]
             deltas.append(
                 StreamDelta(seq.request_id, new, reason is not None, reason, logprobs=logprobs)
             )
@@ -360,12 +328,9 @@ class LLMEngine:
             "max_num_tokens": self.max_num_tokens,
             "scheduler_policy": self.scheduler_policy,
             "overlap_scheduling": self.overlap_scheduling,
-            "num_scheduler_steps": self.pacer.num_steps,
-            "num_reserve_steps": self.pacer.num_reserve_steps,
-            "max_scheduler_steps": self.pacer.max_steps,
             "device": str(runner.device),
             "dtype": str(runner.dtype).removeprefix("torch."),
             "kv_cache_dtype": str(runner.kv_dtype).removeprefix("torch."),
             "cuda_graph_batch_sizes": runner.graphs.batch_sizes if runner.graphs else [],
             "cuda_graph_token_counts": runner.graphs.token_counts if runner.graphs else [],
-        } | self.timer.stats()
+        } | self.launch_policy.stats()

@@ -17,6 +17,7 @@ from pipeline.engine.cuda_graph_runner import CudaGraphRunner
 from pipeline.engine.engine_config import EngineConfig
 from pipeline.engine.host_buffers import PinnedRing
 from pipeline.engine.kv_cache_sizing import default_num_kv_blocks
+from pipeline.engine.launch_policy import LaunchPlan
 from pipeline.engine.launch_schedule import (
     Stage,
     TakeTokens,
@@ -36,16 +37,9 @@ from pipeline.engine.parallel.workers import WorkerProcesses
 from pipeline.engine.phase_range import phase
 from pipeline.engine.quant.kv_cache import kv_cache_dtype
 from pipeline.engine.sampled_tokens import SampledTokens
-from pipeline.engine.scheduler import ScheduledSequence
+from pipeline.engine.scheduler_output import SchedulerOutput
 from pipeline.engine.scoring import stage_prompt_logits
-from pipeline.engine.step_inputs import (
-    HEADER_LEN,
-    PackedStep,
-    StepInputs,
-    pack_step,
-    part_sizes,
-    unpack_step,
-)
+from pipeline.engine.step_inputs import PackedStep, StepHeader, StepInputs, pack_step, unpack_step
 
 logger = logging.getLogger(__name__)
 
@@ -209,8 +203,8 @@ class ModelRunner:
                 return out
             return self.model.compute_logits(out if logits_rows is None else out[logits_rows])
 
-    def _unpack(self, headers: list[np.ndarray], packed: torch.Tensor) -> list[StepInputs]:
-        sizes = [sum(part_sizes(h)) for h in headers]
+    def _unpack(self, headers: list[StepHeader], packed: torch.Tensor) -> list[StepInputs]:
+        sizes = [sum(h.part_sizes()) for h in headers]
         embeds = self.mapping.is_first_stage
         return [
             unpack_step(body, h, self._last_sampled, embeds)
@@ -218,24 +212,17 @@ class ModelRunner:
         ]
 
     def _pack(
-        self, scheduled: list[ScheduledSequence], num_steps: int, block_tables: np.ndarray
+        self, batch: SchedulerOutput, num_steps: int
     ) -> tuple[list[PackedStep], list[StepInputs]]:
         """Pack the launch's micro-batches (one unless pipeline-parallel), built with numpy on
         the host into a pinned buffer, sent in one copy (and to the other ranks)."""
         num_last = None if self._last_sampled is None else self._last_sampled.shape[0]
-        slices = [slice(0, len(scheduled))]
+        slices = [slice(0, len(batch))]
         if self.mapping.pp_size > 1:
-            tokens = [e.num_tokens for e in scheduled]
+            tokens = batch.num_tokens.tolist()
             slices = split_micro_batches(tokens, micro_batches(sum(tokens), self.mapping.pp_size))
         packed = [
-            pack_step(
-                scheduled[part],
-                num_steps,
-                block_tables,
-                self.block_size,
-                self.scratch_slot,
-                num_last,
-            )
+            pack_step(batch.rows(part), num_steps, self.block_size, self.scratch_slot, num_last)
             for part in slices
         ]
         parts = [p for step in packed for p in step.parts]
@@ -254,25 +241,18 @@ class ModelRunner:
         return packed, self._unpack(headers, body)
 
     @torch.inference_mode()
-    def launch(
-        self,
-        scheduled: list[ScheduledSequence],
-        num_steps: int,
-        block_tables: np.ndarray,
-        num_reserve_steps: int,
-    ) -> SampledTokens:
-        """Queue one forward step and its sampling on the device, then num_steps - 1 decode
-        steps of the sequences that sampled (each reads the tokens the one before sampled);
-        returns without waiting. The sequences whose step reaches the end of their tokens
-        sample, in batch order (a prompt chunk that does not, samples nothing); the next launch
-        may read the last step's tokens as inputs before the host has them. block_tables: the
-        block manager's array, a row per sequence that holds blocks. num_reserve_steps: when
-        fewer than the launch's steps (CUDA), its schedule_at event passes once only that many
-        of its steps are left on the device."""
+    def launch(self, batch: SchedulerOutput, plan: LaunchPlan) -> SampledTokens:
+        """Queue the batch's forward step and its sampling on the device, then plan.num_steps -
+        1 decode steps of the sequences that sampled (each reads the tokens the one before
+        sampled); returns without waiting. The sequences whose step reaches the end of their
+        tokens sample, in batch order (a prompt chunk that does not, samples nothing); the next
+        launch may read the last step's tokens as inputs before the host has them. On CUDA,
+        when plan.num_reserve_steps is fewer than the launch's steps, its schedule_at event
+        passes once only that many of its steps are left on the device."""
         if self.workers is not None:
             self.workers.raise_failure()
         try:
-            return self._launch(scheduled, num_steps, block_tables, num_reserve_steps)
+            return self._launch(batch, plan)
         except Exception as exc:
             if self.workers is not None and self.workers.wait_failure(FAILURE_WAIT_S):
                 raise RuntimeError(self.workers.failure) from exc
@@ -284,17 +264,17 @@ class ModelRunner:
                 ) from exc
             raise
 
-    def _launch(self, scheduled, num_steps, block_tables, num_reserve_steps) -> SampledTokens:
+    def _launch(self, batch: SchedulerOutput, plan: LaunchPlan) -> SampledTokens:
         if self.stage.link is not None:
             self.stage.link.settle()
         with phase("engine.prepare"):
-            packed, batches = self._pack(scheduled, num_steps, block_tables)
+            packed, batches = self._pack(batch, plan.num_steps)
         sampling_batches = [m for m, step in enumerate(packed) if step.seqs]
         seqs = [seq for m in sampling_batches for seq in packed[m].seqs]
         is_cuda = self.device.type == "cuda"
         launch_steps = 1 + len(batches[sampling_batches[0]].ahead) if seqs else 1
         # the step after which only num_reserve_steps are left (-1: none; schedule at once)
-        mark_after = launch_steps - 1 - num_reserve_steps if is_cuda else -1
+        mark_after = launch_steps - 1 - plan.num_reserve_steps if is_cuda else -1
         last_batch = sampling_batches[-1] if seqs else -1
         schedule_at = None
         sampling = {}
@@ -333,7 +313,7 @@ class ModelRunner:
             if command == STOP:
                 break
             if command == SCORE:
-                self._prompt_logits(body.view(int(headers[0][0]), -1))
+                self._prompt_logits(body.view(headers[0].num_seqs, -1))
                 channel.copied()
                 continue
             if self.stage.link is not None:
@@ -361,7 +341,7 @@ class ModelRunner:
         a scratch KV cache; the other ranks run it too (rank 0 sends the ids), each stage its
         layers, in order with the launches."""
         if self.ranks is not None:  # header: the number of prompts
-            header = np.pad([ids.shape[0]], (0, HEADER_LEN - 1)).astype(np.int64)
+            header = StepHeader(num_seqs=ids.shape[0])
             self.ranks.channel.send(SCORE, [header], ids.reshape(-1).contiguous())
         return self._prompt_logits(ids)
 

@@ -10,25 +10,34 @@ Policies (TensorRT-LLM's CapacitySchedulerPolicy):
 A sequence whose step samples also gets blocks for num_lookahead_tokens more: the engine may decode
 it that many steps further before scheduling again (num_scheduler_steps).
 
+After each launch the scheduler alone updates the sequences from what ran: update_from_launch
+(their progress, the tokens they owe until read) and update_from_output (append the sampled
+tokens up to a stop, finish, free blocks), as vLLM v1's Scheduler.update_from_output.
+
 Suspects: when a launch of several sequences fails, one of them may have caused it. They are
 preempted and each is then scheduled alone, one a step, until a launch that samples it succeeds;
 one that fails alone is the cause, and only it is failed (LLMEngine). The others pause meanwhile.
 """
 
+import logging
 import time
 from collections import deque
-from dataclasses import dataclass
 
 from pipeline.engine.block_manager import BlockManager
+from pipeline.engine.sampled_tokens import SampledTokens
+from pipeline.engine.scheduler_output import SchedulerOutput, scheduler_output
 from pipeline.engine.sequence import Sequence, SequenceStatus
+
+logger = logging.getLogger(__name__)
 
 POLICIES = ("guaranteed_no_evict", "max_utilization")
 
 
-@dataclass(slots=True)  # not frozen: a frozen dataclass is slower to build, and 64+ are a step
-class ScheduledSequence:
-    seq: Sequence
-    num_tokens: int  # tokens fed to the model this step: 1 to decode, a chunk to prefill
+# what a launch's tokens did to one sequence: (the sequence, tokens appended (an end token is
+# not), sampled tokens used up to its stop (an end token is), finish reason or None, error or None
+# (its own stop rules failed on its tokens: finished "error")); a plain tuple, one a sequence
+# and launch, since a named one costs several times more to build
+SequenceUpdate = tuple[Sequence, int, int, str | None, str | None]
 
 
 class Scheduler:
@@ -61,13 +70,18 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def schedule(self) -> list[ScheduledSequence]:
+    def schedule(self) -> SchedulerOutput:
+        """What runs this step (empty: nothing can)."""
+        seqs: list[Sequence] = []
+        num_tokens: list[int] = []
         if self.suspects:
-            alone = self._schedule_suspect()
-            if alone:
-                return alone
+            self._schedule_suspect(seqs, num_tokens)
+        if not seqs:
+            self._schedule_batch(seqs, num_tokens)
+        return scheduler_output(seqs, num_tokens, self.block_manager.tables)
+
+    def _schedule_batch(self, scheduled: list[Sequence], scheduled_tokens: list[int]) -> None:
         budget, suspects = self.max_num_tokens, self.suspects
-        scheduled: list[ScheduledSequence] = []
         num_preemptions_before = self.num_preemptions
         # running: decodes and unfinished prompt chunks, oldest first
         i = 0
@@ -78,7 +92,8 @@ class Scheduler:
             if num_tokens == 0:
                 i += 1
             elif self._make_room(seq, num_tokens):
-                scheduled.append(ScheduledSequence(seq, num_tokens))
+                scheduled.append(seq)
+                scheduled_tokens.append(num_tokens)
                 budget -= num_tokens
                 i += 1
         # after a preemption, admitting new work would only take the freed blocks back
@@ -94,9 +109,9 @@ class Scheduler:
             num_tokens = 0 if suspects and seq in suspects else self._admit(seq, budget)
             if num_tokens == 0:
                 break
-            scheduled.append(ScheduledSequence(seq, num_tokens))
+            scheduled.append(seq)
+            scheduled_tokens.append(num_tokens)
             budget -= num_tokens
-        return scheduled
 
     def _admit(self, seq: Sequence, budget: int) -> int:
         """Move the first waiting sequence to the running batch if its next chunk fits:
@@ -114,19 +129,22 @@ class Scheduler:
         self.running.append(seq)
         return num_tokens
 
-    def _schedule_suspect(self) -> list[ScheduledSequence]:
-        """The oldest suspect's next chunk, alone; [] when it cannot run this step."""
+    def _schedule_suspect(self, scheduled: list[Sequence], scheduled_tokens: list[int]) -> None:
+        """The oldest suspect's next chunk, alone; nothing when it cannot run this step."""
+        num_tokens = 0
         for seq in self.running:  # part-way through its prompt
             if seq in self.suspects:
                 num_tokens = self._num_tokens_to_run(seq, self.max_num_tokens)
-                if num_tokens and self._make_room(seq, num_tokens):
-                    return [ScheduledSequence(seq, num_tokens)]
-                return []
-        seq = next((s for s in self.waiting if s in self.suspects), None)
-        if seq is None or seq is not self.waiting[0]:  # preempted ones went first
-            return []
-        num_tokens = self._admit(seq, self.max_num_tokens)
-        return [ScheduledSequence(seq, num_tokens)] if num_tokens else []
+                if num_tokens and not self._make_room(seq, num_tokens):
+                    num_tokens = 0
+                break
+        else:
+            seq = next((s for s in self.waiting if s in self.suspects), None)
+            if seq is not None and seq is self.waiting[0]:  # preempted ones went first
+                num_tokens = self._admit(seq, self.max_num_tokens)
+        if num_tokens:
+            scheduled.append(seq)
+            scheduled_tokens.append(num_tokens)
 
     def isolate(self, seqs: list[Sequence]) -> None:
         """A launch of these failed: preempt them all, to be run alone one by one."""
@@ -135,10 +153,43 @@ class Scheduler:
                 self._preempt(seq)
             self.suspects.add(seq)
 
-    def clear_suspects(self, sampled: list[Sequence]) -> None:
-        """A launch that sampled these succeeded."""
+    def update_from_launch(self, batch: SchedulerOutput, sampled: SampledTokens) -> None:
+        """The batch's launch is queued: every sequence advances by the tokens it fed, each one
+        that sampled also by the steps ahead, and owes its sampled tokens (pending, at its row)
+        until update_from_output. It succeeded: the suspects it sampled are cleared."""
+        for seq, num_tokens in zip(batch.seqs, batch.num_tokens.tolist(), strict=True):
+            seq.num_computed_tokens += num_tokens
+        num_steps = sampled.num_steps
+        for row, seq in enumerate(sampled.seqs):
+            seq.num_computed_tokens += num_steps - 1  # the tokens the decode steps fed back
+            seq.num_pending_tokens += num_steps
+            seq.pending_row = row
         if self.suspects:
-            self.suspects.difference_update(sampled)
+            self.suspects.difference_update(sampled.seqs)
+
+    def update_from_output(self, sampled: SampledTokens, tokens: list[int]) -> list[SequenceUpdate]:
+        """A launch's tokens are on the host ([num_steps * S], step-major): append each
+        sequence's up to a stop, and finish it there (its blocks freed). A sequence that ended
+        (or was cancelled) since the launch was queued drops them; one whose stop rules fail on
+        them fails alone."""
+        num_seqs, num_steps = len(sampled.seqs), sampled.num_steps
+        updates = []
+        for row, seq in enumerate(sampled.seqs):
+            seq.num_pending_tokens -= num_steps
+            if seq.is_finished:
+                continue
+            num_before = seq.num_tokens
+            try:
+                num_taken, reason = seq.append_tokens(tokens[row::num_seqs])
+            except Exception as exc:  # noqa: BLE001 - its own stop rules: fail it alone
+                logger.warning("request %s failed on its tokens: %r", seq.request_id, exc)
+                self.finish(seq, "error")
+                updates.append((seq, 0, 0, "error", f"{type(exc).__name__}: {exc}"))
+                continue
+            if reason is not None:
+                self.finish(seq, reason)
+            updates.append((seq, seq.num_tokens - num_before, num_taken, reason, None))
+        return updates
 
     def _num_tokens_to_run(self, seq: Sequence, budget: int) -> int:
         # wait for the host to see its pending tokens (overlap scheduling): a step can read only

@@ -7,30 +7,84 @@ adjacent: its [3, B] rows), logits rows [S] (absent when every token's row sampl
 [B + 1], block tables [B * width], pending at / from [P] each (absent when the inputs are a slice
 of the last sampled tokens), then for the num_ahead decode steps of the S sequences that sample:
 their [num_ahead, 3, S] rows, query start [S + 1] and, unless S == B, their block tables.
+Both the header and the parts are typed (StepHeader, StepParts): the fields' order is the
+layout, and the parts' sizes follow from the header (StepHeader.part_sizes).
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from pipeline.engine.batch_metadata import BatchMetadata
-from pipeline.engine.scheduler import ScheduledSequence
+from pipeline.engine.scheduler_output import SchedulerOutput
 from pipeline.engine.sequence import Sequence
 
-# header fields
-NUM_SEQS, NUM_TOKENS, NUM_SAMPLED, NUM_AHEAD, IS_DECODE, SAMPLES_ALL = range(6)
-LAST_OFFSET, NUM_PENDING, TABLE_WIDTH, AHEAD_TABLES = range(6, 10)
-HEADER_LEN = 10
-# what pack reads of each scheduled sequence, in one numpy row: tokens this step, computed,
-# on the host, pending, pending row, block-table row, max_kv_tokens
-_SEQ_STATE = np.dtype((np.int64, 7))
+
+class StepHeader(NamedTuple):
+    """A packed step's header: its fields, in this order, are the int64 header's layout
+    (np.array(header) packs it, StepHeader._make(row.tolist()) reads it back)."""
+
+    num_seqs: int = 0  # B
+    num_tokens: int = 0  # T
+    num_sampled: int = 0  # S
+    num_ahead: int = 0  # decode steps after the first
+    is_decode: bool = False  # T == B
+    samples_all: bool = False  # every token's row samples: no logits rows part
+    last_offset: int = 0  # >= 0: the inputs are last_sampled[offset : offset + B]
+    num_pending: int = 0  # P
+    table_width: int = 0
+    ahead_tables: bool = False  # the steps ahead have block tables of their own (S < B)
+
+    def part_sizes(self) -> "StepParts":
+        b, t, s, width = self.num_seqs, self.num_tokens, self.num_sampled, self.table_width
+        pending = 0 if self.last_offset >= 0 else self.num_pending
+        ahead = self.num_ahead
+        return StepParts(
+            t,
+            t,
+            t,
+            b,
+            0 if self.samples_all else s,
+            b + 1,
+            b * width,
+            pending,
+            pending,
+            ahead * 3 * s,
+            s + 1 if ahead else 0,
+            s * width if self.ahead_tables else 0,
+        )
+
+
+HEADER_LEN = len(StepHeader._fields)
+
+
+# a part: an int array (packing), a tensor (unpacking) or its size (StepHeader.part_sizes)
+Part = np.ndarray | torch.Tensor | tuple | int
+
+
+class StepParts(NamedTuple):
+    """A packed step's parts, in buffer order (an absent part is empty)."""
+
+    input_ids: Part
+    positions: Part
+    slots: Part
+    context_lens: Part
+    logits_rows: Part
+    query_start: Part
+    block_tables: Part
+    pending_at: Part
+    pending_from: Part
+    ahead_rows: Part  # [num_ahead, 3, S]: positions, slots, context lens
+    ahead_query_start: Part
+    ahead_tables: Part
 
 
 @dataclass(slots=True)
 class PackedStep:
-    header: np.ndarray  # [HEADER_LEN] int64
-    parts: tuple  # numpy int arrays (or () for an absent part), in the order above
+    header: StepHeader
+    parts: StepParts  # numpy int arrays (or () for an absent part)
     seqs: list[Sequence]  # the sequences that sample, in batch order
 
 
@@ -44,62 +98,26 @@ class StepInputs:
     num_sampled: int
 
 
-def part_sizes(h: np.ndarray) -> list[int]:
-    b, t, s, ahead = int(h[NUM_SEQS]), int(h[NUM_TOKENS]), int(h[NUM_SAMPLED]), int(h[NUM_AHEAD])
-    pending = 0 if h[LAST_OFFSET] >= 0 else int(h[NUM_PENDING])
-    sizes = [t, t, t, b, 0 if h[SAMPLES_ALL] else s, b + 1, b * int(h[TABLE_WIDTH])]
-    sizes += [pending, pending]
-    if ahead:
-        sizes += [ahead * 3 * s, s + 1] + ([s * int(h[TABLE_WIDTH])] if h[AHEAD_TABLES] else [])
-    return sizes
-
-
 def pack_step(
-    scheduled: list[ScheduledSequence],
+    batch: SchedulerOutput,
     num_steps: int,
-    block_tables: np.ndarray,
     block_size: int,
     scratch_slot: int,
     num_last_sampled: int | None,
 ) -> PackedStep:
-    """Pack the step of these sequences and the num_steps - 1 decode steps of those that sample
-    after it. A sampling sequence's block table covers the steps ahead too, so theirs are rows of
-    this step's. block_tables: the block manager's array; num_last_sampled: rows of the last
-    launched step's sampled tokens (None: none yet)."""
+    """Pack the step of this batch and the num_steps - 1 decode steps of its rows that sample
+    after it. A sampling row's block table covers the steps ahead too, so theirs are rows of
+    this step's. num_last_sampled: rows of the last launched step's sampled tokens (None: none
+    yet)."""
     bs = block_size
-    num_seqs = len(scheduled)
-    seqs = [entry.seq for entry in scheduled]
-    # one pass over the sequences reads their state; the rest is numpy over the batch
-    state = np.fromiter(
-        (
-            (
-                entry.num_tokens,
-                seq.num_computed_tokens,
-                len(seq.token_ids),
-                seq.num_pending_tokens,
-                seq.pending_row,
-                seq.block_row,
-                seq.max_kv_tokens,
-            )
-            for entry, seq in zip(scheduled, seqs, strict=True)
-        ),
-        _SEQ_STATE,
-        num_seqs,
-    )
-    lens, starts, num_known, num_pending, pending_rows, block_rows, limits = state.T
+    num_seqs = len(batch)
+    lens, starts, limits = batch.num_tokens, batch.num_computed_tokens, batch.max_kv_tokens
     ends = starts + lens
-    samples = ends == num_known + num_pending  # the step reaches its newest token: logits
-    is_pending = ends > num_known  # its one input token is still on the device: a decode
-    query_start = np.zeros(num_seqs + 1, np.int64)
-    np.cumsum(lens, out=query_start[1:])
+    samples = batch.samples
+    is_pending = ends > batch.num_known_tokens  # its one input token is on the device: a decode
+    query_start = batch.query_start
     num_tokens = int(query_start[-1])
     is_decode = num_tokens == num_seqs
-    ids = np.zeros(num_tokens, np.int64)
-    for row in np.flatnonzero(~is_pending).tolist():  # prompt chunks (their tokens known)
-        seq = seqs[row]
-        ids[query_start[row] : query_start[row + 1]] = seq.token_ids[
-            seq.num_computed_tokens : seq.num_computed_tokens + scheduled[row].num_tokens
-        ]
     sampled_at = np.flatnonzero(samples)
     num_sampled = len(sampled_at)
     num_ahead = num_steps - 1 if num_sampled else 0
@@ -107,7 +125,7 @@ def pack_step(
     if num_ahead:
         ahead_ends = np.maximum(ends, np.minimum(ends + num_ahead, limits))
         kv_ends = np.where(samples, ahead_ends, ends)
-    table_np = block_tables[block_rows, : -(-int(kv_ends.max()) // bs)]
+    table_np = batch.block_tables[:, : -(-int(kv_ends.max()) // bs)]
     if is_decode:  # one token a sequence, at its start
         positions, context_lens = starts, ends
         slot_blocks = table_np[np.arange(num_seqs), positions // bs]
@@ -117,7 +135,7 @@ def pack_step(
         slot_blocks = table_np[np.repeat(np.arange(num_seqs), lens), positions // bs]
     slots = slot_blocks * bs + positions % bs
     samples_all = is_decode and num_sampled == num_seqs  # every token's logits row
-    pending_at, pending_from = query_start[:-1][is_pending], pending_rows[is_pending]
+    pending_at, pending_from = query_start[:-1][is_pending], batch.pending_rows[is_pending]
     # steady decode: the inputs are a slice of the last step's tokens, row for row (no scatter)
     last_offset = -1
     if (
@@ -128,16 +146,15 @@ def pack_step(
         and bool((pending_from == pending_from[0] + np.arange(num_seqs)).all())
     ):
         last_offset = int(pending_from[0])
-    ahead = ()
+    ahead = ((), (), ())
     if num_ahead:
         ahead_tables = table_np[sampled_at]
-        ahead = decode_ahead(
+        rows, qstart = decode_ahead(
             ends[sampled_at], limits[sampled_at], ahead_tables, num_ahead, bs, scratch_slot
         )
-        if num_sampled < num_seqs:  # else they read this step's block tables
-            ahead += (ahead_tables.ravel(),)
-    header = np.zeros(HEADER_LEN, np.int64)
-    header[:] = (
+        # all sample: they read this step's block tables
+        ahead = (rows, qstart, () if num_sampled == num_seqs else ahead_tables.ravel())
+    header = StepHeader(
         num_seqs,
         num_tokens,
         num_sampled,
@@ -149,8 +166,8 @@ def pack_step(
         table_np.shape[1],
         num_ahead > 0 and num_sampled < num_seqs,
     )
-    parts = (
-        ids,
+    parts = StepParts(
+        batch.input_ids,
         positions,
         slots,
         context_lens,
@@ -161,7 +178,8 @@ def pack_step(
         () if last_offset >= 0 else pending_from,
         *ahead,
     )
-    sampling = seqs if num_sampled == num_seqs else [seqs[i] for i in sampled_at.tolist()]
+    seqs = batch.seqs
+    sampling = list(seqs) if num_sampled == num_seqs else [seqs[i] for i in sampled_at.tolist()]
     return PackedStep(header, parts, sampling)
 
 
@@ -189,34 +207,41 @@ def decode_ahead(
 
 
 def unpack_step(
-    packed: torch.Tensor, header: np.ndarray, last_sampled: torch.Tensor | None, embeds: bool
+    packed: torch.Tensor, header: StepHeader, last_sampled: torch.Tensor | None, embeds: bool
 ) -> StepInputs:
-    """packed: this step's parts on the device, as part_sizes(header) splits them; embeds: this
-    rank reads token ids (the first pipeline stage), else they are left as packed."""
-    num_seqs, num_tokens = int(header[NUM_SEQS]), int(header[NUM_TOKENS])
-    num_sampled, num_ahead = int(header[NUM_SAMPLED]), int(header[NUM_AHEAD])
-    split = packed.split(part_sizes(header))
-    input_ids, positions_t, slots_t, ctx_t, rows_t, qstart_t, tables_t, at_t, from_t = split[:9]
-    offset = int(header[LAST_OFFSET])
+    """packed: this step's parts on the device, as header.part_sizes() splits them; embeds:
+    this rank reads token ids (the first pipeline stage), else they are left as packed."""
+    num_seqs, num_tokens = header.num_seqs, header.num_tokens
+    num_sampled, num_ahead = header.num_sampled, header.num_ahead
+    parts = StepParts._make(packed.split(header.part_sizes()))
+    input_ids, tables_t = parts.input_ids, parts.block_tables.view(num_seqs, -1)
+    offset = header.last_offset
     if not embeds:
         pass
     elif offset >= 0:
         input_ids = last_sampled[offset : offset + num_seqs]
-    elif len(at_t):
-        input_ids[at_t] = last_sampled[from_t]
-    tables_t = tables_t.view(num_seqs, -1)
-    if header[IS_DECODE]:
+    elif len(parts.pending_at):
+        input_ids[parts.pending_at] = last_sampled[parts.pending_from]
+    if header.is_decode:  # positions, slots and context lens are adjacent: one [3, B] tensor
         decode_rows = packed[num_tokens : num_tokens * 4].view(3, num_seqs)
-        meta = BatchMetadata.for_decode(decode_rows, tables_t, qstart_t)
+        meta = BatchMetadata.for_decode(decode_rows, tables_t, parts.query_start)
     else:
-        meta = BatchMetadata(positions_t, slots_t, tables_t, ctx_t, qstart_t, is_decode=False)
+        meta = BatchMetadata(
+            parts.positions,
+            parts.slots,
+            tables_t,
+            parts.context_lens,
+            parts.query_start,
+            is_decode=False,
+        )
     ahead = []
     if num_ahead:
-        rows_a, qstart_a, *tables_a = split[9:]
-        tables_a = tables_a[0].view(num_sampled, -1) if tables_a else tables_t
+        tables_a = tables_t
+        if header.ahead_tables:
+            tables_a = parts.ahead_tables.view(num_sampled, -1)
         ahead = [
-            BatchMetadata.for_decode(rows, tables_a, qstart_a)
-            for rows in rows_a.view(num_ahead, 3, num_sampled)
+            BatchMetadata.for_decode(rows, tables_a, parts.ahead_query_start)
+            for rows in parts.ahead_rows.view(num_ahead, 3, num_sampled)
         ]
-    logits_rows = None if header[SAMPLES_ALL] else rows_t
+    logits_rows = None if header.samples_all else parts.logits_rows
     return StepInputs(input_ids, meta, logits_rows, ahead, num_tokens, num_sampled)

@@ -122,8 +122,8 @@ def test_a_one_step_reserve_schedules_late_and_keeps_tokens(
     engine = LLMEngine.from_engine_dir(
         smollm_engine_dir, device="cuda", num_scheduler_steps=3, num_kv_blocks=NUM_KV_BLOCKS
     )
-    engine.pacer.num_reserve_steps = 1
-    engine.pacer.observe = lambda *args: None  # keep it there
+    engine.launch_policy.pacer.num_reserve_steps = 1
+    engine.launch_policy.pacer.observe = lambda *args: None  # keep it there
     launch, marked = engine.model_runner.launch, []
 
     def launch_and_note(*args):

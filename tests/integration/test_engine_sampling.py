@@ -183,7 +183,7 @@ def test_steps_a_launch_may_change_between_launches(smollm_engine_dir):
     pacer = LaunchPacer(1, 3)
     counts = itertools.cycle([2, 1, 3])
     pacer.observe = lambda *observed: setattr(pacer, "num_steps", next(counts))
-    engine.pacer = pacer
+    engine.launch_policy.pacer = pacer
     before = engine.stats()
     assert [out.token_ids for out in engine.generate(prompts, params)] == fixed
     after = engine.stats()

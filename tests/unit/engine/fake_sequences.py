@@ -1,6 +1,8 @@
 """Sequences with made-up tokens, and a stand-in for the engine's post-step bookkeeping."""
 
-from pipeline.engine.scheduler import ScheduledSequence, Scheduler
+from pipeline.engine.sampled_tokens import SampledTokens
+from pipeline.engine.scheduler import Scheduler
+from pipeline.engine.scheduler_output import SchedulerOutput
 from pipeline.engine.sequence import Sequence
 from pipeline.request.sampling_params import SamplingParams
 
@@ -16,18 +18,27 @@ def make_seq(request_id: str, num_prompt_tokens: int, max_tokens: int = 4) -> Se
     )
 
 
-def step(scheduler: Scheduler, token_id: int = 5) -> list[ScheduledSequence]:
-    """One engine step without a model: every sequence reaching its end samples token_id."""
-    scheduled = scheduler.schedule()
-    for entry in scheduled:
-        seq = entry.seq
-        reaches_end = seq.reaches_end(entry.num_tokens)
-        seq.num_computed_tokens += entry.num_tokens
-        if reaches_end:
-            reason = seq.append_token(token_id)
-            if reason is not None:
-                scheduler.finish(seq, reason)
-    return scheduled
+def launch(scheduler: Scheduler) -> tuple[SchedulerOutput, SampledTokens]:
+    """Schedule a one-step launch without a model: its sampled tokens are left pending."""
+    batch = scheduler.schedule()
+    sampling = [seq for seq, samples in zip(batch.seqs, batch.samples, strict=True) if samples]
+    sampled = SampledTokens(sampling, None, None, 1)
+    scheduler.update_from_launch(batch, sampled)
+    return batch, sampled
+
+
+def scheduled(batch: SchedulerOutput) -> list[tuple[str, int]]:
+    return [
+        (seq.request_id, n) for seq, n in zip(batch.seqs, batch.num_tokens.tolist(), strict=True)
+    ]
+
+
+def step(scheduler: Scheduler, token_id: int = 5) -> list[tuple[str, int]]:
+    """One engine step without a model: every sequence reaching its end samples token_id.
+    Returns [(request_id, num_tokens)] of the step."""
+    batch, sampled = launch(scheduler)
+    scheduler.update_from_output(sampled, [token_id] * len(sampled.seqs))
+    return scheduled(batch)
 
 
 def run_to_completion(scheduler: Scheduler, max_steps: int = 1000) -> list[list[tuple[str, int]]]:
@@ -35,5 +46,5 @@ def run_to_completion(scheduler: Scheduler, max_steps: int = 1000) -> list[list[
     history = []
     while scheduler.has_unfinished():
         assert len(history) < max_steps, "scheduler made no progress"
-        history.append([(e.seq.request_id, e.num_tokens) for e in step(scheduler)])
+        history.append(step(scheduler))
     return history

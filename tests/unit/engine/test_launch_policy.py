@@ -1,0 +1,41 @@
+from pipeline.engine.block_manager import BlockManager
+from pipeline.engine.launch_policy import LaunchPlan, LaunchPolicy
+from pipeline.engine.scheduler import Scheduler
+from pipeline.engine.sequence import Sequence
+from pipeline.request.sampling_params import SamplingParams
+from tests.unit.engine.fake_sequences import make_seq
+
+
+def batch_of(*seqs: Sequence):
+    s = Scheduler(BlockManager(64, 4), 8, 64, "max_utilization", True, num_lookahead_tokens=2)
+    for seq in seqs:
+        s.add(seq)
+    return s.schedule()
+
+
+def test_a_launch_runs_the_pacers_steps_and_reserve():
+    policy = LaunchPolicy(3, 5)
+    policy.pacer.num_reserve_steps = 1
+    assert policy.plan(batch_of(make_seq("a", 4))) == LaunchPlan(3, 1)
+    assert policy.num_steps == 3
+    stats = policy.stats()
+    assert (stats["num_scheduler_steps"], stats["max_scheduler_steps"]) == (3, 5)
+    assert stats["num_reserve_steps"] == 1 and stats["num_launches"] == 0
+
+
+def test_a_batch_with_a_multi_token_bad_word_runs_one_step():
+    banned = SamplingParams(max_tokens=4, bad_sequences=[[7, 9]])
+    batch = batch_of(make_seq("a", 4), Sequence("b", [7] * 4, banned, eos_token_ids=(2,)))
+    assert LaunchPolicy(3, 3).plan(batch).num_steps == 1
+
+
+def test_a_steady_step_is_observed_by_the_pacer():
+    policy = LaunchPolicy(2, 4)
+    observed = []
+    policy.pacer.observe = lambda *args: observed.append(args)
+    for launched, postprocessed in ((True, False), (True, True), (False, True)):
+        policy.start_step(None, will_admit=True)
+        policy.queued()
+        policy.end_step(launched, postprocessed, in_flight=launched)
+    assert len(observed) == 1  # only a step that both launched and read a launch's tokens
+    assert policy.stats()["num_launches"] == 2
