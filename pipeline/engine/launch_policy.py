@@ -9,19 +9,11 @@ the bad-words fallback. The step counts it starts from are the model runner's (l
 every rank measures a decode step's GPU time in step)."""
 
 import time
-from dataclasses import dataclass
 
 from pipeline.engine.launch_pacer import LaunchPacer
 from pipeline.engine.launch_timer import LaunchTimer
 from pipeline.engine.sampled_tokens import SampledTokens
-from pipeline.engine.scheduler_output import SchedulerOutput
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchPlan:
-    num_steps: int  # the step, and num_steps - 1 decode steps of the sequences that sample
-    # CUDA: the launch's schedule_at event passes once only this many of its steps are left
-    num_reserve_steps: int
+from pipeline.engine.scheduler_output import LaunchPlan, SchedulerOutput
 
 
 class LaunchPolicy:

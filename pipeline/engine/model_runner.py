@@ -17,7 +17,6 @@ from pipeline.engine.cuda_graph_runner import CudaGraphRunner
 from pipeline.engine.engine_config import EngineConfig
 from pipeline.engine.host_buffers import PinnedRing
 from pipeline.engine.kv_cache_sizing import default_num_kv_blocks
-from pipeline.engine.launch_policy import LaunchPlan
 from pipeline.engine.launch_schedule import (
     Stage,
     TakeTokens,
@@ -37,7 +36,7 @@ from pipeline.engine.parallel.workers import WorkerProcesses
 from pipeline.engine.phase_range import phase
 from pipeline.engine.quant.kv_cache import kv_cache_dtype
 from pipeline.engine.sampled_tokens import SampledTokens
-from pipeline.engine.scheduler_output import SchedulerOutput
+from pipeline.engine.scheduler_output import LaunchPlan, SchedulerOutput
 from pipeline.engine.scoring import stage_prompt_logits
 from pipeline.engine.step_inputs import PackedStep, StepHeader, StepInputs, pack_step, unpack_step
 

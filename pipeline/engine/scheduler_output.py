@@ -125,3 +125,12 @@ def scheduler_output(
         _read_only(ids),
         _read_only(ends == num_known + num_pending),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """How many steps the runner runs a SchedulerOutput for: the launch policy's answer."""
+
+    num_steps: int  # the step, and num_steps - 1 decode steps of the sequences that sample
+    # CUDA: the launch's schedule_at event passes once only this many of its steps are left
+    num_reserve_steps: int
