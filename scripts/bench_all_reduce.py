@@ -24,12 +24,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from packaging.version import Version
 
-from pipeline.engine.batch_metadata import BatchMetadata
 from pipeline.engine.engine_config import ModelConfig
+from pipeline.engine.execution.scoring import prompt_logits
+from pipeline.engine.layers.batch_metadata import BatchMetadata
 from pipeline.engine.models.llama import LlamaForCausalLM
 from pipeline.engine.parallel.mapping import Mapping
 from pipeline.engine.parallel.tensor_parallel import TensorParallel
-from pipeline.engine.scoring import prompt_logits
 from pipeline.synthetic.shapes import LLAMA_8B, TINY
 from pipeline.synthetic.weights import SyntheticWeights, checkpoint_config
 

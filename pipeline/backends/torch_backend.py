@@ -4,7 +4,7 @@ build: TensorRT-LLM checkpoint -> self-contained engine dir: config.json (Tensor
 layout + "backend": "torch"), rank<N>.safetensors (the checkpoint's tensors, unchanged: quantized
 layouts are packed for the device when the engine loads), tokenizer/ (the HF tokenizer files),
 probe.json (a fixed prompt's greedy tokens and logits, checked each time a server starts the
-engine: pipeline.engine.engine_probe).
+engine: pipeline.engine.core.engine_probe).
 """
 
 import json
@@ -152,7 +152,7 @@ def _record_probe(engine_dir: Path, device: str, build) -> dict:
     """Load the engine just written (a KV cache for one sequence, no CUDA graphs or compile:
     the probe prefills on a scratch cache of its own) and record its probe."""
     from pipeline.engine import LLMEngine
-    from pipeline.engine.engine_probe import record_probe
+    from pipeline.engine.core.engine_probe import record_probe
 
     runtime = {
         "max_batch_size": 1,

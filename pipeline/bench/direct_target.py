@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from pipeline.bench.direct_driver import DirectDriver
-from pipeline.engine.heap import freeze_loaded, thaw
+from pipeline.engine.core.heap import freeze_loaded, thaw
 
 log = logging.getLogger(__name__)
 

@@ -25,12 +25,23 @@ Who owns which state (each piece has one owner; others only read it):
 Layers and kernels (layers/, kernels/, quant/) hold only weights; the KV cache comes in as an
 argument, with the step's BatchMetadata (no global forward context).
 
+Rooms, each importing only those below it (a test holds the order):
+- core/: the loop (LLMEngine, AsyncLLMEngine), its process (engine_process), the launch policy,
+  the start-up probe;
+- execution/: the ModelRunner and what runs a launch: packing (step_inputs), CUDA graphs,
+  micro-batches, the other ranks' channel and worker entry point, weights loading;
+- engine_config.py: an engine dir's config.json and the runtime knobs, checked;
+- models/ -> layers/ -> quant/ -> kernels/: the model, its layers, quantized linears, kernels;
+- parallel/: the rank mapping, collectives, pipeline links, worker processes;
+- scheduling/: the scheduler, block manager, sequences and the contract types the runner
+  reads and returns (SchedulerOutput, LaunchPlan, SampledTokens).
+
     engine = LLMEngine.from_engine_dir(path, device="auto", max_batch_size=..., ...)
     outputs = engine.generate(prompts, SamplingParams(max_tokens=32))
 """
 
-from pipeline.engine.async_engine import AsyncLLMEngine, RequestHandle
-from pipeline.engine.llm_engine import LLMEngine
+from pipeline.engine.core.async_engine import AsyncLLMEngine, RequestHandle
+from pipeline.engine.core.llm_engine import LLMEngine
 from pipeline.request.outputs import RequestOutput, StreamDelta
 from pipeline.request.sampling_params import SamplingParams
 

@@ -13,7 +13,7 @@ import torch
 from pipeline.checkpoint.sharding import check_mapping
 from pipeline.engine.layers.rotary import SUPPORTED_SCALINGS, scaling_type
 from pipeline.engine.parallel.tensor_parallel import ALL_REDUCE_CHOICES
-from pipeline.engine.scheduler import POLICIES
+from pipeline.engine.scheduling.scheduler import POLICIES
 from pipeline.engine_json import EngineJson
 from pipeline.errors import ArtifactError, ConfigError
 

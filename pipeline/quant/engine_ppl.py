@@ -47,9 +47,9 @@ def check_engine_gate(recipe: Recipe, kv_cache: str, tp_size: int, pp_size: int)
 
 def engine_logits_fn(ckpt_dir: Path, device: torch.device) -> LogitsFn:
     from pipeline.engine.engine_config import DTYPES, ModelConfig
+    from pipeline.engine.execution.scoring import prompt_logits
     from pipeline.engine.models import MODELS
     from pipeline.engine.quant.kv_cache import kv_cache_dtype
-    from pipeline.engine.scoring import prompt_logits
 
     pretrained = json.loads((ckpt_dir / "config.json").read_text())
     config = ModelConfig.from_pretrained_config(pretrained, f"quantize ({ckpt_dir})")

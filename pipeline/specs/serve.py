@@ -32,7 +32,7 @@ class ServeSpec:
     # how `serve` checks the deployed artifacts before it starts the server. stat (default):
     # each file's size and mtime against its manifest, sha256 only of the files whose stat
     # changed, then the torch engine's probe at every engine start (NUM_TOKENS prefills of a
-    # short prompt: pipeline.engine.engine_probe), which catches a corruption that changes the
+    # short prompt: pipeline.engine.core.engine_probe), which catches a corruption that changes the
     # model's output. full: also sha256 every file of the engine and the repository, on
     # threads. sha256 measured at 1.1 GB/s a thread on a 16-core Xeon with SHA-NI (8 threads:
     # 8 GB/s from the page cache), 0.3 GB/s on a busy 2-core host: an 8B bfloat16 engine

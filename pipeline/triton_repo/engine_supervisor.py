@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 
 from pipeline.engine import AsyncLLMEngine
-from pipeline.engine.engine_process import EngineProcess
+from pipeline.engine.core.engine_process import EngineProcess
 from pipeline.errors import ArtifactError
 from pipeline.request import SamplingParams
 from pipeline.request.errors import ENGINE_UNAVAILABLE

@@ -20,7 +20,7 @@ when the stream is due, so a response carries every token made since the stream'
   Without it the responder never falls behind while Triton queues a response per token, and
   the served rate collapses (docs/design.md, "The response path").
 
-engine_process: the engine runs in a child process (pipeline.engine.engine_process), so the
+engine_process: the engine runs in a child process (pipeline.engine.core.engine_process), so the
 responder's work no longer holds the GIL that the engine's host work needs between steps.
 
 Failures: a request the engine fails gets an error response; an engine that cannot go on fails
@@ -53,8 +53,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.engine import AsyncLLMEngine, LLMEngine
-from pipeline.engine.engine_probe import check_probe
-from pipeline.engine.engine_process import EngineProcess
+from pipeline.engine.core.engine_probe import check_probe
+from pipeline.engine.core.engine_process import EngineProcess
 from pipeline.triton_repo.detokenizer import Detokenizer
 from pipeline.triton_repo.engine_supervisor import EngineSupervisor
 from pipeline.triton_repo.hop_log import HopLog

@@ -18,7 +18,7 @@ from transformers import (
 from pipeline.backends.torch_backend import TorchBackend
 from pipeline.checkpoint.hf_to_trtllm import convert
 from pipeline.engine import LLMEngine, SamplingParams
-from pipeline.engine.cuda_graph_runner import CudaGraphRunner, capture_token_counts
+from pipeline.engine.execution.cuda_graph_runner import CudaGraphRunner, capture_token_counts
 from tests.conftest import make_spec
 
 VOCAB = 128

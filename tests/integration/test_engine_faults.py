@@ -9,7 +9,7 @@ import math
 import pytest
 
 from pipeline.engine import AsyncLLMEngine, LLMEngine, SamplingParams
-from pipeline.engine.llm_engine import EngineFailure
+from pipeline.engine.core.llm_engine import EngineFailure
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "The quick brown fox", "Water boils at"]
 GREEDY = SamplingParams(max_tokens=8)

@@ -77,7 +77,7 @@ def test_an_engine_given_up_is_not_ready_anywhere_and_requests_get_the_cause(
         # not started again: no engine process under the server, which is still up
         assert metric_value(fetch_metrics(metrics_url), "pipeline_engine_restarts") == 0
         commands = [" ".join(p.cmdline()) for p in psutil.Process(wrapper.pid).children(True)]
-        assert not [c for c in commands if "pipeline.engine.engine_process" in c]
+        assert not [c for c in commands if "pipeline.engine.core.engine_process" in c]
         assert wrapper.poll() is None
     finally:
         wrapper.terminate()

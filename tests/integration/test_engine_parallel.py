@@ -177,7 +177,7 @@ def test_tiny_quantized_tp2_greedy_tokens_equal_one_rank(tiny, algo):
 def test_tiny_pp2_with_more_micro_batches_than_stages_equals_one_rank(tiny, monkeypatch):
     """Prefill-sized launches run twice as many micro-batches as stages (rank 0 decides; the
     others follow its headers): here every launch of 16 tokens runs 4."""
-    from pipeline.engine import launch_schedule
+    from pipeline.engine.execution import launch_schedule
 
     monkeypatch.setattr(launch_schedule, "MICRO_BATCH_MIN_TOKENS", 4)
     assert launch_schedule.micro_batches(16, 2) == 4

@@ -18,7 +18,7 @@ import pytest
 
 from pipeline.artifact_rehash import rehash_outputs
 from pipeline.artifacts import verify_outputs
-from pipeline.engine.engine_probe import PROBE_FILE
+from pipeline.engine.core.engine_probe import PROBE_FILE
 from pipeline.errors import ArtifactError
 from pipeline.request.errors import ENGINE_UNAVAILABLE
 from pipeline.server.ports import free_ports

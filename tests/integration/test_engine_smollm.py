@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from pipeline.engine import LLMEngine, SamplingParams
-from pipeline.engine.llm_engine import request_ms
+from pipeline.engine.core.llm_engine import request_ms
 
 PROMPTS = [
     "The capital of France is",

@@ -360,7 +360,9 @@ def test_python_models_run_in_the_stub_env(server, stub_python3):
     assert len(stubs) == 5
     for stub in stubs:
         assert stub.environ()["PATH"].split(":")[0] == str(stub_python3.parent)
-    engines = [p for p in processes if "pipeline.engine.engine_process" in " ".join(p.cmdline())]
+    engines = [
+        p for p in processes if "pipeline.engine.core.engine_process" in " ".join(p.cmdline())
+    ]
     assert len(engines) == 1  # the two instances share it
 
 

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
 PROMPTS = ["The capital of France is", "Water boils at"]
 MAX_TOKENS = 12
-WORKER = "pipeline.engine.parallel.worker_main"
+WORKER = "pipeline.engine.execution.worker_main"
 
 
 @pytest.fixture(scope="module")

@@ -208,7 +208,9 @@ def test_a_dead_engine_fails_its_streams_at_once_and_is_started_again(server):
     http = HttpClient(server.endpoints.http_url, timeout_s=120)
     before = http.generate(GREEDY)
     processes = psutil.Process(server.process.pid).children(recursive=True)
-    (engine,) = [p for p in processes if "pipeline.engine.engine_process" in " ".join(p.cmdline())]
+    (engine,) = [
+        p for p in processes if "pipeline.engine.core.engine_process" in " ".join(p.cmdline())
+    ]
     stream = GrpcClient(server.endpoints.grpc_url, timeout_s=120).stream(
         GenerateRequest(COUNTING, max_tokens=LONG_TOKENS)
     )

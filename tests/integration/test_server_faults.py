@@ -64,7 +64,7 @@ def server_processes(wrapper: subprocess.Popen) -> dict[str, list[psutil.Process
         command = " ".join(process.cmdline())
         if "triton_python_backend_stub" in command:
             roles["stub"].append(process)
-        elif "pipeline.engine.engine_process" in command:
+        elif "pipeline.engine.core.engine_process" in command:
             roles["engine"].append(process)
         elif "bin/tritonserver" in command:
             roles["tritonserver"].append(process)

@@ -112,7 +112,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_is_read_from_both_packages():
     # the reader resolves absolute, relative and from-imports of ours: a graph without these
     # edges would pass every check below by seeing nothing
-    assert "pipeline.engine.llm_engine" in GRAPH["pipeline.engine"]
+    assert "pipeline.engine.core.llm_engine" in GRAPH["pipeline.engine"]
     assert "scripts.engine_run" in GRAPH["scripts.bench_engine"]
     assert "pipeline.bench.metrics" in GRAPH["scripts.engine_run"]
     assert "pipeline.synthetic.shapes" in GRAPH["scripts.bench_ab"]
@@ -166,3 +166,25 @@ def test_the_package_names_no_scripts_module_to_import():
         if module.split(".")[0] == "pipeline"
     }
     assert {module: names for module, names in named.items() if names} == {}
+
+
+def engine_room(module: str) -> str | None:
+    """pipeline.engine.<room>[...] -> room (a sub-package or a top-level module), None outside
+    the engine and for its package face (pipeline.engine itself re-exports the API)."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["pipeline", "engine"] and len(parts) > 2 else None
+
+
+def test_the_engine_rooms_import_only_downward():
+    # core -> execution -> models -> layers -> quant -> kernels, with engine_config, parallel and
+    # scheduling beside them: a loop between two rooms would mean a room reaches back up
+    rooms: dict[str, set[str]] = {}
+    for module, targets in GRAPH.items():
+        room = engine_room(module)
+        if room is not None:
+            rooms.setdefault(room, set()).update(
+                t for t in map(engine_room, targets) if t is not None and t != room
+            )
+    assert {"core", "execution", "scheduling", "layers", "kernels"} <= rooms.keys()
+    assert cycles(rooms) == []
+    assert "core" not in set().union(*rooms.values())  # the loop is the top: nothing imports it

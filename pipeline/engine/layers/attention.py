@@ -14,8 +14,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from pipeline.engine import kernels
-from pipeline.engine.batch_metadata import BatchMetadata
 from pipeline.engine.kernels.reference import fold_kv_scale, store_kv, varlen_attention
+from pipeline.engine.layers.batch_metadata import BatchMetadata
 from pipeline.engine.layers.rotary import RotaryEmbedding
 
 

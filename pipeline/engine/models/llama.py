@@ -14,10 +14,10 @@ previous stage's output and residual, not yet added), and the last ends in ln_f 
 import torch
 from torch import nn
 
-from pipeline.engine.batch_metadata import BatchMetadata
 from pipeline.engine.engine_config import ModelConfig
 from pipeline.engine.layers.activation import SiluAndMul
 from pipeline.engine.layers.attention import Attention
+from pipeline.engine.layers.batch_metadata import BatchMetadata
 from pipeline.engine.layers.linear import build_linear
 from pipeline.engine.layers.rmsnorm import RMSNorm
 from pipeline.engine.layers.rotary import RotaryEmbedding

@@ -1,6 +1,6 @@
 """Rank 0's worker processes (ranks 1..N-1): started, watched and stopped here.
 
-A worker is `python -m pipeline.engine.parallel.worker_main` (a plain interpreter: a Triton stub's
+A worker is `python -m pipeline.engine.execution.worker_main` (a plain interpreter: a Triton stub's
 sys.executable is not one), told its start-up spec on stdin, once. Its stdin stays open: when it
 reads end-of-file, rank 0's process is gone (however it ended), and it exits, so a killed engine
 leaves no rank holding a GPU. `kill -USR1` on a rank prints its Python stacks.
@@ -51,7 +51,7 @@ class WorkerProcesses:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         for rank in range(1, world_size):
             proc = subprocess.Popen(
-                [worker_python(), "-m", "pipeline.engine.parallel.worker_main"],
+                [worker_python(), "-m", "pipeline.engine.execution.worker_main"],
                 stdin=subprocess.PIPE,
                 env=env,
             )

@@ -110,7 +110,7 @@ class TritonPythonModel:
             max_restarts=int(params["max_engine_restarts"]),
             restart_window_s=float(params["restart_window_s"]),
         )
-        from pipeline.engine.heap import freeze_loaded
+        from pipeline.engine.core.heap import freeze_loaded
 
         freeze_loaded()  # its threads (responder, lanes, engine reader) stall in full collections
         labels = {"model": args["model_name"], "version": args["model_version"]}
@@ -333,8 +333,8 @@ class TritonPythonModel:
             text = ", ".join(f"{key} {value:.1f}" for key, value in hops.items())
             pb_utils.Logger.log_info(f"{self.instance}: hops: {text}")
         if self.service.owns_engine:  # how full and how mixed the steps were (once an engine)
-            from pipeline.engine.launch_timer import ms_per_launch
-            from pipeline.engine.llm_engine import request_ms
+            from pipeline.engine.core.launch_timer import ms_per_launch
+            from pipeline.engine.core.llm_engine import request_ms
 
             stats = self.service.stats()
             seqs_per_step = stats["num_scheduled_seqs"] / max(1, stats["num_steps"])

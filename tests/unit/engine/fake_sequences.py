@@ -1,9 +1,9 @@
 """Sequences with made-up tokens, and a stand-in for the engine's post-step bookkeeping."""
 
-from pipeline.engine.sampled_tokens import SampledTokens
-from pipeline.engine.scheduler import Scheduler
-from pipeline.engine.scheduler_output import SchedulerOutput
-from pipeline.engine.sequence import Sequence
+from pipeline.engine.scheduling.sampled_tokens import SampledTokens
+from pipeline.engine.scheduling.scheduler import Scheduler
+from pipeline.engine.scheduling.scheduler_output import SchedulerOutput
+from pipeline.engine.scheduling.sequence import Sequence
 from pipeline.request.sampling_params import SamplingParams
 
 EOS = 2

@@ -1,4 +1,4 @@
-from pipeline.engine.block_manager import BlockManager
+from pipeline.engine.scheduling.block_manager import BlockManager
 from tests.unit.engine.fake_sequences import make_seq
 
 

@@ -3,7 +3,7 @@ elsewhere, a near tie allowed to go either way, non-finite logits never."""
 
 import pytest
 
-from pipeline.engine.engine_probe import EXACT_TOLERANCE, TOLERANCE, mismatch
+from pipeline.engine.core.engine_probe import EXACT_TOLERANCE, TOLERANCE, mismatch
 
 RECORDED = {
     "token_ids": [10, 20],

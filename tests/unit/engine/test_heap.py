@@ -1,6 +1,6 @@
 import gc
 
-from pipeline.engine.heap import freeze_loaded, thaw
+from pipeline.engine.core.heap import freeze_loaded, thaw
 
 
 def test_freeze_exempts_what_is_alive_and_thaw_gives_it_back():

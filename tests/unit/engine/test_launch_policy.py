@@ -1,8 +1,8 @@
-from pipeline.engine.block_manager import BlockManager
-from pipeline.engine.launch_policy import LaunchPolicy
-from pipeline.engine.scheduler import Scheduler
-from pipeline.engine.scheduler_output import LaunchPlan
-from pipeline.engine.sequence import Sequence
+from pipeline.engine.core.launch_policy import LaunchPolicy
+from pipeline.engine.scheduling.block_manager import BlockManager
+from pipeline.engine.scheduling.scheduler import Scheduler
+from pipeline.engine.scheduling.scheduler_output import LaunchPlan
+from pipeline.engine.scheduling.sequence import Sequence
 from pipeline.request.sampling_params import SamplingParams
 from tests.unit.engine.fake_sequences import make_seq
 

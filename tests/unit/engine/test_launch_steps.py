@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline.engine.launch_steps import (
+from pipeline.engine.execution.launch_steps import (
     MAX_AUTO_SCHEDULER_STEPS,
     launch_steps,
     steps_to_fill_launch,

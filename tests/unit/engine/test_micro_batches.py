@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline.engine.launch_schedule import micro_batches, split_micro_batches
+from pipeline.engine.execution.launch_schedule import micro_batches, split_micro_batches
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,8 @@
 import pytest
 
-from pipeline.engine.block_manager import BlockManager
-from pipeline.engine.scheduler import Scheduler
-from pipeline.engine.sequence import Sequence, SequenceStatus
+from pipeline.engine.scheduling.block_manager import BlockManager
+from pipeline.engine.scheduling.scheduler import Scheduler
+from pipeline.engine.scheduling.sequence import Sequence, SequenceStatus
 from pipeline.request.sampling_params import SamplingParams
 from tests.unit.engine.fake_sequences import launch, make_seq, run_to_completion, scheduled, step
 

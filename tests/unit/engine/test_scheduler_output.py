@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.engine.block_manager import BlockManager
-from pipeline.engine.scheduler import Scheduler
-from pipeline.engine.step_inputs import HEADER_LEN, StepHeader, pack_step, unpack_step
+from pipeline.engine.execution.step_inputs import HEADER_LEN, StepHeader, pack_step, unpack_step
+from pipeline.engine.scheduling.block_manager import BlockManager
+from pipeline.engine.scheduling.scheduler import Scheduler
 from tests.unit.engine.fake_sequences import launch, make_seq
 
 BLOCK_SIZE = 4

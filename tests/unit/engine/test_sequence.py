@@ -1,6 +1,6 @@
 import pytest
 
-from pipeline.engine.sequence import Sequence
+from pipeline.engine.scheduling.sequence import Sequence
 from pipeline.request.sampling_params import SamplingParams
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pipeline.engine.layers.sampler import Sampler, sampling_tensors
-from pipeline.engine.sequence import Sequence
+from pipeline.engine.scheduling.sequence import Sequence
 from pipeline.request.sampling_params import SamplingParams
 
 VOCAB = 12

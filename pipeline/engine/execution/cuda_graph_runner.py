@@ -16,7 +16,7 @@ collectives are captured with the rest (every rank of the group replays the same
 import torch
 from torch import nn
 
-from pipeline.engine.batch_metadata import BatchMetadata
+from pipeline.engine.layers.batch_metadata import BatchMetadata
 
 MIN_MIXED_TOKENS = 64
 

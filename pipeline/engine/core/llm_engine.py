@@ -10,18 +10,18 @@ import torch
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
-from pipeline.engine.block_manager import BlockManager
+from pipeline.engine.core.launch_policy import LaunchPolicy
+from pipeline.engine.core.launch_timer import mean_ms
 from pipeline.engine.engine_config import EngineConfig, load_engine_config
+from pipeline.engine.execution.model_runner import ModelRunner
+from pipeline.engine.execution.phase_range import phase
+from pipeline.engine.execution.weights import load_rank_weights
 from pipeline.engine.kernels.tuned_configs import install_engine_configs
-from pipeline.engine.launch_policy import LaunchPolicy
-from pipeline.engine.launch_timer import mean_ms
-from pipeline.engine.model_runner import ModelRunner
-from pipeline.engine.phase_range import phase
-from pipeline.engine.sampled_tokens import SampledTokens
-from pipeline.engine.scheduler import Scheduler
-from pipeline.engine.scheduler_output import SchedulerOutput
-from pipeline.engine.sequence import Sequence
-from pipeline.engine.weights import load_rank_weights
+from pipeline.engine.scheduling.block_manager import BlockManager
+from pipeline.engine.scheduling.sampled_tokens import SampledTokens
+from pipeline.engine.scheduling.scheduler import Scheduler
+from pipeline.engine.scheduling.scheduler_output import SchedulerOutput
+from pipeline.engine.scheduling.sequence import Sequence
 from pipeline.request.limits import RequestLimits
 from pipeline.request.outputs import RequestOutput, StreamDelta
 from pipeline.request.sampling_params import SamplingParams

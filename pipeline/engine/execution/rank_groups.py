@@ -10,8 +10,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from pipeline.engine.launch_schedule import MICRO_BATCHES_PER_STAGE
-from pipeline.engine.parallel.launch_channel import LaunchChannel
+from pipeline.engine.execution.launch_channel import LaunchChannel
+from pipeline.engine.execution.launch_schedule import MICRO_BATCHES_PER_STAGE
 from pipeline.engine.parallel.mapping import Mapping, check_devices
 from pipeline.engine.parallel.stage_link import StageLink
 from pipeline.engine.parallel.tensor_parallel import TensorParallel

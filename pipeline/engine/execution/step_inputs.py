@@ -17,9 +17,9 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from pipeline.engine.batch_metadata import BatchMetadata
-from pipeline.engine.scheduler_output import SchedulerOutput
-from pipeline.engine.sequence import Sequence
+from pipeline.engine.layers.batch_metadata import BatchMetadata
+from pipeline.engine.scheduling.scheduler_output import SchedulerOutput
+from pipeline.engine.scheduling.sequence import Sequence
 
 
 class StepHeader(NamedTuple):

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from pipeline.engine.batch_metadata import BatchMetadata
 from pipeline.engine.engine_config import EngineConfig
+from pipeline.engine.layers.batch_metadata import BatchMetadata
 from pipeline.errors import ConfigError
 
 KVShape = Callable[[int], tuple[int, ...]]  # blocks -> the cache's shape

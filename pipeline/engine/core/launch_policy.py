@@ -10,10 +10,10 @@ every rank measures a decode step's GPU time in step)."""
 
 import time
 
-from pipeline.engine.launch_pacer import LaunchPacer
-from pipeline.engine.launch_timer import LaunchTimer
-from pipeline.engine.sampled_tokens import SampledTokens
-from pipeline.engine.scheduler_output import LaunchPlan, SchedulerOutput
+from pipeline.engine.core.launch_pacer import LaunchPacer
+from pipeline.engine.core.launch_timer import LaunchTimer
+from pipeline.engine.scheduling.sampled_tokens import SampledTokens
+from pipeline.engine.scheduling.scheduler_output import LaunchPlan, SchedulerOutput
 
 
 class LaunchPolicy:

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pipeline.engine.sequence import Sequence
+from pipeline.engine.scheduling.sequence import Sequence
 
 
 @dataclass(slots=True)

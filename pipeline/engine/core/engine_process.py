@@ -34,10 +34,10 @@ import time
 from multiprocessing.connection import Client, Connection
 from pathlib import Path
 
-from pipeline.engine.async_engine import AsyncLLMEngine
-from pipeline.engine.engine_probe import check_probe
-from pipeline.engine.heap import freeze_loaded
-from pipeline.engine.llm_engine import LLMEngine
+from pipeline.engine.core.async_engine import AsyncLLMEngine
+from pipeline.engine.core.engine_probe import check_probe
+from pipeline.engine.core.heap import freeze_loaded
+from pipeline.engine.core.llm_engine import LLMEngine
 from pipeline.errors import PipelineError
 from pipeline.request.limits import RequestLimits
 from pipeline.request.outputs import StreamDelta

@@ -23,10 +23,10 @@ import logging
 import time
 from collections import deque
 
-from pipeline.engine.block_manager import BlockManager
-from pipeline.engine.sampled_tokens import SampledTokens
-from pipeline.engine.scheduler_output import SchedulerOutput, scheduler_output
-from pipeline.engine.sequence import Sequence, SequenceStatus
+from pipeline.engine.scheduling.block_manager import BlockManager
+from pipeline.engine.scheduling.sampled_tokens import SampledTokens
+from pipeline.engine.scheduling.scheduler_output import SchedulerOutput, scheduler_output
+from pipeline.engine.scheduling.sequence import Sequence, SequenceStatus
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.engine.sequence import Sequence
+from pipeline.engine.scheduling.sequence import Sequence
 
 # what is read of each scheduled sequence, in one numpy row: tokens this step, computed, on the
 # host, pending, pending row, block-table row, blocks held, max_kv_tokens

@@ -9,8 +9,8 @@ back to rank 0.
 
 import torch
 
-from pipeline.engine.batch_metadata import BatchMetadata
-from pipeline.engine.launch_schedule import Stage
+from pipeline.engine.execution.launch_schedule import Stage
+from pipeline.engine.layers.batch_metadata import BatchMetadata
 
 
 @torch.inference_mode()

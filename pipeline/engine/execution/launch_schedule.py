@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from pipeline.engine.batch_metadata import BatchMetadata
+from pipeline.engine.execution.step_inputs import StepInputs
+from pipeline.engine.layers.batch_metadata import BatchMetadata
 from pipeline.engine.parallel.stage_link import StageLink
-from pipeline.engine.step_inputs import StepInputs
 
 # (inputs, metadata, logits rows or None) -> logits [S, vocab] (last stage) or [T, 2, hidden]
 Forward = Callable[[torch.Tensor, BatchMetadata, torch.Tensor | None], torch.Tensor]

@@ -12,33 +12,39 @@ import torch
 import torch.distributed as dist
 
 from pipeline.engine import kernels
-from pipeline.engine.batch_metadata import BatchMetadata
-from pipeline.engine.cuda_graph_runner import CudaGraphRunner
 from pipeline.engine.engine_config import EngineConfig
-from pipeline.engine.host_buffers import PinnedRing
-from pipeline.engine.kv_cache_sizing import default_num_kv_blocks
-from pipeline.engine.launch_schedule import (
+from pipeline.engine.execution.cuda_graph_runner import CudaGraphRunner
+from pipeline.engine.execution.host_buffers import PinnedRing
+from pipeline.engine.execution.kv_cache_sizing import default_num_kv_blocks
+from pipeline.engine.execution.launch_channel import LAUNCH, SCORE, STOP
+from pipeline.engine.execution.launch_schedule import (
     Stage,
     TakeTokens,
     micro_batches,
     run_launch,
     split_micro_batches,
 )
-from pipeline.engine.launch_steps import launch_steps
+from pipeline.engine.execution.launch_steps import launch_steps
+from pipeline.engine.execution.phase_range import phase
+from pipeline.engine.execution.rank_groups import RankGroups, join_ranks
+from pipeline.engine.execution.scoring import stage_prompt_logits
+from pipeline.engine.execution.step_inputs import (
+    PackedStep,
+    StepHeader,
+    StepInputs,
+    pack_step,
+    unpack_step,
+)
+from pipeline.engine.layers.batch_metadata import BatchMetadata
 from pipeline.engine.layers.linear import kernel_counts
 from pipeline.engine.layers.sampler import Sampler, sampling_tensors
 from pipeline.engine.models import MODELS
-from pipeline.engine.parallel.launch_channel import LAUNCH, SCORE, STOP
 from pipeline.engine.parallel.mapping import Mapping, rank_device
-from pipeline.engine.parallel.rank_groups import RankGroups, join_ranks
 from pipeline.engine.parallel.tensor_parallel import SINGLE
 from pipeline.engine.parallel.workers import WorkerProcesses
-from pipeline.engine.phase_range import phase
 from pipeline.engine.quant.kv_cache import kv_cache_dtype
-from pipeline.engine.sampled_tokens import SampledTokens
-from pipeline.engine.scheduler_output import LaunchPlan, SchedulerOutput
-from pipeline.engine.scoring import stage_prompt_logits
-from pipeline.engine.step_inputs import PackedStep, StepHeader, StepInputs, pack_step, unpack_step
+from pipeline.engine.scheduling.sampled_tokens import SampledTokens
+from pipeline.engine.scheduling.scheduler_output import LaunchPlan, SchedulerOutput
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from collections import deque
 
 import numpy as np
 
-from pipeline.engine.sequence import Sequence
+from pipeline.engine.scheduling.sequence import Sequence
 
 
 class BlockManager:

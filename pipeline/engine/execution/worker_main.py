@@ -46,8 +46,8 @@ def main() -> None:
         timeout=timedelta(seconds=config.collective_timeout_s),
     )
     try:
-        from pipeline.engine.model_runner import ModelRunner
-        from pipeline.engine.weights import load_rank_weights
+        from pipeline.engine.execution.model_runner import ModelRunner
+        from pipeline.engine.execution.weights import load_rank_weights
 
         device = rank_device(config.device, rank)
         if device.type == "cuda":  # the tuned kernel configs rank 0 installed, in this process

@@ -8,8 +8,8 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
-from pipeline.engine.host_buffers import PinnedRing
-from pipeline.engine.step_inputs import HEADER_LEN, StepHeader
+from pipeline.engine.execution.host_buffers import PinnedRing
+from pipeline.engine.execution.step_inputs import HEADER_LEN, StepHeader
 
 LAUNCH, STOP, SCORE = 1, 2, 3  # SCORE: prompt logits (ModelRunner.prompt_logits)
 

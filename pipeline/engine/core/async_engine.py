@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Protocol
 
-from pipeline.engine.llm_engine import LLMEngine
+from pipeline.engine.core.llm_engine import LLMEngine
 from pipeline.request.outputs import StreamDelta
 from pipeline.request.sampling_params import SamplingParams
 
