@@ -67,3 +67,39 @@ def test_temperature_sampling_covers_more_than_one_token():
     logits = torch.tensor([[1.0, 1.0, 1.0, -50.0]])
     picks = {sampler()(logits, tensors(1, 4, seeds=[s])).item() for s in range(30)}
     assert picks == {0, 1, 2}
+
+
+def test_logit_bias_forces_and_bans_tokens_in_its_rows_only():
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(3))
+    top = logits.argmax(-1)
+    forced = (top[0].item() + 1) % 50
+    params = tensors(3, 50, greedy=True)
+    # row 0: +100 on another token; row 1: -100 on its argmax; row 2: no bias
+    params.logit_bias = (
+        torch.tensor([0, 1]),
+        torch.tensor([forced, top[1].item()]),
+        torch.tensor([100.0, -100.0]),
+    )
+    picked = sampler()(logits, params)
+    assert picked[0].item() == forced
+    assert picked[1] != top[1] and picked[1] == logits[1].topk(2).indices[1]
+    assert picked[2] == top[2]
+
+
+def test_min_p_zero_is_off_and_min_p_drops_the_unlikely():
+    logits = torch.tensor([[2.0, 1.9, 0.0, -1.0]])
+    off, _ = filtered_probs(logits, torch.ones(1), torch.tensor([4]), torch.ones(1))
+    zero, _ = filtered_probs(logits, torch.ones(1), torch.tensor([4]), torch.ones(1), torch.zeros(1))
+    assert torch.equal(off, zero) and (zero > 0).sum() == 4
+    # p(0) / p(top) = e^-2 ~ 0.135: min_p 0.5 keeps the two near the top only
+    half, order = filtered_probs(
+        logits, torch.ones(1), torch.tensor([4]), torch.ones(1), torch.tensor([0.5])
+    )
+    assert (half > 0).sum() == 2 and order[0, :2].tolist() == [0, 1]
+    params = tensors(1, 4, seeds=[0])
+    params.min_ps = torch.tensor([0.5])
+    picks = set()
+    for seed in range(30):
+        params.generators = [torch.Generator().manual_seed(seed)]
+        picks.add(sampler()(logits, params).item())
+    assert picks == {0, 1}
