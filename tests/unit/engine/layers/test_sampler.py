@@ -89,7 +89,9 @@ def test_logit_bias_forces_and_bans_tokens_in_its_rows_only():
 def test_min_p_zero_is_off_and_min_p_drops_the_unlikely():
     logits = torch.tensor([[2.0, 1.9, 0.0, -1.0]])
     off, _ = filtered_probs(logits, torch.ones(1), torch.tensor([4]), torch.ones(1))
-    zero, _ = filtered_probs(logits, torch.ones(1), torch.tensor([4]), torch.ones(1), torch.zeros(1))
+    zero, _ = filtered_probs(
+        logits, torch.ones(1), torch.tensor([4]), torch.ones(1), torch.zeros(1)
+    )
     assert torch.equal(off, zero) and (zero > 0).sum() == 4
     # p(0) / p(top) = e^-2 ~ 0.135: min_p 0.5 keeps the two near the top only
     half, order = filtered_probs(
