@@ -45,6 +45,10 @@ def read_limits(engine_dir: Path, enable_chunked_prefill: bool) -> RequestLimits
         ) from exc
 
 
+# the OpenAI parameters whose token ids RequestLimits checks, as its messages name them
+_ID_PARAMS = {"logit_bias": "logit_bias", "stop_token_ids": "stop token ids"}
+
+
 @dataclass(frozen=True, slots=True)
 class Prompt:
     token_ids: list[int]
@@ -126,10 +130,14 @@ class ServedModel:
             num_prompt = len(prompt.token_ids)
             too_long = num_prompt > self.limits.max_input_len
             over_seq = num_prompt + params.max_tokens > self.limits.max_seq_len
+            if not (too_long or over_seq):
+                # the token ids it names: the prompt's, or those of the parameter it names
+                named = [p for p in _ID_PARAMS if f"request: {_ID_PARAMS[p]} " in str(exc)]
+                param = named[0] if named else param
             raise APIError(
                 400,
                 str(exc),
-                param if too_long else "max_tokens" if over_seq else param,
+                "max_tokens" if over_seq and not too_long else param,
                 "context_length_exceeded" if too_long or over_seq else None,
             ) from None
 
