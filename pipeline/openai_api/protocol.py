@@ -21,6 +21,10 @@ _TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict"})
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    def refusals(self) -> list[APIError]:
+        """Valid types, values this server refuses (none unless a body has some)."""
+        return []
+
 
 class StreamOptions(_Strict):
     include_usage: bool = False
@@ -185,7 +189,7 @@ class ChatCompletionRequest(_GenerationRequest):
         return self.max_tokens
 
 
-def parse(model: type[_GenerationRequest], body: bytes) -> _GenerationRequest:
+def parse(model: type[_Strict], body: bytes) -> _Strict:
     """The body as `model`, or a 400 naming the first bad field, its value and what it takes."""
     try:
         request = model.model_validate_json(body)

@@ -69,7 +69,7 @@ class ServedModel:
         them) and its penalties can skip the prompt (OpenAI's rule); the tensorrtllm backend
         has no default end token, so every request names the tokenizer's eos, and its
         penalties count the prompt's tokens too."""
-        self.name, self.limits = name, limits
+        self.name, self.limits, self.tokenizer_dir = name, limits, tokenizer_dir
         sends_end_id = backend != "torch"
         self.can_skip_prompt_in_penalties = backend == "torch"
         self.detokenizer = Detokenizer(tokenizer_dir, skip_special_tokens)
@@ -87,6 +87,15 @@ class ServedModel:
         if not token_ids:
             raise bad_request(f"{param}: an empty token list; send at least one token", param)
         return Prompt(list(token_ids), None)
+
+    def check_token_ids(self, token_ids: list[int], param: str) -> None:
+        bad = [t for t in token_ids if not 0 <= t < self.limits.vocab_size]
+        if bad:
+            raise bad_request(
+                f"{param}: token ids {bad[:5]} are outside the vocabulary "
+                f"[0, {self.limits.vocab_size})",
+                param,
+            )
 
     def echo(self, prompt: Prompt) -> str:
         return self.detokenizer.decode(prompt.token_ids) if prompt.text is None else prompt.text
