@@ -46,7 +46,7 @@ MAX_SCALE = 1e6
 # presence and frequency: OpenAI's range, which vLLM enforces too ([-2, 2]); TensorRT-LLM's is
 # unbounded, but frequency_penalty * a count near 2**31 must stay finite
 _ADDITIVE_PENALTY = Allowed(-2.0, 2.0, "0 = none")
-# OpenAI's logit_bias range (vLLM's too); TensorRT-LLM's embedding_bias is unbounded, but a bias
+# OpenAI's logit_bias range (vLLM clamps to it); TensorRT-LLM's embedding_bias is unbounded; a bias
 # must leave the logits finite: -100 already makes a token practically never drawn
 LOGIT_BIAS = Allowed(-100.0, 100.0, "added to the token's logit; 0 = none")
 _LENGTH_PENALTY = Allowed(-math.inf, math.inf, "beam search only")
