@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from pipeline.engine.layers.sampler import Sampler, SamplingTensors, filtered_probs
@@ -105,3 +106,40 @@ def test_min_p_zero_is_off_and_min_p_drops_the_unlikely():
         params.generators = [torch.Generator().manual_seed(seed)]
         picks.add(sampler()(logits, params).item())
     assert picks == {0, 1}
+
+
+def test_a_mixed_batch_builds_bias_and_min_p_tensors_once():
+    from pipeline.engine.layers.sampler import sampling_tensors
+    from pipeline.engine.sequence import Sequence
+    from pipeline.request.sampling_params import SamplingParams
+
+    params = [
+        SamplingParams(logit_bias=((9, -100.0), (4, 2.5))),
+        SamplingParams(temperature=0.7, min_p=0.2),
+        SamplingParams(),
+    ]
+    seqs = [Sequence(str(i), [1, 2], p, eos_token_ids=(0,)) for i, p in enumerate(params)]
+    built = sampling_tensors(seqs, torch.device("cpu"), vocab_size=16)
+    rows, tokens, biases = built.logit_bias
+    assert rows.tolist() == [0, 0] and tokens.tolist() == [4, 9]  # sorted by token id
+    assert biases.tolist() == [2.5, -100.0]
+    assert built.min_ps.tolist() == pytest.approx([0.0, 0.2, 0.0])
+    plain = sampling_tensors(seqs[2:], torch.device("cpu"), vocab_size=16)
+    assert plain.logit_bias is None and plain.min_ps is None
+
+
+@pytest.mark.parametrize(
+    ("knobs", "named"),
+    [
+        ({"min_p": 1.5}, "min_p=1.5 must be in [0.0, 1.0]"),
+        ({"min_p": float("nan")}, "min_p=nan"),
+        ({"logit_bias": ((3, 100.5),)}, "logit_bias=100.5 (token 3) must be in [-100.0, 100.0]"),
+        ({"logit_bias": ((3, 1.0), (3, 2.0))}, "a token id is given twice"),
+    ],
+)
+def test_sampling_params_check_min_p_and_logit_bias(knobs, named):
+    from pipeline.request.sampling_params import SamplingParams
+
+    with pytest.raises(ValueError) as info:
+        SamplingParams(**knobs)
+    assert named in str(info.value)
