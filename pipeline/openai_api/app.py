@@ -14,6 +14,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from pipeline.openai_api.errors import APIError
+from pipeline.openai_api.metrics import FrontendMetrics
+from pipeline.openai_api.openapi import ENDPOINTS
 from pipeline.openai_api.routes import Frontend
 from pipeline.openai_api.triton_llm import EngineError
 
@@ -29,36 +31,35 @@ def build_app(frontend: Frontend) -> Starlette:
         finally:
             await frontend.llm.close()
 
-    def counted(endpoint: str, handler):
-        async def answer(request: Request) -> Response:
-            try:
-                response = await handler(request)
-            except APIError as exc:
-                response = exc.response()
-            except EngineError as exc:
-                response = APIError(exc.status, str(exc)).response()
-            frontend.metrics.requests.labels(endpoint, str(response.status_code)).inc()
-            return response
-
-        return answer
-
-    routes = [
-        Route("/v1/completions", counted("completions", frontend.completions), methods=["POST"]),
-        Route(
-            "/v1/chat/completions",
-            counted("chat_completions", frontend.chat_completions),
-            methods=["POST"],
-        ),
-        Route("/v1/models", counted("models", frontend.models), methods=["GET"]),
-        Route("/v1/models/{model:path}", counted("models", frontend.model), methods=["GET"]),
-        Route("/health", frontend.health, methods=["GET"]),
-        Route("/metrics", frontend.prometheus, methods=["GET"]),
-    ]
+    routes = []
+    for endpoint in ENDPOINTS:
+        handler = getattr(frontend, endpoint.handler)
+        if endpoint.metric is not None:
+            handler = counted(frontend.metrics, endpoint.metric, handler)
+        routes.append(Route(endpoint.path, handler, methods=[endpoint.method]))
     return Starlette(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={HTTPException: _http_error, Exception: _server_error},
     )
+
+
+def counted(metrics: FrontendMetrics, endpoint: str, handler):
+    """handler, its every answer counted in metrics.requests, a failure's 500 too."""
+
+    async def answer(request: Request) -> Response:
+        try:
+            response = await handler(request)
+        except APIError as exc:
+            response = exc.response()
+        except EngineError as exc:
+            response = APIError(exc.status, str(exc)).response()
+        except Exception as exc:
+            response = await _server_error(request, exc)
+        metrics.requests.labels(endpoint, str(response.status_code)).inc()
+        return response
+
+    return answer
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:

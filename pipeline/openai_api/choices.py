@@ -4,8 +4,8 @@ Ranges are the engine's (SamplingParams: temperature, top_p, top_k, seed, max_to
 engine's RequestLimits: prompt length, context, token ids), so a value is refused here in the
 words the engine would use, with the OpenAI parameter named.
 
-n > 1 sends n sampled requests (seed, when given, + the choice's index: reproducible, not all
-the same). n > 1 with greedy decoding is refused: it could only repeat one answer n times.
+n > 1 sends n requests (seed, when given, + the choice's index: reproducible, not all the same).
+With greedy decoding they are n equal choices, as vLLM answers.
 """
 
 import re
@@ -72,13 +72,6 @@ def plan(
             # OpenAI's presence/frequency penalties count the generated tokens only
             skip = len(prompt.token_ids) if model.can_skip_prompt_in_penalties else 0
             params = _sampling_params(request, wanted, seed, end_id, stop_sequences, skip)
-            if request.n > 1 and params.is_greedy:
-                raise bad_request(
-                    f"n={request.n} with temperature={request.temperature} (greedy) would "
-                    f"repeat one answer {request.n} times; send n=1, or a temperature above 0 "
-                    f"for {request.n} different samples",
-                    "n",
-                )
             model.check(prompt, params, prompt_param)
             choices.append(Choice(len(choices), prompt, params))
     num_prompt_tokens = sum(len(p.token_ids) for p in prompts)
@@ -99,9 +92,12 @@ def _sampling_params(
             temperature=request.temperature,
             top_k=request.top_k,
             top_p=request.top_p,
+            min_p=request.min_p,
             seed=seed,
             end_id=end_id,
             stop_sequences=stop_sequences,
+            stop_token_ids=tuple(request.stop_token_ids or ()),
+            logit_bias=request.logit_biases(),
             presence_penalty=request.presence_penalty,
             frequency_penalty=request.frequency_penalty,
             repetition_penalty=request.repetition_penalty,

@@ -11,14 +11,19 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from pipeline.openai_api.errors import APIError, bad_request, unsupported
 
-# OpenAI's own limit on stop sequences
-MAX_STOP_SEQUENCES = 4
+# stop strings a request may give (OpenAI allows 4, vLLM any number): each is matched against
+# the text as it streams and sent to the engine as a stop word, so their number stays bounded
+MAX_STOP_SEQUENCES = 64
 _ONLY_SAMPLED = "the engine returns the sampled token's log probability only; send {name}=0"
 _TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict"})
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    def refusals(self) -> list[APIError]:
+        """Valid types, values this server refuses (none unless a body has some)."""
+        return []
 
 
 class StreamOptions(_Strict):
@@ -49,6 +54,7 @@ class _GenerationRequest(_Strict):
     temperature: float = 1.0  # OpenAI's default: sampled; 0 = greedy
     top_p: float = 1.0
     top_k: int = 0  # an extension (vLLM's, TensorRT-LLM's): 0 = no top-k filter
+    min_p: float = 0.0  # vLLM's extension: drop tokens below min_p x the likeliest's probability
     ignore_eos: bool = False  # vLLM's extension: run to max_tokens (benchmarks' fixed lengths)
     repetition_penalty: float = 1.0  # vLLM's extension (TensorRT-LLM's): > 1 discourages repeats
     min_tokens: int = 0  # vLLM's extension: no end token before this many
@@ -56,6 +62,7 @@ class _GenerationRequest(_Strict):
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None  # vLLM's extension: kept in the output, as vLLM does
     seed: int | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
@@ -67,6 +74,9 @@ class _GenerationRequest(_Strict):
 
     def stop_strings(self) -> tuple[str, ...]:
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+
+    def logit_biases(self) -> tuple[tuple[int, float], ...]:
+        return tuple((int(token), bias) for token, bias in (self.logit_bias or {}).items())
 
     def refusals(self) -> list[APIError]:
         """The parameters set to something the engine cannot do (none are ignored)."""
@@ -81,8 +91,16 @@ class _GenerationRequest(_Strict):
             )
         if any(not s for s in stops):
             refused.append(bad_request("stop: an empty string never matches; remove it", "stop"))
-        if self.logit_bias:
-            refused.append(unsupported("logit_bias", "the engine applies no logit bias"))
+        for key in self.logit_bias or {}:
+            if not key.isdecimal():
+                refused.append(
+                    bad_request(
+                        f"logit_bias: the key {key!r} is not a token id; send token ids as "
+                        f'strings, e.g. {{"50256": -100}}',
+                        "logit_bias",
+                    )
+                )
+                break
         if self.stream_options is not None and not self.stream:
             refused.append(bad_request("stream_options: only allowed with stream=true"))
         return refused
@@ -171,7 +189,7 @@ class ChatCompletionRequest(_GenerationRequest):
         return self.max_tokens
 
 
-def parse(model: type[_GenerationRequest], body: bytes) -> _GenerationRequest:
+def parse(model: type[_Strict], body: bytes) -> _Strict:
     """The body as `model`, or a 400 naming the first bad field, its value and what it takes."""
     try:
         request = model.model_validate_json(body)

@@ -58,7 +58,7 @@ class FrontendRecipe:
             self.skip_special_tokens,
             self.backend,
         )
-        llm = TritonLLM(self.grpc_url, self.spec.request_timeout_s)
+        llm = TritonLLM(self.grpc_url, self.spec.request_timeout_s, self.limits.vocab_size)
         return Frontend(
             model,
             llm,

@@ -1,4 +1,5 @@
-"""The endpoints: /v1/completions, /v1/chat/completions, /v1/models, /health, /metrics.
+"""The endpoints (openapi.ENDPOINTS): /v1/completions, /v1/chat/completions, /v1/models,
+/tokenize, /detokenize, /health, /metrics, /version, /openapi.json, /docs.
 
 A generation request passes admission (key, size), is parsed and planned (every refusal a 400
 before anything runs), takes its engine slots, then streams: as server-sent events, or gathered
@@ -8,6 +9,7 @@ response is cancelled by Starlette when the connection drops; a whole answer is 
 """
 
 import asyncio
+import json
 import time
 from contextlib import aclosing
 
@@ -15,8 +17,9 @@ import anyio
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
+import pipeline
 from pipeline.client.metrics import engines_ready
 from pipeline.openai_api import choices
 from pipeline.openai_api.admission import Admission, check_api_key, read_body
@@ -24,8 +27,19 @@ from pipeline.openai_api.errors import APIError, bad_request
 from pipeline.openai_api.generation import choice_pieces, merged
 from pipeline.openai_api.logprobs import LogprobsWriter
 from pipeline.openai_api.metrics import FrontendMetrics
+from pipeline.openai_api.openapi import DOCS_HTML, openapi_document
 from pipeline.openai_api.protocol import ChatCompletionRequest, CompletionRequest, parse
 from pipeline.openai_api.responses import DONE, Answer, Shape, sse, usage
+from pipeline.openai_api.schemas import (
+    DetokenizeRequest,
+    DetokenizeResponse,
+    ModelCard,
+    ModelList,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
+    TokenizeResponse,
+    Version,
+)
 from pipeline.openai_api.served_model import Prompt, ServedModel
 from pipeline.openai_api.triton_llm import EngineError, TritonLLM
 from pipeline.specs.serve import OpenAISpec
@@ -53,6 +67,7 @@ class Frontend:
         self.admission = admission or Admission(settings.max_concurrent_requests)
         self.metrics = metrics or FrontendMetrics(self.admission)
         self.created = created
+        self._openapi = openapi_document()
 
     async def completions(self, request: Request) -> Response:
         return await self._generate(request, is_chat=False)
@@ -62,12 +77,50 @@ class Frontend:
 
     async def models(self, request: Request) -> Response:
         check_api_key(request, self.api_key)
-        return JSONResponse({"object": "list", "data": [self._model_card()]})
+        return JSONResponse(ModelList(data=[self._card()]).model_dump())
 
-    async def model(self, request: Request) -> Response:
+    async def model_card(self, request: Request) -> Response:
         check_api_key(request, self.api_key)
         self._check_model(request.path_params["model"], "model")
-        return JSONResponse(self._model_card())
+        return JSONResponse(self._card().model_dump())
+
+    async def tokenize(self, request: Request) -> Response:
+        """vLLM's /tokenize: a prompt, or chat messages through the template."""
+        check_api_key(request, self.api_key)
+        body = await read_body(request, self.settings.max_request_bytes)
+        try:  # which of the two shapes; a body that is no JSON object: parse's 400 says so
+            is_chat = "messages" in json.loads(body)
+        except (ValueError, TypeError):
+            is_chat = False
+        parsed = parse(TokenizeChatRequest if is_chat else TokenizeCompletionRequest, body)
+        if parsed.model is not None:
+            self._check_model(parsed.model, "model")
+        prompt = self._chat_prompt(parsed) if is_chat else self.model.encode_prompt(parsed.prompt)
+        tokens = prompt.token_ids
+        return JSONResponse(
+            TokenizeResponse(
+                tokens=tokens, count=len(tokens), max_model_len=self.model.limits.max_seq_len
+            ).model_dump()
+        )
+
+    async def detokenize(self, request: Request) -> Response:
+        check_api_key(request, self.api_key)
+        body = await read_body(request, self.settings.max_request_bytes)
+        parsed = parse(DetokenizeRequest, body)
+        if parsed.model is not None:
+            self._check_model(parsed.model, "model")
+        self.model.check_token_ids(parsed.tokens, "tokens")
+        text = self.model.detokenizer.decode(parsed.tokens)
+        return JSONResponse(DetokenizeResponse(prompt=text).model_dump())
+
+    async def version(self, request: Request) -> Response:
+        return JSONResponse(Version(version=pipeline.__version__).model_dump())
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(self._openapi)
+
+    async def docs(self, request: Request) -> Response:
+        return HTMLResponse(DOCS_HTML)
 
     async def health(self, request: Request) -> Response:
         is_ready = await self.llm.is_ready() and await anyio.to_thread.run_sync(
@@ -80,14 +133,14 @@ class Frontend:
     async def prometheus(self, request: Request) -> Response:
         return Response(self.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
-    def _model_card(self) -> dict:
-        return {
-            "id": self.model.name,
-            "object": "model",
-            "created": self.created,
-            "owned_by": "llm-pipeline",
-            "max_model_len": self.model.limits.max_seq_len,
-        }
+    def _card(self) -> ModelCard:
+        return ModelCard(
+            id=self.model.name,
+            created=self.created,
+            owned_by="llm-pipeline",
+            root=str(self.model.tokenizer_dir),
+            max_model_len=self.model.limits.max_seq_len,
+        )
 
     def _check_model(self, name: str, param: str) -> None:
         if name != self.model.name:

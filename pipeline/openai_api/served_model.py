@@ -45,6 +45,10 @@ def read_limits(engine_dir: Path, enable_chunked_prefill: bool) -> RequestLimits
         ) from exc
 
 
+# the OpenAI parameters whose token ids RequestLimits checks, as its messages name them
+_ID_PARAMS = {"logit_bias": "logit_bias", "stop_token_ids": "stop token ids"}
+
+
 @dataclass(frozen=True, slots=True)
 class Prompt:
     token_ids: list[int]
@@ -65,7 +69,7 @@ class ServedModel:
         them) and its penalties can skip the prompt (OpenAI's rule); the tensorrtllm backend
         has no default end token, so every request names the tokenizer's eos, and its
         penalties count the prompt's tokens too."""
-        self.name, self.limits = name, limits
+        self.name, self.limits, self.tokenizer_dir = name, limits, tokenizer_dir
         sends_end_id = backend != "torch"
         self.can_skip_prompt_in_penalties = backend == "torch"
         self.detokenizer = Detokenizer(tokenizer_dir, skip_special_tokens)
@@ -83,6 +87,15 @@ class ServedModel:
         if not token_ids:
             raise bad_request(f"{param}: an empty token list; send at least one token", param)
         return Prompt(list(token_ids), None)
+
+    def check_token_ids(self, token_ids: list[int], param: str) -> None:
+        bad = [t for t in token_ids if not 0 <= t < self.limits.vocab_size]
+        if bad:
+            raise bad_request(
+                f"{param}: token ids {bad[:5]} are outside the vocabulary "
+                f"[0, {self.limits.vocab_size})",
+                param,
+            )
 
     def echo(self, prompt: Prompt) -> str:
         return self.detokenizer.decode(prompt.token_ids) if prompt.text is None else prompt.text
@@ -126,10 +139,14 @@ class ServedModel:
             num_prompt = len(prompt.token_ids)
             too_long = num_prompt > self.limits.max_input_len
             over_seq = num_prompt + params.max_tokens > self.limits.max_seq_len
+            if not (too_long or over_seq):
+                # the token ids it names: the prompt's, or those of the parameter it names
+                named = [p for p in _ID_PARAMS if f"request: {_ID_PARAMS[p]} " in str(exc)]
+                param = named[0] if named else param
             raise APIError(
                 400,
                 str(exc),
-                param if too_long else "max_tokens" if over_seq else param,
+                "max_tokens" if over_seq and not too_long else param,
                 "context_length_exceeded" if too_long or over_seq else None,
             ) from None
 

@@ -43,8 +43,19 @@ def stop_words_list(sequences: tuple[tuple[int, ...], ...]) -> np.ndarray:
     return np.array([[ids, ends + [-1] * (len(ids) - len(ends))]], np.int32)
 
 
-def request_arrays(prompt_ids: list[int], params: SamplingParams) -> dict[str, np.ndarray]:
-    """The tensorrt_llm inputs of one streamed request ([1, ...]: batch 1)."""
+def embedding_bias(biases: tuple[tuple[int, float], ...], vocab_size: int) -> np.ndarray:
+    """[1, V]: the tensorrtllm backend's per-vocabulary bias added to the logits."""
+    dense = np.zeros((1, vocab_size), np.float32)
+    for token, bias in biases:
+        dense[0, token] = bias
+    return dense
+
+
+def request_arrays(
+    prompt_ids: list[int], params: SamplingParams, vocab_size: int
+) -> dict[str, np.ndarray]:
+    """The tensorrt_llm inputs of one streamed request ([1, ...]: batch 1). stop_token_ids go
+    as one-token stop words (kept in the output, as the engine keeps a stop token)."""
     arrays = {
         "input_ids": np.array([prompt_ids], np.int32),
         "input_lengths": np.array([[len(prompt_ids)]], np.int32),
@@ -58,14 +69,18 @@ def request_arrays(prompt_ids: list[int], params: SamplingParams) -> dict[str, n
         arrays["seed"] = np.array([[params.seed]], np.uint64)
     if params.end_id is not None:
         arrays["end_id"] = np.array([[params.end_id]], np.int32)
-    if params.stop_sequences:
-        arrays["stop_words_list"] = stop_words_list(params.stop_sequences)
+    stops = params.stop_sequences + tuple((t,) for t in params.stop_token_ids)
+    if stops:
+        arrays["stop_words_list"] = stop_words_list(stops)
+    if params.logit_bias:
+        arrays["embedding_bias"] = embedding_bias(params.logit_bias, vocab_size)
     # the rest only when set: a model without them (the tensorrtllm backend has no
     # prompt_ignore_length) then still takes the request
     for name, default in (
         ("presence_penalty", 0.0),
         ("frequency_penalty", 0.0),
         ("repetition_penalty", 1.0),
+        ("min_p", 0.0),  # the torch backend's (an input after upstream's)
     ):
         if getattr(params, name) != default:
             arrays[name] = np.array([[getattr(params, name)]], np.float32)
@@ -90,8 +105,10 @@ def _infer_request(model: str, arrays: dict[str, np.ndarray]) -> service_pb2.Mod
 
 
 class TritonLLM:
-    def __init__(self, url: str, timeout_s: float, model: str = LLM_MODEL):
+    def __init__(self, url: str, timeout_s: float, vocab_size: int, model: str = LLM_MODEL):
+        """vocab_size: the engine's, the length of a request's embedding_bias."""
         self.url, self.timeout_s, self.model = url, timeout_s, model
+        self.vocab_size = vocab_size
         self._channel: grpc.aio.Channel | None = None
         self._stub = None
         self._ending: set = set()  # finished calls not closed yet: a dropped call is cancelled
@@ -124,7 +141,7 @@ class TritonLLM:
         """(new token ids, their log probabilities when params.logprobs asks, is_final) for
         each response, up to the final one. Closing this generator before the final response
         cancels the request in the engine."""
-        request = _infer_request(self.model, request_arrays(prompt_ids, params))
+        request = _infer_request(self.model, request_arrays(prompt_ids, params, self.vocab_size))
         done = asyncio.Event()
 
         async def requests():

@@ -35,6 +35,7 @@ class RequestLimits:
         self._check_ids("prompt", prompt_token_ids)
         self._check_ids("stop words", [t for seq in params.stop_sequences for t in seq])
         self._check_ids("stop token ids", params.stop_token_ids)
+        self._check_ids("logit_bias", [token for token, _ in params.logit_bias])
         self._check_ids("bad words", [t for seq in params.bad_sequences for t in seq])
         if params.end_id is not None and params.end_id != -1:  # -1: no end token
             self._check_ids("end_id", [params.end_id])

@@ -10,7 +10,7 @@ vocabulary by RequestLimits, which knows it.
 import math
 from dataclasses import dataclass, field
 
-from pipeline.triton_repo.input_checks import ALLOWED
+from pipeline.triton_repo.input_checks import ALLOWED, LOGIT_BIAS
 
 MAX_INT32 = 2**31 - 1
 MAX_UINT64 = 2**64 - 1
@@ -28,6 +28,15 @@ def _token_sequences(name: str, value) -> tuple[tuple[int, ...], ...]:
     return seqs
 
 
+def _biases(value) -> tuple[tuple[int, float], ...]:
+    """(token id, bias) pairs, sorted by token; a token given twice is an error."""
+    pairs = tuple(sorted((int(token), float(bias)) for token, bias in value))
+    tokens = [token for token, _ in pairs]
+    if len(set(tokens)) != len(tokens):
+        raise ValueError(f"SamplingParams.logit_bias: a token id is given twice in {value!r}")
+    return pairs
+
+
 def _problems(p: "SamplingParams") -> list[str]:
     """Every out-of-range knob, each named with its value and the allowed range."""
     problems = []
@@ -41,6 +50,11 @@ def _problems(p: "SamplingParams") -> list[str]:
         problems.append(f"top_k={p.top_k} must be in [0, {MAX_INT32}] (0 disables it)")
     if not (math.isfinite(p.top_p) and 0.0 < p.top_p <= 1.0):
         problems.append(f"top_p={p.top_p} must be in (0, 1]")
+    if not (math.isfinite(p.min_p) and ALLOWED["min_p"].allows(p.min_p)):
+        problems.append(f"min_p={p.min_p} must be in {ALLOWED['min_p'].describe()}")
+    for token, bias in p.logit_bias:
+        if not (math.isfinite(bias) and LOGIT_BIAS.allows(bias)):
+            problems.append(f"logit_bias={bias} (token {token}) must be in {LOGIT_BIAS.describe()}")
     if p.seed is not None and not 0 <= p.seed <= MAX_UINT64:
         problems.append(f"seed={p.seed} must be in [0, 2**64 - 1]")
     for name in ("end_id", "pad_id"):
@@ -64,6 +78,8 @@ class SamplingParams:
     temperature: float = 0.0  # 0 = greedy
     top_k: int = 0  # 0 = no top-k filter
     top_p: float = 1.0
+    # drop tokens less likely than min_p times the likeliest (after temperature); 0 = off
+    min_p: float = 0.0
     seed: int | None = None  # None = the engine's own generator
     end_id: int | None = None  # None = the model's eos token(s)
     pad_id: int | None = None  # carried for the Triton model's padded outputs
@@ -80,10 +96,14 @@ class SamplingParams:
     prompt_ignore_length: int = 0
     min_tokens: int = 0  # end (and stop token) ids are banned until this many are generated
     logprobs: int | None = None  # 0: each generated token's log probability (section 9.3)
+    # (token id, bias) added to that token's logit before penalties and sampling (OpenAI's
+    # logit_bias; TensorRT-LLM's embedding_bias, sparse); sorted by token id
+    logit_bias: tuple[tuple[int, float], ...] = ()
     # any penalty set (derived; the sampler reads it for every sequence of every launch)
     has_penalties: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
+        object.__setattr__(self, "logit_bias", _biases(self.logit_bias))
         problems = _problems(self)
         if problems:
             raise ValueError("SamplingParams: " + "; ".join(problems))

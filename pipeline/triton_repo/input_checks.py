@@ -46,6 +46,9 @@ MAX_SCALE = 1e6
 # presence and frequency: OpenAI's range, which vLLM enforces too ([-2, 2]); TensorRT-LLM's is
 # unbounded, but frequency_penalty * a count near 2**31 must stay finite
 _ADDITIVE_PENALTY = Allowed(-2.0, 2.0, "0 = none")
+# OpenAI's logit_bias range (vLLM clamps to it); TensorRT-LLM's embedding_bias is unbounded; a bias
+# must leave the logits finite: -100 already makes a token practically never drawn
+LOGIT_BIAS = Allowed(-100.0, 100.0, "added to the token's logit; 0 = none")
 _LENGTH_PENALTY = Allowed(-math.inf, math.inf, "beam search only")
 # the ensemble's / BLS's names and the tensorrt_llm model's names for the same knobs
 ALLOWED = {
@@ -68,6 +71,8 @@ ALLOWED = {
     "presence_penalty": _ADDITIVE_PENALTY,
     "frequency_penalty": _ADDITIVE_PENALTY,
     "min_tokens": Allowed(0, MAX_INT32, "0 = none"),
+    "min_p": Allowed(0.0, 1.0, "0 = none"),
+    "embedding_bias": LOGIT_BIAS,
     "length_penalty": _LENGTH_PENALTY,
     "len_penalty": _LENGTH_PENALTY,
     "beam_width": Allowed(1, MAX_INT32, "1 = no beam search"),

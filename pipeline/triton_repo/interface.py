@@ -228,6 +228,8 @@ TORCH_LLM_INPUTS = (
     # ours, as later upstream versions: presence and frequency penalties skip this many prompt
     # tokens (docs/trtllm_reference.md, section 9.2)
     t("prompt_ignore_length", "INT32", scalar=True, optional=True),
+    # ours: min-p sampling (vLLM's min_p; docs/trtllm_reference.md, section 9.2)
+    t("min_p", "FP32", scalar=True, optional=True),
 )
 # upstream's outputs, then ours
 TORCH_LLM_OUTPUTS = with_logits_type((*LLM_OUTPUTS, LLM_TEXT_OUTPUT), LOGITS_TYPES["float32"])

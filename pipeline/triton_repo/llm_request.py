@@ -176,6 +176,19 @@ def _sequences(arrays: dict[str, np.ndarray], kind: str, encoder: TextEncoder | 
     return sequences
 
 
+def _logit_bias(arrays: dict[str, np.ndarray]) -> tuple[tuple[int, float], ...]:
+    """embedding_bias ([V] or [1, V] floats added to the logits, the tensorrtllm backend's) as
+    (token id, bias) pairs of its non-zero entries; an empty tensor (preprocessing's [1, 0]
+    when no bias is asked) is none."""
+    bias = arrays.get("embedding_bias")
+    if bias is None or not bias.size:
+        return ()
+    if bias.ndim > 1 and bias.shape[0] != 1:
+        raise ValueError(f"embedding_bias: batch size {bias.shape[0]}: send one per request")
+    bias = bias.reshape(-1)
+    return tuple((int(t), float(bias[t])) for t in np.flatnonzero(bias))
+
+
 def from_arrays(
     arrays: dict[str, np.ndarray],
     default_exclude_input: bool,
@@ -207,6 +220,8 @@ def from_arrays(
         frequency_penalty=float(_scalar(arrays, "frequency_penalty", 0.0)),
         prompt_ignore_length=int(_scalar(arrays, "prompt_ignore_length", 0)),
         min_tokens=int(_scalar(arrays, "min_tokens", 0)),
+        min_p=float(_scalar(arrays, "min_p", 0.0)),
+        logit_bias=_logit_bias(arrays),
         logprobs=0 if _scalar(arrays, "return_log_probs", False) else None,
         **_sampling(arrays),
     )

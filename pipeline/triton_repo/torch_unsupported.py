@@ -3,15 +3,15 @@
 The ensemble and the BLS declare upstream's whole client interface (interface.py), and Triton
 accepts whatever a model declares; a request that relies on one of these gets an error naming
 the input, its value and the backend, never a silently different answer. An empty tensor, or a
-value meaning "off", asks for nothing and passes (preprocessing always sends an embedding bias,
-[1, 0] when none).
+value meaning "off", asks for nothing and passes. embedding_bias itself (a per-vocabulary bias)
+is served; the ensemble's embedding_bias_words/weights are not (text the torch model would have
+to tokenize into a bias).
 """
 
 import numpy as np
 
 # input -> what the torch engine lacks, for the error
 ABSENT_FEATURES = {
-    "embedding_bias": "no embedding bias",
     "embedding_bias_words": "no embedding bias",
     "embedding_bias_weights": "no embedding bias",
     "prompt_embedding_table": "no prompt tables (p-tuning)",

@@ -1,9 +1,10 @@
-"""Next-token choice per row: banned tokens, penalties, then greedy or temperature / top-k / top-p
-sampling; the sampled tokens' log probabilities for the rows that ask.
+"""Next-token choice per row: logit biases, banned tokens, penalties, then greedy or temperature /
+top-k / top-p / min-p sampling; the sampled tokens' log probabilities for the rows that ask.
 
 A row with a seed draws from its own torch.Generator, so its tokens do not depend on what else
 is in the batch; rows without one share the sampler's generator. Penalties and log probabilities
-cost nothing while no row in the batch uses them (None in SamplingTensors).
+cost nothing while no row in the batch uses them (None in SamplingTensors); so do logit biases
+(one sparse add per step, its indices built once per launch) and min-p (a no-op mask at 0).
 """
 
 from dataclasses import dataclass
@@ -24,6 +25,10 @@ class SamplingTensors:
     temperatures: torch.Tensor | None = None  # [S] float32; 1.0 on greedy rows (draw unused)
     top_ks: torch.Tensor | None = None  # [S] int64; vocab size where top-k is off
     top_ps: torch.Tensor | None = None  # [S] float32
+    min_ps: torch.Tensor | None = None  # [S] float32; None when no sampled row sets min_p
+    # logit biases of every row as one sparse add: (rows [B] int64, token ids [B] int64,
+    # biases [B] float32); None when no row has any
+    logit_bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     penalties: Penalties | None = None  # rows with penalties or min_tokens
     # log probabilities of the sampled tokens (all rows, when any asks): the log-softmax of the
     # logits each was drawn from, after bans, penalties and temperature, before top-k / top-p
@@ -31,7 +36,11 @@ class SamplingTensors:
 
 
 def filtered_probs(
-    logits: torch.Tensor, temperatures: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor
+    logits: torch.Tensor,
+    temperatures: torch.Tensor,
+    top_ks: torch.Tensor,
+    top_ps: torch.Tensor,
+    min_ps: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     # logits [S, V] float32 -> (probs [S, V] in descending-logit order, that order [S, V])
     scaled = logits / temperatures[:, None]
@@ -42,7 +51,21 @@ def filtered_probs(
     # top-p: keep the smallest prefix whose mass reaches top_p (the first token always stays)
     mass_before = probs.cumsum(dim=-1) - probs
     drop = (mass_before >= top_ps[:, None]) & (top_ps[:, None] < 1.0)
+    if min_ps is not None:  # min-p (vLLM's): below min_p x the likeliest (column 0); 0 drops none
+        drop |= probs < min_ps[:, None] * probs[:, :1]
     return probs.masked_fill(drop, 0.0), order
+
+
+def _logit_bias(params: list, device: torch.device):
+    pairs = [(row, token, bias) for row, p in enumerate(params) for token, bias in p.logit_bias]
+    if not pairs:
+        return None
+    rows, tokens, biases = zip(*pairs, strict=True)
+    return (
+        torch.tensor(rows, device=device),
+        torch.tensor(tokens, device=device),
+        torch.tensor(biases, dtype=torch.float32, device=device),
+    )
 
 
 def sampling_tensors(seqs: list, device: torch.device, vocab_size: int) -> SamplingTensors:
@@ -59,6 +82,7 @@ def sampling_tensors(seqs: list, device: torch.device, vocab_size: int) -> Sampl
         generators=[seq.generator for seq in seqs],
         banned_token_ids=[seq.banned_token_ids() for seq in seqs],
         penalties=penalties(seqs, device, vocab_size),
+        logit_bias=_logit_bias(params, device),
     )
     if any(p.logprobs is not None for p in params):
         tensors.logprobs = LaunchLogprobs()
@@ -74,6 +98,10 @@ def sampling_tensors(seqs: list, device: torch.device, vocab_size: int) -> Sampl
         )
         tensors.top_ks = torch.tensor([p.top_k or vocab_size for p in params], device=device)
         tensors.top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
+        if any(p.min_p and not p.is_greedy for p in params):
+            tensors.min_ps = torch.tensor(
+                [p.min_p for p in params], dtype=torch.float32, device=device
+            )
     return tensors
 
 
@@ -84,6 +112,8 @@ class Sampler(nn.Module):
 
     def forward(self, logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
         # logits [S, V] float32 -> token ids [S] int64
+        if params.logit_bias is not None:
+            logits = logits.index_put(params.logit_bias[:2], params.logit_bias[2], accumulate=True)
         rows = [i for i, banned in enumerate(params.banned_token_ids) for _ in banned]
         if rows:
             cols = [t for banned in params.banned_token_ids for t in banned]
@@ -110,7 +140,9 @@ class Sampler(nn.Module):
         greedy = logits.argmax(dim=-1)
         if all(params.is_greedy):
             return greedy
-        probs, order = filtered_probs(logits, params.temperatures, params.top_ks, params.top_ps)
+        probs, order = filtered_probs(
+            logits, params.temperatures, params.top_ks, params.top_ps, params.min_ps
+        )
         picks = torch.zeros_like(greedy)  # rank in `order`; greedy rows keep 0 and are replaced
         sampled_rows = [i for i, is_greedy in enumerate(params.is_greedy) if not is_greedy]
         for i in sampled_rows:

@@ -1,13 +1,18 @@
 """Request bodies: OpenAI's strictness (types, unknown keys) and every refusal as a 400 that
-names the parameter; what the engine cannot do (top log probabilities, logit bias, tools) is
-refused, never ignored."""
+names the parameter; what the engine cannot do (top log probabilities, tools) is refused, never
+ignored."""
 
 import json
 
 import pytest
 
 from pipeline.openai_api.errors import APIError
-from pipeline.openai_api.protocol import ChatCompletionRequest, CompletionRequest, parse
+from pipeline.openai_api.protocol import (
+    MAX_STOP_SEQUENCES,
+    ChatCompletionRequest,
+    CompletionRequest,
+    parse,
+)
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}
 COMPLETION = {"model": "m", "prompt": "Hi"}
@@ -48,6 +53,11 @@ def test_accepts_what_openai_clients_send():
     sampled = {**CHAT, "logprobs": True, "top_logprobs": 0}
     assert parse(ChatCompletionRequest, json.dumps(sampled).encode()).wants_logprobs
     assert parse(CompletionRequest, json.dumps({**COMPLETION, "logprobs": 0}).encode())
+    vllm = {"min_p": 0.1, "stop_token_ids": [2], "logit_bias": {"50256": -100, "7": 2.5}}
+    extended = parse(CompletionRequest, json.dumps({**COMPLETION, **vllm}).encode())
+    assert extended.logit_biases() == ((50256, -100.0), (7, 2.5))
+    many = {**COMPLETION, "stop": [f"s{i}" for i in range(MAX_STOP_SEQUENCES)]}
+    assert len(parse(CompletionRequest, json.dumps(many).encode()).stop_strings()) > 4
     for prompt in ("x", ["x", "y"], [1, 2], [[1], [2, 3]]):
         assert parse(CompletionRequest, json.dumps({**COMPLETION, "prompt": prompt}).encode())
 
@@ -67,8 +77,11 @@ def test_accepts_what_openai_clients_send():
         ({**COMPLETION, "logprobs": 0, "echo": True}, "echo", "unsupported"),
         ({**COMPLETION, "presence_penalty": "high"}, "presence_penalty", None),
         ({**COMPLETION, "suffix": "!"}, "suffix", "unsupported"),
-        ({**COMPLETION, "logit_bias": {"50256": -100}}, "logit_bias", "unsupported"),
-        ({**COMPLETION, "stop": ["a", "b", "c", "d", "e"]}, "stop", None),
+        ({**COMPLETION, "logit_bias": {"dog": -100}}, "logit_bias", None),
+        ({**COMPLETION, "logit_bias": {"5": "high"}}, "logit_bias", None),
+        ({**COMPLETION, "stop_token_ids": ["5"]}, "stop_token_ids.0", None),
+        ({**COMPLETION, "min_p": "0.1"}, "min_p", None),
+        ({**COMPLETION, "stop": ["s"] * (MAX_STOP_SEQUENCES + 1)}, "stop", None),
     ],
 )
 def test_completion_refusals_name_the_parameter(body, param, code):

@@ -275,7 +275,10 @@ def test_upstream_sampling_inputs_reach_the_engine():
         ({"return_generation_logits": [[True]]}, "return_generation_logits=true"),
         ({"lora_task_id": np.array([[7]], np.uint64)}, "lora_task_id=7 (no LoRA adapters"),
         ({"guided_decoding_guide_type": np.array([[b"json"]], object)}, "'json' (no guided"),
-        ({"embedding_bias": np.ones((1, 9), np.float32)}, "embedding_bias=<[1, 9] float32>"),
+        (
+            {"embedding_bias_weights": np.ones((1, 2), np.float32)},
+            "embedding_bias_weights=<[1, 2] float32> (no embedding bias",
+        ),
         ({"prompt_embedding_table": np.ones((1, 2, 4), np.float16)}, "prompt_embedding_table"),
         ({"draft_input_ids": [[3, 4]]}, "draft_input_ids=<[1, 2] int64> (no speculative"),
         ({"lookahead_window_size": [[3]]}, "lookahead_window_size=3 (no speculative decoding"),
@@ -344,3 +347,18 @@ def test_text_that_is_not_utf8_is_named(encoder, name):
     arrays[name] = np.array([[b"\xff\xfe"]], np.object_)
     with pytest.raises(ValueError, match=f"{name}: byte 0 is not valid UTF-8"):
         from_arrays(arrays, True, encoder)
+
+
+def test_embedding_bias_and_min_p_reach_the_sampling_params():
+    bias = np.zeros((1, len(VOCAB)), np.float32)
+    bias[0, 4], bias[0, 7] = 100.0, -100.0
+    arrays = request_arrays(
+        embedding_bias=bias, min_p=np.array([[0.25]], np.float32), temperature=[[0.7]]
+    )
+    p = from_arrays(arrays, default_exclude_input=True).params
+    assert p.logit_bias == ((4, 100.0), (7, -100.0)) and p.min_p == 0.25
+    for name, value in (("min_p", 1.5), ("embedding_bias", np.full((1, 3), 101.0, np.float32))):
+        with pytest.raises(ValueError, match=f"{name}=.* is outside"):
+            from_arrays(
+                request_arrays(**{name: np.asarray(value, np.float32).reshape(1, -1)}), True
+            )
