@@ -19,7 +19,7 @@ from pipeline.bench.target import Target
 from pipeline.bench.workload import BenchRequest, PromptMaker
 from pipeline.errors import ConfigError
 from pipeline.profiler.sampler import Sampler, summarize_samples
-from pipeline.triton_repo.engine_runtime import engine_runtime
+from pipeline.triton_models.engine_runtime import engine_runtime
 
 log = logging.getLogger(__name__)
 # openai: the OpenAI-compatible frontend in front of the bench's server; all: direct, the gRPC

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pipeline.openai_api.choices import Choice
 from pipeline.openai_api.stop_strings import StopChecker
 from pipeline.openai_api.triton_llm import TritonLLM
-from pipeline.triton_repo.detokenizer import Detokenizer
+from pipeline.triton_models.detokenizer import Detokenizer
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 the completions' parallel lists. The engine gives the sampled token's only, so chat's
 `top_logprobs` are empty and the completions' hold that token alone."""
 
-from pipeline.triton_repo.detokenizer import Detokenizer
+from pipeline.triton_models.detokenizer import Detokenizer
 
 
 class LogprobsWriter:

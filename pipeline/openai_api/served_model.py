@@ -16,8 +16,8 @@ from pipeline.errors import ArtifactError
 from pipeline.openai_api.errors import APIError, bad_request
 from pipeline.request.limits import RequestLimits
 from pipeline.request.sampling_params import SamplingParams
-from pipeline.triton_repo.detokenizer import Detokenizer
-from pipeline.triton_repo.llm_request import TextEncoder
+from pipeline.triton_models.detokenizer import Detokenizer
+from pipeline.triton_models.llm_request import TextEncoder
 
 
 def read_limits(engine_dir: Path, enable_chunked_prefill: bool) -> RequestLimits:

@@ -10,7 +10,7 @@ vocabulary by RequestLimits, which knows it.
 import math
 from dataclasses import dataclass, field
 
-from pipeline.triton_repo.input_checks import ALLOWED, LOGIT_BIAS
+from pipeline.triton_models.input_checks import ALLOWED, LOGIT_BIAS
 
 MAX_INT32 = 2**31 - 1
 MAX_UINT64 = 2**64 - 1

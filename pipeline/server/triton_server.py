@@ -32,7 +32,7 @@ from pipeline.errors import StageError
 from pipeline.server import server_records
 from pipeline.server.ports import wait_accepting
 from pipeline.server.server_home import ServerHome
-from pipeline.triton_repo.drain import DRAIN_FILE_ENV, DRAIN_TIMEOUT_ENV, write_drain
+from pipeline.triton_models.drain import DRAIN_FILE_ENV, DRAIN_TIMEOUT_ENV, write_drain
 
 log = logging.getLogger(__name__)
 SHM_DIR = server_records.SHM_DIR
@@ -251,7 +251,7 @@ class TritonServer:
     def begin_stop(self) -> None:
         """The server refuses new requests from now on and drains those in flight (it exits by
         itself once they are done, or once its exit timeout is over): its models are told
-        (pipeline.triton_repo.drain), then it gets SIGTERM."""
+        (pipeline.triton_models.drain), then it gets SIGTERM."""
         if self.process is None or self.process.poll() is not None or self.is_stopping:
             return
         self._tell_models(None)

@@ -16,7 +16,7 @@ from pipeline.errors import ArtifactError
 from pipeline.study.faults import RequestFault
 from pipeline.study.grid import Series, next_batch_size
 from pipeline.synthetic.weights import HOOK
-from pipeline.triton_repo.engine_runtime import engine_runtime
+from pipeline.triton_models.engine_runtime import engine_runtime
 
 log = logging.getLogger(__name__)
 CELL_FILE = "cell.json"

@@ -11,7 +11,7 @@ order, with ours after them (section 9.7).
 
 from dataclasses import dataclass, replace
 
-from pipeline.triton_repo.input_checks import LLM_DIRECT_INPUTS
+from pipeline.triton_models.input_checks import LLM_DIRECT_INPUTS
 from pipeline.trtllm import triton_io
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pipeline.errors import ConfigError, StageError
 from pipeline.specs.deploy import DeploySpec
+from pipeline.triton_models import SERVED
 from pipeline.triton_repo import interface as io
 from pipeline.triton_repo import model_config as mcfg
 from pipeline.triton_repo import shared_models
@@ -16,11 +17,11 @@ from pipeline.triton_repo.validate import check_repository
 
 log = logging.getLogger(__name__)
 
-SOURCES = Path(__file__).parent / "python_models"
+SOURCES = SERVED / "python_models"
 # beside every python model that checks request values: the stub imports it from the model's
 # version dir, so the models need no other part of this package (the tensorrtllm backend's image)
-INPUT_CHECKS = Path(__file__).parent / "input_checks.py"
-BLS_NAMES = Path(__file__).parent / "bls_names.py"  # the same, for the BLS's tables
+INPUT_CHECKS = SERVED / "input_checks.py"
+BLS_NAMES = SERVED / "bls_names.py"  # the same, for the BLS's tables
 MARKER = ".pipeline_repository.json"  # marks a dir this module may replace
 KEPT_FILES = ("README.md",)
 

@@ -13,14 +13,15 @@ from pathlib import Path
 import pipeline
 from pipeline.errors import ConfigError
 from pipeline.specs.deploy import DeploySpec
+from pipeline.triton_models import SERVED
+from pipeline.triton_models.engine_runtime import runtime_parameters
 from pipeline.triton_repo import interface as io
 from pipeline.triton_repo import model_config as mcfg
 from pipeline.triton_repo.engine_info import EngineInfo, triton_max_batch_size
-from pipeline.triton_repo.engine_runtime import runtime_parameters
 
-MODEL_SOURCE = Path(__file__).parent / "python_models" / "torch_llm.py"
+MODEL_SOURCE = SERVED / "python_models" / "torch_llm.py"
 # imported by the model from beside it
-MODEL_MODULES = (Path(__file__).parent / "python_models" / "llm_responses.py",)
+MODEL_MODULES = (SERVED / "python_models" / "llm_responses.py",)
 # stub processes on a GPU: one stub's GIL capped the served rate of a fast engine (SmolLM2 on an
 # H100); a CPU engine is slower than one stub
 AUTO_GPU_INSTANCES = 4

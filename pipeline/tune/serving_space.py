@@ -20,7 +20,7 @@ from pipeline.bench.direct_target import DirectTarget
 from pipeline.bench.engine_facts import EngineFacts
 from pipeline.bench.session import Workload, measure
 from pipeline.errors import ConfigError
-from pipeline.triton_repo.engine_runtime import engine_runtime
+from pipeline.triton_models.engine_runtime import engine_runtime
 from pipeline.tune.search_space import Grid, Knob
 
 log = logging.getLogger(__name__)

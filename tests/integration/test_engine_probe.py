@@ -23,7 +23,7 @@ from pipeline.errors import ArtifactError
 from pipeline.request.errors import ENGINE_UNAVAILABLE
 from pipeline.server.ports import free_ports
 from pipeline.stages import build
-from pipeline.triton_repo.llm_service import LLMService
+from pipeline.triton_models.llm_service import LLMService
 from tests.conftest import REPO, SMOLLM_ENGINE_OVERRIDES, make_spec
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pipeline.engine import LLMEngine, SamplingParams
-from pipeline.triton_repo.llm_service import LLMService, OutputChunk
+from pipeline.triton_models.llm_service import LLMService, OutputChunk
 
 PROMPTS = ["The capital of France is", "Water boils at", "To make tea, first"]
 NUM_TOKENS = 8

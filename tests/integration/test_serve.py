@@ -22,7 +22,7 @@ from pipeline.server import launch, stub_env
 from pipeline.server.ports import free_ports
 from pipeline.server.triton_server import SHM_DIR
 from pipeline.stages import deploy
-from pipeline.triton_repo.hop_log import HOPS
+from pipeline.triton_models.hop_log import HOPS
 from tests.conftest import SMOLLM_ENGINE_OVERRIDES, make_spec
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]

@@ -38,7 +38,7 @@ def test_config_pbtxt_matches_golden(tmp_path, model):
 
 def test_python_models_are_copied_from_the_package(tmp_path):
     repo = write_repo(tmp_path)
-    sources = Path(pipeline.__file__).parent / "triton_repo" / "python_models"
+    sources = Path(pipeline.__file__).parent / "triton_models" / "python_models"
     for model, source in (
         ("preprocessing", "preprocessing.py"),
         ("postprocessing", "postprocessing.py"),

@@ -8,7 +8,7 @@ import pytest
 from pipeline.openai_api.triton_llm import _model_error
 from pipeline.request.errors import SHUTTING_DOWN
 from pipeline.server.ports import accepts, free_ports, wait_accepting
-from pipeline.triton_repo.drain import REFUSAL, DrainWatch, write_drain
+from pipeline.triton_models.drain import REFUSAL, DrainWatch, write_drain
 
 
 def test_a_model_sees_the_drain_begin_then_end(tmp_path):

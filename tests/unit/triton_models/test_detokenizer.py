@@ -7,7 +7,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from pipeline.triton_repo.detokenizer import Detokenizer
+from pipeline.triton_models.detokenizer import Detokenizer
 
 ASCII = "the quick brown fox jumps over the lazy dog, mixed with Paris and a naive facade"
 TEXTS = [

@@ -5,7 +5,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from pipeline.triton_repo.llm_request import TextEncoder, from_arrays, word_sequences
+from pipeline.triton_models.llm_request import TextEncoder, from_arrays, word_sequences
 
 VOCAB = ["<unk>", "<s>", "</s>", "the", "cat", "sat", "on", "mat", "."]
 

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.request import StreamDelta
-from pipeline.triton_repo.detokenizer import TextStream
-from pipeline.triton_repo.llm_request import LLMRequest
+from pipeline.triton_models.detokenizer import TextStream
+from pipeline.triton_models.llm_request import LLMRequest
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.request import SamplingParams
-from pipeline.triton_repo.input_checks import check_inputs, decode_utf8
-from pipeline.triton_repo.torch_unsupported import refuse_unsupported
+from pipeline.triton_models.input_checks import check_inputs, decode_utf8
+from pipeline.triton_models.torch_unsupported import refuse_unsupported
 
 
 class TextEncoder:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.engine.engine_config import RuntimeOptions
-from pipeline.triton_repo import engine_runtime as er
+from pipeline.triton_models import engine_runtime as er
 from tests.conftest import make_spec
 from tests.unit.triton_repo.repo_helpers import read_config, write_repo
 

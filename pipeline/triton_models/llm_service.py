@@ -55,11 +55,11 @@ import numpy as np
 from pipeline.engine import AsyncLLMEngine, LLMEngine
 from pipeline.engine.core.engine_probe import check_probe
 from pipeline.engine.core.engine_process import EngineProcess
-from pipeline.triton_repo.detokenizer import Detokenizer
-from pipeline.triton_repo.engine_supervisor import EngineSupervisor
-from pipeline.triton_repo.hop_log import HopLog
-from pipeline.triton_repo.live_request import LiveRequest, OutputChunk
-from pipeline.triton_repo.llm_request import TextEncoder, from_arrays
+from pipeline.triton_models.detokenizer import Detokenizer
+from pipeline.triton_models.engine_supervisor import EngineSupervisor
+from pipeline.triton_models.hop_log import HopLog
+from pipeline.triton_models.live_request import LiveRequest, OutputChunk
+from pipeline.triton_models.llm_request import TextEncoder, from_arrays
 
 log = logging.getLogger(__name__)
 _STOP = object()

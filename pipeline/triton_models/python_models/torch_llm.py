@@ -88,10 +88,10 @@ class TritonPythonModel:
             import torch
 
             torch.set_num_threads(int(params["num_threads"]))
-        from pipeline.triton_repo.drain import REFUSAL, DrainWatch
-        from pipeline.triton_repo.engine_runtime import runtime_from_parameters
-        from pipeline.triton_repo.hop_log import HOP_STATS, HOPS
-        from pipeline.triton_repo.llm_service import LLMService
+        from pipeline.triton_models.drain import REFUSAL, DrainWatch
+        from pipeline.triton_models.engine_runtime import runtime_from_parameters
+        from pipeline.triton_models.hop_log import HOP_STATS, HOPS
+        from pipeline.triton_models.llm_service import LLMService
 
         self.service = LLMService(
             params["engine_dir"],
@@ -322,7 +322,7 @@ class TritonPythonModel:
                     exported[key] = stats[key]
 
     def finalize(self):
-        # the server stops: its requests in flight get the drain time (pipeline.triton_repo.drain)
+        # the server stops: its requests in flight get the drain time (pipeline.triton_models.drain)
         message = self.drain.wait(lambda: self.service.num_live > 0)
         if message is not None:
             self.service.end_all(message)  # the metrics thread may have: the second finds none
