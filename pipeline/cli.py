@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from pipeline.config import STAGE_NAMES, to_specs
 from pipeline.errors import PipelineError
+from pipeline.specs.pipeline import PipelineSpec
 
 log = logging.getLogger("pipeline")
 # an installed wheel carries conf/ inside the package (setup.py); a checkout keeps it beside it
@@ -19,7 +20,7 @@ _HERE = Path(__file__).resolve().parent
 CONF_DIR = str(_HERE / "conf" if (_HERE / "conf").is_dir() else _HERE.parent / "conf")
 
 
-def run_stage(spec) -> Path:
+def run_stage(spec: PipelineSpec) -> Path:
     module_name = f"pipeline.stages.{spec.stage}"
     try:
         module = importlib.import_module(module_name)

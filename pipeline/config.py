@@ -12,7 +12,6 @@ import os
 import re
 import types
 import typing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import ConfigError
 from pipeline.hardware import target_sm
-from pipeline.specs.backend import BackendSpec
-from pipeline.specs.bench import BenchSpec
-from pipeline.specs.build import BuildSpec
-from pipeline.specs.deploy import DeploySpec
-from pipeline.specs.model import ModelSpec
-from pipeline.specs.parallel import ParallelSpec
-from pipeline.specs.quant import QuantSpec
-from pipeline.specs.serve import ServeSpec
-from pipeline.specs.study import StudySpec
-from pipeline.specs.tune import TuneSpec
+from pipeline.specs.pipeline import PipelineSpec
 
 STAGE_NAMES = (
     "fetch",
@@ -47,26 +37,6 @@ STAGE_NAMES = (
     "tune",
     "study",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class PipelineSpec:
-    stage: str  # set by the CLI's positional argument
-    model: ModelSpec
-    quant: QuantSpec
-    build: BuildSpec
-    deploy: DeploySpec
-    bench: BenchSpec
-    backend: BackendSpec
-    parallel: ParallelSpec
-    serve: ServeSpec = ServeSpec()  # frontends beside tritonserver (serve, demo)
-    tune: TuneSpec = TuneSpec()  # measured-feedback search (tune)
-    study: StudySpec = StudySpec()  # batch x parallelism study (study)
-    workdir: str = "artifacts"  # artifacts live under <workdir>/<model>/<stage>-<config hash>/
-    # target GPU for precision checks: auto | cpu | a100 | l40s | h100 | h200 | b200 ...
-    hardware: str = "auto"
-    force: bool = False  # re-run a stage even when its inputs and config are unchanged
-    verbose: bool = False
 
 
 # model.dtype's value that to_specs resolves for the hardware (auto_dtype)

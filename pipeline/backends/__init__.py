@@ -7,9 +7,10 @@ import importlib
 
 from pipeline.backends.base import Backend
 from pipeline.errors import ConfigError
+from pipeline.specs.pipeline import PipelineSpec
 
 
-def load_backend(spec) -> Backend:
+def load_backend(spec: PipelineSpec) -> Backend:
     module_name, _, class_name = spec.backend._target_.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)

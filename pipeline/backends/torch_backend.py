@@ -19,6 +19,7 @@ from pipeline.engine.engine_config import ModelConfig
 from pipeline.engine.layers.linear import check_quantization
 from pipeline.engine.quant.kv_cache import check_kv_cache
 from pipeline.errors import ArtifactError, ConfigError, StageError
+from pipeline.specs.pipeline import PipelineSpec
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ def _record_probe(engine_dir: Path, device: str, build) -> dict:
 class TorchBackend:
     name = "torch"
 
-    def __init__(self, spec):
+    def __init__(self, spec: PipelineSpec):
         self._build = spec.build
         self._deploy = spec.deploy
         self._device = spec.backend.device

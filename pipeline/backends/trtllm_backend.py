@@ -10,6 +10,7 @@ from pathlib import Path
 from pipeline.artifacts import MANIFEST, Manifest
 from pipeline.errors import ConfigError, StageError
 from pipeline.hardware import target_sm
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.trtllm import preflight
 from pipeline.trtllm.build_command import build_command
 from pipeline.trtllm.build_runner import run_trtllm_build
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 class TrtllmBackend:
     name = "trtllm"
 
-    def __init__(self, spec, toolchain: Toolchain | None = None):
+    def __init__(self, spec: PipelineSpec, toolchain: Toolchain | None = None):
         # toolchain: found on first use; tests pass one to drive build() with a fake trtllm-build
         self._spec = spec
         self._options = spec.build.trtllm

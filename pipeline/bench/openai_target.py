@@ -17,6 +17,7 @@ from pipeline.bench.client_processes import ClientProcesses
 from pipeline.bench.load_generator import LoadGenerator
 from pipeline.bench.openai_streams import OpenAIStreams
 from pipeline.bench.server_target import ServedLoad
+from pipeline.specs.pipeline import PipelineSpec
 
 
 class OpenAITarget(ServedLoad, OpenAIStreams):
@@ -28,7 +29,7 @@ class OpenAITarget(ServedLoad, OpenAIStreams):
 
 
 @contextlib.contextmanager
-def openai_target(spec, grpc_url: str, deployed: Path) -> Iterator[OpenAITarget]:
+def openai_target(spec: PipelineSpec, grpc_url: str, deployed: Path) -> Iterator[OpenAITarget]:
     """The frontend (serve.openai, its workers included) in front of the tritonserver at
     grpc_url, for the deploy artifact `deployed`, while the block lasts."""
     from pipeline.artifacts import Manifest

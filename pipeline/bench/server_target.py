@@ -18,6 +18,7 @@ from pipeline.bench.load_generator import LoadGenerator
 from pipeline.errors import StageError
 from pipeline.profiler.sampler import Sampler
 from pipeline.server.launch import server_dir
+from pipeline.specs.pipeline import PipelineSpec
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ def launches_server(bench, target: str) -> bool:
     return target in ("server", "both") and not bench.server_url
 
 
-def _launch(spec, trace_file: Path | None, deployed: Path):
+def _launch(spec: PipelineSpec, trace_file: Path | None, deployed: Path):
     """tritonserver on the deployed repository (the deploy artifact `deployed`): the wheel's
     server for backend=torch (tracing to trace_file, if any), the NGC container for trtllm where
     docker exists."""

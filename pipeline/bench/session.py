@@ -19,6 +19,7 @@ from pipeline.bench.target import Target
 from pipeline.bench.workload import BenchRequest, PromptMaker
 from pipeline.errors import ConfigError
 from pipeline.profiler.sampler import Sampler, summarize_samples
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.triton_models.engine_runtime import engine_runtime
 
 log = logging.getLogger(__name__)
@@ -220,7 +221,9 @@ def run_targets(
     return results, records
 
 
-def report_dict(spec, engine_dir: Path, results: dict, hardware: str, weights_bytes: int) -> dict:
+def report_dict(
+    spec: PipelineSpec, engine_dir: Path, results: dict, hardware: str, weights_bytes: int
+) -> dict:
     return {
         "model": spec.model.name,
         "backend": spec.backend.name,

@@ -24,6 +24,7 @@ from pipeline.openai_api.recipe import (
 from pipeline.openai_api.served_model import read_limits
 from pipeline.openai_api.workers import FrontendWorkers
 from pipeline.specs.deploy import DeploySpec
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.specs.serve import OpenAISpec
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,9 @@ def _is_loopback(host: str) -> bool:
 
 
 @contextlib.contextmanager
-def serve_beside(spec, facts: dict, endpoints) -> Iterator[OpenAIServer | FrontendWorkers | None]:
+def serve_beside(
+    spec: PipelineSpec, facts: dict, endpoints
+) -> Iterator[OpenAIServer | FrontendWorkers | None]:
     """The frontend of a pipeline spec (serve.openai) in front of the tritonserver at
     endpoints, while the `with` lasts; None when serve.openai.enabled is false."""
     if not spec.serve.openai.enabled:

@@ -10,13 +10,14 @@ from pipeline.hardware import target_sm
 from pipeline.quant import shapes
 from pipeline.quant.calibration import check_sizes, dataset_file
 from pipeline.quant.recipes import Recipe, check_target, recipe_for
+from pipeline.specs.pipeline import PipelineSpec
 
 log = logging.getLogger(__name__)
 
 GATE_RUNTIMES = ("fake_quant", "engine")
 
 
-def _check_target(spec, recipe: Recipe) -> None:
+def _check_target(spec: PipelineSpec, recipe: Recipe) -> None:
     if spec.backend.name != "trtllm":
         return  # the torch engine refuses what it cannot run itself, at build
     sm = target_sm(spec.hardware)
@@ -31,7 +32,7 @@ def _check_target(spec, recipe: Recipe) -> None:
     check_target(recipe, spec.quant.kv_cache, sm, spec.hardware)
 
 
-def check_config(spec) -> tuple[Recipe, Path | None]:
+def check_config(spec: PipelineSpec) -> tuple[Recipe, Path | None]:
     """(recipe, local calibration file or None) for a quant config, or a ConfigError."""
     quant = spec.quant
     recipe = recipe_for(quant, spec.backend.name)
@@ -49,7 +50,7 @@ def check_config(spec) -> tuple[Recipe, Path | None]:
     return recipe, dataset_file(quant.calib_dataset)
 
 
-def check_model(spec, recipe: Recipe, hf_dir: Path, hf_config: dict) -> None:
+def check_model(spec: PipelineSpec, recipe: Recipe, hf_dir: Path, hf_config: dict) -> None:
     """Architecture, TP/PP split and block sizes of the fetched model (headers only)."""
     par = spec.parallel
     architecture_of(hf_config, "quantize")

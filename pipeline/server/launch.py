@@ -14,6 +14,7 @@ from pipeline.server.container import container_argv
 from pipeline.server.server_home import prepare_home
 from pipeline.server.triton_server import Endpoints, TritonServer, exit_description
 from pipeline.specs.deploy import DeploySpec
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.triton_repo.engine_info import EngineInfo
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def local_server(
     )
 
 
-def container_command(spec, engine_dir: Path, tokenizer_dir: Path) -> list[str]:
+def container_command(spec: PipelineSpec, engine_dir: Path, tokenizer_dir: Path) -> list[str]:
     engine = EngineInfo.read(engine_dir)
     return container_argv(
         spec.build.trtllm.container_image,

@@ -10,12 +10,13 @@ from pathlib import Path
 from pipeline.artifacts import StageRequest, produce_artifact
 from pipeline.bench.server_target import launches_server
 from pipeline.bench.session import check_bench_spec
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.stages import build, deploy
 
 log = logging.getLogger(__name__)
 
 
-def measurement_request(spec, stage: str, engine_dir: Path) -> StageRequest:
+def measurement_request(spec: PipelineSpec, stage: str, engine_dir: Path) -> StageRequest:
     """Artifact dir keyed by everything the numbers depend on; force: measurements re-run."""
     return StageRequest(
         workdir=Path(spec.workdir),
@@ -53,7 +54,7 @@ def headline(report: dict) -> dict:
     return out
 
 
-def run_measurement(spec, stage: str, with_profiler: bool) -> Path:
+def run_measurement(spec: PipelineSpec, stage: str, with_profiler: bool) -> Path:
     from pipeline.bench.report import markdown
     from pipeline.bench.runner import run_bench
 
@@ -71,5 +72,5 @@ def run_measurement(spec, stage: str, with_profiler: bool) -> Path:
     return out
 
 
-def run(spec) -> Path:
+def run(spec: PipelineSpec) -> Path:
     return run_measurement(spec, "bench", with_profiler=False)

@@ -5,11 +5,12 @@ from pathlib import Path
 
 from pipeline.artifacts import Manifest, StageRequest, produce_artifact, verify_outputs
 from pipeline.backends import load_backend
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.stages import forced, quantize
 from pipeline.tune import engine_configs
 
 
-def run(spec) -> Path:
+def run(spec: PipelineSpec) -> Path:
     backend = load_backend(spec)
     backend.check_available()
     ckpt_dir = quantize.run(spec)  # convert's checkpoint when quant=none

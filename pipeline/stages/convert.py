@@ -4,10 +4,11 @@ from pathlib import Path
 
 from pipeline.artifacts import StageRequest, produce_artifact, verify_outputs
 from pipeline.checkpoint.hf_to_trtllm import convert
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.stages import fetch, forced
 
 
-def run(spec) -> Path:
+def run(spec: PipelineSpec) -> Path:
     hf_dir = fetch.run(spec)
     par = spec.parallel
     request = StageRequest(

@@ -20,6 +20,7 @@ from pipeline.errors import ConfigError
 from pipeline.openai_api import quick_chat
 from pipeline.openai_api.server import serve_beside
 from pipeline.server import launch
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.stages import deploy
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def _burst_line(client: GrpcClient, prompts: list[str], concurrency: int) -> str
     )
 
 
-def run(spec) -> Path:
+def run(spec: PipelineSpec) -> Path:
     artifact = deploy.run(spec)
     facts = Manifest.read(artifact).extra
     if facts["backend"] != "torch":

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pipeline.artifacts import Manifest, StageRequest, produce_artifact, verify_outputs
 from pipeline.backends import load_backend
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.stages import build, forced
 from pipeline.triton_repo import repo_writer
 
@@ -45,7 +46,7 @@ def served_facts(artifact: Path) -> dict:
     return facts
 
 
-def run(spec) -> Path:
+def run(spec: PipelineSpec) -> Path:
     backend = load_backend(spec)
     engine_dir = build.run(spec)
     tokenizer_dir = Path(Manifest.read(engine_dir).extra["tokenizer_dir"]).resolve()

@@ -5,10 +5,11 @@ from pathlib import Path
 
 from pipeline import sources
 from pipeline.artifacts import StageRequest, file_stat_fingerprint, produce_artifact
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.stages import forced
 
 
-def run(spec) -> Path:
+def run(spec: PipelineSpec) -> Path:
     model = spec.model
     source = sources.resolve(model)
     config = {k: v for k, v in asdict(model).items() if k not in ("name", "dtype")}

@@ -3,8 +3,9 @@ TX/RX; without NVML, process CPU% and RSS), phases aligned -> timeline.json, tim
 
 from pathlib import Path
 
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.stages.bench import run_measurement
 
 
-def run(spec) -> Path:
+def run(spec: PipelineSpec) -> Path:
     return run_measurement(spec, "profile", with_profiler=True)

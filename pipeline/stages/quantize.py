@@ -21,6 +21,7 @@ from pipeline.artifacts import (
 from pipeline.errors import ConfigError
 from pipeline.quant import gate, preflight
 from pipeline.quant.recipes import Recipe, check_export_labels
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.stages import convert, fetch, forced
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ def _produce(
     return extra
 
 
-def run(spec) -> Path:
+def run(spec: PipelineSpec) -> Path:
     quant = spec.quant
     if quant.name == "none":
         if quant.kv_cache != "none":

@@ -17,6 +17,7 @@ from pipeline.bench.baseline import (
 )
 from pipeline.bench.session import check_bench_spec, settings
 from pipeline.errors import ConfigError, GateFailed
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.stages import bench as bench_stage
 from pipeline.stages import build
 
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-def baseline_path(spec, hardware: str) -> Path:
+def baseline_path(spec: PipelineSpec, hardware: str) -> Path:
     if spec.bench.regress.baseline:
         return Path(spec.bench.regress.baseline)
     key = baseline_key(spec.model.name, spec.backend.name, hardware)
@@ -41,7 +42,7 @@ def check_same_workload(path: Path, stored: dict, current: dict) -> None:
         )
 
 
-def bench_result(spec) -> tuple[Path, dict]:
+def bench_result(spec: PipelineSpec) -> tuple[Path, dict]:
     """The bench to judge: bench.regress.bench_dir if set, else a fresh bench run."""
     bench_dir = Path(spec.bench.regress.bench_dir or bench_stage.run(spec))
     path = bench_dir / "bench.json"
@@ -53,7 +54,7 @@ def bench_result(spec) -> tuple[Path, dict]:
     return bench_dir, json.loads(path.read_text())
 
 
-def measure_accuracy(spec, engine_dir: Path) -> dict:
+def measure_accuracy(spec: PipelineSpec, engine_dir: Path) -> dict:
     from pipeline.bench import accuracy
     from pipeline.bench.runner import load_tokenizer
     from pipeline.bench.session import direct_target
@@ -70,7 +71,7 @@ def measure_accuracy(spec, engine_dir: Path) -> dict:
         )
 
 
-def run(spec) -> Path:
+def run(spec: PipelineSpec) -> Path:
     from pipeline.bench.comparator import compare, format_table
     from pipeline.bench.regress_metrics import current_metrics, default_rules
 

@@ -22,13 +22,14 @@ from pipeline.openai_api.server import serve_beside
 from pipeline.server import drain, launch
 from pipeline.server.ports import wait_accepting
 from pipeline.server.triton_server import PORTS_TIMEOUT_S
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.specs.serve import VERIFY_MODES
 from pipeline.stages import deploy
 
 log = logging.getLogger(__name__)
 
 
-def run(spec) -> Path:
+def run(spec: PipelineSpec) -> Path:
     if spec.serve.verify not in VERIFY_MODES:
         raise ConfigError(
             f"serve: serve.verify={spec.serve.verify!r}; use one of {', '.join(VERIFY_MODES)}"

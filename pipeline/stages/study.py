@@ -11,12 +11,13 @@ from pathlib import Path
 from pipeline.artifacts import StageRequest, produce_artifact, sha256_json
 from pipeline.engine.engine_config import resolve_device
 from pipeline.specs.parallel import ParallelSpec
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.stages import build, fetch, forced
 
 log = logging.getLogger(__name__)
 
 
-def _engine_spec(spec, tp: int, pp: int):
+def _engine_spec(spec: PipelineSpec, tp: int, pp: int):
     """The configured model and build, at this mapping, with room for the study's batches and
     its longest workload and probes."""
     study, acc = spec.study, spec.study.accuracy
@@ -36,7 +37,7 @@ def _engine_spec(spec, tp: int, pp: int):
     return dataclasses.replace(spec, parallel=ParallelSpec(tp, pp), build=limits)
 
 
-def _engines(spec, mappings: set[tuple[int, int]], hf_dir: Path) -> tuple[str, dict]:
+def _engines(spec: PipelineSpec, mappings: set[tuple[int, int]], hf_dir: Path) -> tuple[str, dict]:
     """(model name the cells are filed under, {(tp, pp): (engine dir, its artifact)})."""
     if spec.study.synthetic_shape is None:
         out = {}
@@ -54,7 +55,7 @@ def _engines(spec, mappings: set[tuple[int, int]], hf_dir: Path) -> tuple[str, d
     return name, out
 
 
-def _probes(spec, model: str, hf_dir: Path) -> Path:
+def _probes(spec: PipelineSpec, model: str, hf_dir: Path) -> Path:
     from transformers import AutoTokenizer
 
     from pipeline.study.probes import PROBES_FILE, build_probes
@@ -75,7 +76,7 @@ def _probes(spec, model: str, hf_dir: Path) -> Path:
     return produce_artifact(request, produce)
 
 
-def run(spec, fault=None) -> Path:
+def run(spec: PipelineSpec, fault=None) -> Path:
     """fault: a RequestFault the accuracy probes run under (pipeline.study.faults), for showing
     that the accuracy flag fires; its cells are kept apart from clean ones."""
     from pipeline.study.assemble import assemble, write_study

@@ -10,6 +10,7 @@ from pipeline.bench.baseline import hardware_key
 from pipeline.bench.engine_facts import EngineFacts
 from pipeline.bench.server_target import launches_server
 from pipeline.bench.session import check_bench_spec, settings
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.stages import build, deploy
 from pipeline.stages.bench import measurement_request
 
@@ -31,7 +32,7 @@ def kv_capacity(results, facts, bench) -> dict | None:
     }
 
 
-def run(spec) -> Path:
+def run(spec: PipelineSpec) -> Path:
     from pipeline.bench.runner import prompt_maker, write_timeline
     from pipeline.bench.sweep_report import markdown, write_sweep
     from pipeline.bench.sweep_runner import sweep

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pipeline.artifacts import StageRequest, produce_artifact
 from pipeline.bench.baseline import hardware_key
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.stages import build, deploy
 from pipeline.tune.report import markdown, write_report
 from pipeline.tune.spec_checks import check_tune_spec
@@ -32,7 +33,7 @@ def gpu_unavailable() -> str | None:
     return None
 
 
-def run(spec) -> Path | None:
+def run(spec: PipelineSpec) -> Path | None:
     tune = spec.tune
     check_tune_spec(tune)
     if tune.space != "serving" and (reason := gpu_unavailable()):
@@ -83,7 +84,7 @@ def run(spec) -> Path | None:
     return out
 
 
-def _search(spec, engine_dir: Path, out_dir: Path, final_dir: Path) -> dict:
+def _search(spec: PipelineSpec, engine_dir: Path, out_dir: Path, final_dir: Path) -> dict:
     if spec.tune.space == "serving":
         from pipeline.tune.serving_run import tune_serving
 
@@ -91,7 +92,7 @@ def _search(spec, engine_dir: Path, out_dir: Path, final_dir: Path) -> dict:
     if spec.tune.space == "kernels":
         from pipeline.tune.kernel_run import tune_kernels
 
-        return tune_kernels(spec, engine_dir)
+        return tune_kernels(spec.tune, engine_dir, force=spec.force)
     from pipeline.tune.instruction_run import tune_instructions
 
-    return tune_instructions(spec, engine_dir, out_dir)
+    return tune_instructions(spec.tune, engine_dir, out_dir)

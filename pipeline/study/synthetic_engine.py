@@ -8,13 +8,14 @@ from pathlib import Path
 
 from pipeline.artifacts import StageRequest, produce_artifact
 from pipeline.errors import ConfigError
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2
 from pipeline.synthetic.weights import HOOK, checkpoint_config, write_engine
 
 SHAPES = {"llama-8b": LLAMA_8B, "smollm2-135m": SMOLLM2}
 
 
-def synthetic_engine(spec, model: str, tokenizer_dir: Path) -> Path:
+def synthetic_engine(spec: PipelineSpec, model: str, tokenizer_dir: Path) -> Path:
     """The artifact holding `engine/`: spec.study.synthetic_shape at spec.parallel, under
     spec.build's limits, with the tokenizer of tokenizer_dir."""
     name = spec.study.synthetic_shape

@@ -10,6 +10,7 @@ from pathlib import Path
 from pipeline.checkpoint.trtllm_config import read_checkpoint_config
 from pipeline.quant.recipes import KV_CACHE_FORMATS, RECIPES, for_backend
 from pipeline.specs.build import BuildSpec
+from pipeline.specs.pipeline import PipelineSpec
 
 # quant.name / quant.kv_cache -> the quant_algo a backend=trtllm checkpoint will carry
 QFORMAT_ALGOS = {
@@ -37,7 +38,7 @@ class BuildFacts:
     checkpoint_dir: Path | None = None
 
 
-def facts_from_spec(spec, sm: int | None) -> BuildFacts:
+def facts_from_spec(spec: PipelineSpec, sm: int | None) -> BuildFacts:
     """Facts before the checkpoint exists: predicted from model/quant/parallel config."""
     return BuildFacts(
         build=spec.build,
@@ -52,7 +53,7 @@ def facts_from_spec(spec, sm: int | None) -> BuildFacts:
     )
 
 
-def facts_from_checkpoint(spec, checkpoint_dir: Path, sm: int | None) -> BuildFacts:
+def facts_from_checkpoint(spec: PipelineSpec, checkpoint_dir: Path, sm: int | None) -> BuildFacts:
     """Facts for the real build: the checkpoint's config.json decides dtype, quant and mapping."""
     config = read_checkpoint_config(checkpoint_dir, "build")
     quant = config.get("quantization") or {}

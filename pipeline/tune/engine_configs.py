@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pipeline.engine.kernels import toolchain
 from pipeline.engine.kernels.tuned_configs import ENGINE_FILE
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.tune.kernel_items import KernelItem, ModelShape, items_for
 from pipeline.tune.tuning_cache import TuningCache, TuningCacheMismatch, write_atomically
 
@@ -88,7 +89,7 @@ class EngineConfigs:
         return record
 
 
-def for_build(spec, checkpoint_dir: Path) -> EngineConfigs | None:
+def for_build(spec: PipelineSpec, checkpoint_dir: Path) -> EngineConfigs | None:
     """The lookup for a torch-engine build on this host, whose GPU is the environment (None:
     another backend, or no GPU here to tune for)."""
     from pipeline.checkpoint.trtllm_config import read_checkpoint_config

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from pipeline.engine.kernels.tuned_configs import TUNED
+from pipeline.specs.tune import TuneSpec
 from pipeline.tune.annealer import Annealer
 from pipeline.tune.kernel_items import KernelItem
 from pipeline.tune.kernel_run import engine_items
@@ -65,9 +66,9 @@ def search_schedule(item: KernelItem, search, options, out_dir: Path) -> dict:
     return {"summary": summary, "search": row, "level": "PTX"}
 
 
-def tune_instructions(spec, engine_dir: Path, out_dir: Path) -> dict:
-    search = spec.tune.instructions
-    kernel_search = dataclasses.replace(spec.tune.kernels, kernels=(search.kernel,))
+def tune_instructions(tune: TuneSpec, engine_dir: Path, out_dir: Path) -> dict:
+    search = tune.instructions
+    kernel_search = dataclasses.replace(tune.kernels, kernels=(search.kernel,))
     if search.kernel == "varlen_attention":
         kernel_search = dataclasses.replace(kernel_search, prompt_tokens=(search.num_tokens,))
     items = engine_items(engine_dir, kernel_search)
@@ -79,7 +80,7 @@ def tune_instructions(spec, engine_dir: Path, out_dir: Path) -> dict:
             f"({engine_dir}); pick one it runs (varlen_attention, paged_decode_attention, or "
             f"int8_gemv with quant=int8_wo)"
         )
-    found = search_schedule(items[-1], kernel_search, spec.tune.anneal, out_dir)
+    found = search_schedule(items[-1], kernel_search, tune.anneal, out_dir)
     return {
         "items": [found["search"]] if "search" in found else [],  # none: the control failed
         "unit": UNIT,

@@ -7,6 +7,7 @@ from pathlib import Path
 from pipeline.engine.kernels import toolchain
 from pipeline.engine.kernels.tuned_configs import TUNED
 from pipeline.engine_json import EngineJson
+from pipeline.specs.tune import TuneSpec
 from pipeline.tune.engine_configs import model_shape
 from pipeline.tune.kernel_items import items_for, select
 from pipeline.tune.kernel_tuning import tune_items
@@ -25,24 +26,25 @@ def engine_items(engine_dir: Path, search) -> list:
     return select(items, search.kernels)
 
 
-def tune_kernels(spec, engine_dir: Path) -> dict:
+def tune_kernels(tune: TuneSpec, engine_dir: Path, force: bool = False) -> dict:
+    """force: start a fresh tuning cache instead of reusing the stored one."""
     import torch
 
     from pipeline.tune.kernel_space import KernelSpace
     from pipeline.tune.kernel_timer import KernelTimer
 
-    search = spec.tune.kernels
+    search = tune.kernels
     TUNED.install({})  # the kernels' own defaults are what every candidate is compared with
     items = engine_items(engine_dir, search)
     environment = toolchain.environment()
-    cache = TuningCache.open(Path(search.cache_path), environment, replace=spec.force)
+    cache = TuningCache.open(Path(search.cache_path), environment, replace=force)
     device = torch.device("cuda", torch.cuda.current_device())
     timer = KernelTimer(device, search.launches_per_sample, search.flush_l2)
     results = tune_items(
         items,
         cache,
         lambda item: KernelSpace(item, device, search, timer),
-        spec.tune.anneal,
+        tune.anneal,
         search.strategy,
     )
     rows = [r.to_dict() for r in results]

@@ -20,6 +20,7 @@ from pipeline.bench.direct_target import DirectTarget
 from pipeline.bench.engine_facts import EngineFacts
 from pipeline.bench.session import Workload, measure
 from pipeline.errors import ConfigError
+from pipeline.specs.pipeline import PipelineSpec
 from pipeline.triton_models.engine_runtime import engine_runtime
 from pipeline.tune.search_space import Grid, Knob
 
@@ -36,7 +37,7 @@ KEYS = {
 }
 
 
-def configured(spec, knob: str):
+def configured(spec: PipelineSpec, knob: str):
     """The knob's value in the composed config (what runs without tuning)."""
     section, _, name = KEYS[knob].partition(".")
     node = getattr(spec, section)
@@ -45,7 +46,7 @@ def configured(spec, knob: str):
     return node
 
 
-def with_settings(spec, settings: dict):
+def with_settings(spec: PipelineSpec, settings: dict):
     """The spec with the knobs' values set at their config keys."""
     build, torch_opts = spec.build, spec.deploy.torch
     for knob, value in settings.items():
@@ -57,7 +58,7 @@ def with_settings(spec, settings: dict):
     return dataclasses.replace(spec, build=build, deploy=deploy)
 
 
-def knobs_for(spec, facts: EngineFacts) -> list[Knob]:
+def knobs_for(spec: PipelineSpec, facts: EngineFacts) -> list[Knob]:
     search = spec.tune.serving
     if search.target not in ("direct", "server"):
         raise ConfigError(f"tune.serving.target={search.target!r}: use direct or server")

@@ -9,7 +9,8 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from pipeline.config import SPEC_DEFAULTS, PipelineSpec, spec_defaults
+from pipeline.config import SPEC_DEFAULTS, spec_defaults
+from pipeline.specs.pipeline import PipelineSpec
 from tests.conftest import CONF_DIR
 
 CONF = Path(CONF_DIR)
