@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from pipeline.openai_api.errors import APIError
+from pipeline.openai_api.errors import RETRY_AFTER_S, APIError
 from pipeline.openai_api.routes import Frontend
 from pipeline.openai_api.triton_llm import EngineError
 
@@ -36,7 +36,8 @@ def build_app(frontend: Frontend) -> Starlette:
             except APIError as exc:
                 response = exc.response()
             except EngineError as exc:
-                response = APIError(exc.status, str(exc)).response()
+                retry_after_s = RETRY_AFTER_S if exc.status == 503 else None  # not ready yet
+                response = APIError(exc.status, str(exc), retry_after_s=retry_after_s).response()
             frontend.metrics.requests.labels(endpoint, str(response.status_code)).inc()
             return response
 
