@@ -1,0 +1,221 @@
+"""Bursts against frontends that queue, in front of the package's tritonserver (engine
+max_batch_size 8): 300 concurrent streams all served; past a queue bound of 50 the excess gets 429
+with Retry-After and the server answers as before; a queued client that leaves frees its place
+(what runs after shows it); the Grafana dashboard names only metrics a running server exports."""
+
+import asyncio
+import contextlib
+import dataclasses
+import http.client
+import json
+import re
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import requests
+
+from pipeline.client.metrics import fetch_metrics, metric_value, parse_metrics
+from pipeline.openai_api.errors import RETRY_AFTER_S
+from pipeline.openai_api.server import frontend_server
+from pipeline.server.ports import free_ports
+from tests.integration.openai_api.conftest import C, completion
+
+pytestmark = [pytest.mark.triton, pytest.mark.slow]
+DASHBOARD = Path(__file__).parents[3] / "deploy" / "grafana" / "llm-pipeline.json"
+NUM_BURST = 300
+MAX_RUNNING = 8  # the engine's max_batch_size
+LONG_TOKENS = 240  # with a short prompt, as many as the engine's max_seq_len of 256 allows
+
+
+@contextlib.contextmanager
+def queueing_frontend(served_spec, facts, triton, max_running: int, max_queued: int):
+    """A frontend of its own (one process, no API key) with these bounds."""
+    (port,) = free_ports(1)
+    spec = dataclasses.replace(
+        served_spec.serve.openai,
+        port=port,
+        workers=1,
+        api_key_env="",
+        max_concurrent_requests=max_running,
+        max_queued_requests=max_queued,
+    )
+    ends = triton.endpoints
+    with frontend_server(
+        spec, served_spec.model.name, facts, served_spec.deploy, ends.grpc_url, ends.metrics_url
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def roomy(served_spec, facts, triton):
+    with queueing_frontend(served_spec, facts, triton, MAX_RUNNING, 1000) as server:
+        yield server
+
+
+def scrape(server) -> dict:
+    return parse_metrics(requests.get(f"{server.url}/metrics", timeout=30).text)
+
+
+def wait_for_gauge(server, name: str, value: float, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while metric_value(scrape(server), name) != value:
+        assert time.monotonic() < deadline, f"{name} never became {value}"
+        time.sleep(0.05)
+
+
+def greedy(server, model_name: str) -> str:
+    response = requests.post(f"{server.url}{C}", json=completion(model_name), timeout=300)
+    assert response.status_code == 200, response.text
+    return response.json()["choices"][0]["text"]
+
+
+async def stream_one(client: httpx.AsyncClient, url: str, body: dict) -> tuple[int, str, dict]:
+    """(status, the streamed text or the error body, headers)."""
+    async with client.stream("POST", url, json=body) as response:
+        if response.status_code != 200:
+            return response.status_code, (await response.aread()).decode(), response.headers
+        text, done = "", False
+        async for line in response.aiter_lines():
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: {"):
+                event = json.loads(line[6:])
+                assert "error" not in event, event
+                text += "".join(c["text"] for c in event["choices"])
+        assert done
+        return 200, text, response.headers
+
+
+async def burst(server, bodies: list[dict]) -> list[tuple[int, str, dict]]:
+    limits = httpx.Limits(max_connections=len(bodies) + 8)
+    async with httpx.AsyncClient(limits=limits, timeout=600) as client:
+        return await asyncio.gather(*(stream_one(client, f"{server.url}{C}", b) for b in bodies))
+
+
+def test_300_concurrent_streams_wait_their_turn_and_all_succeed(roomy, model_name):
+    expected = greedy(roomy, model_name)
+    before = scrape(roomy)
+    body = completion(model_name, max_tokens=4, stream=True)
+    results = asyncio.run(burst(roomy, [body] * NUM_BURST))
+    assert [status for status, _, _ in results] == [200] * NUM_BURST
+    assert {text for _, text, _ in results} == {expected}
+    after = scrape(roomy)
+    waited = "pipeline_openai_queue_wait_seconds_count"
+    assert metric_value(after, waited) - metric_value(before, waited) == NUM_BURST
+    assert metric_value(after, "pipeline_openai_engine_requests_in_flight") == 0
+    assert metric_value(after, "pipeline_openai_requests_waiting") == 0
+
+
+def test_past_the_queue_bound_the_excess_gets_429_with_retry_after(
+    served_spec, facts, triton, model_name
+):
+    max_queued = 50
+    with queueing_frontend(served_spec, facts, triton, MAX_RUNNING, max_queued) as server:
+        expected = greedy(server, model_name)
+
+        async def scenario():
+            long = completion(model_name, max_tokens=LONG_TOKENS, ignore_eos=True, stream=True)
+            short = completion(model_name, max_tokens=4, stream=True)
+            limits = httpx.Limits(max_connections=200)
+            async with httpx.AsyncClient(limits=limits, timeout=600) as client:
+                url = f"{server.url}{C}"
+                held = []
+                for _ in range(MAX_RUNNING):  # every slot taken by a stream that runs long
+                    response = await client.send(
+                        client.build_request("POST", url, json=long), stream=True
+                    )
+                    assert response.status_code == 200
+                    lines = response.aiter_lines()
+                    assert (await anext(lines)).startswith("data: ")
+                    held.append(response)
+                queued = [
+                    asyncio.create_task(stream_one(client, url, short)) for _ in range(max_queued)
+                ]
+                await asyncio.to_thread(
+                    wait_for_gauge, server, "pipeline_openai_requests_waiting", max_queued
+                )
+                refused = await asyncio.gather(
+                    *(stream_one(client, url, short) for _ in range(max_queued))
+                )
+                for response in held:
+                    await response.aclose()  # the slots free: the queue runs
+                return refused, await asyncio.gather(*queued)
+
+        refused, served = asyncio.run(scenario())
+        for status, body, headers in refused:
+            assert status == 429 and headers["retry-after"] == str(RETRY_AFTER_S)
+            assert json.loads(body)["error"]["code"] == "rate_limit_exceeded"
+        assert [(status, text) for status, text, _ in served] == [(200, expected)] * max_queued
+        assert requests.get(f"{server.url}/health", timeout=30).status_code == 200
+        assert greedy(server, model_name) == expected
+        samples = scrape(server)
+        assert metric_value(samples, "pipeline_openai_requests_total", status="429") == max_queued
+
+
+def engine_tokens(triton) -> float:
+    return metric_value(
+        fetch_metrics(triton.endpoints.metrics_url), "pipeline_engine_generated_tokens"
+    )
+
+
+def send(server, body: dict) -> http.client.HTTPConnection:
+    conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=300)
+    conn.request("POST", C, json.dumps(body), {"Content-Type": "application/json"})
+    return conn
+
+
+def test_a_queued_client_that_leaves_never_takes_its_slot(served_spec, facts, triton, model_name):
+    with queueing_frontend(served_spec, facts, triton, 1, 100) as server:
+        expected = greedy(server, model_name)
+        tokens_before, before = engine_tokens(triton), scrape(server)
+        holder = send(
+            server, completion(model_name, max_tokens=LONG_TOKENS, ignore_eos=True, stream=True)
+        )
+        held = holder.getresponse()
+        assert held.status == 200 and held.readline().startswith(b"data: ")  # it runs
+        leaver = send(server, completion(model_name, max_tokens=LONG_TOKENS, ignore_eos=True))
+        wait_for_gauge(server, "pipeline_openai_requests_waiting", 1)
+        leaver.close()  # it hangs up while queued
+        wait_for_gauge(server, "pipeline_openai_requests_waiting", 0)
+        assert metric_value(scrape(server), "pipeline_openai_engine_requests_in_flight") == 1
+        after = send(server, completion(model_name))
+        wait_for_gauge(server, "pipeline_openai_requests_waiting", 1)
+        holder.close()  # the one slot frees: the request queued after the one that left runs
+        answer = after.getresponse()
+        assert answer.status == 200 and json.loads(answer.read())["choices"][0]["text"] == expected
+        after.close()
+        wait_for_gauge(server, "pipeline_openai_engine_requests_in_flight", 0)
+        samples = scrape(server)
+        waited = "pipeline_openai_queue_wait_seconds_count"
+        # admitted: the holder and the request after (the leaver never was) ...
+        assert metric_value(samples, waited) - metric_value(before, waited) == 2
+        assert metric_value(samples, "pipeline_openai_requests_total", status="499") == 1
+        # ... and the engine made the holder's tokens (cut short) and 4, never the leaver's
+        deadline = time.monotonic() + 60
+        while metric_value(
+            fetch_metrics(triton.endpoints.metrics_url), "pipeline_engine_running_requests"
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert engine_tokens(triton) - tokens_before <= LONG_TOKENS + 4
+
+
+METRIC_NAME = re.compile(r"\bpipeline_[a-z0-9_]+")
+
+
+def test_every_dashboard_panel_names_only_metrics_the_running_server_exports(roomy, model_name):
+    greedy(roomy, model_name)
+    bad = requests.post(f"{roomy.url}{C}", json=completion(model_name, top_p=2.0), timeout=60)
+    assert bad.status_code == 400  # an error status too, for the errors panel
+    exported = {name for name, _ in scrape(roomy)}
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    assert panels
+    for panel in panels:
+        exprs = [target["expr"] for target in panel["targets"]]
+        assert exprs, panel["title"]
+        for expr in exprs:
+            names = METRIC_NAME.findall(expr)
+            assert names, (panel["title"], expr)
+            assert set(names) <= exported, (panel["title"], set(names) - exported)
