@@ -3,16 +3,16 @@ max_batch_size 8): 300 concurrent streams all served; past a queue bound of 50 t
 with Retry-After and the server answers as before; a queued client that leaves frees its place
 (what runs after shows it); the Grafana dashboard names only metrics a running server exports."""
 
-import asyncio
 import contextlib
 import dataclasses
+import functools
 import http.client
 import json
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 import requests
 
@@ -71,16 +71,16 @@ def greedy(server, model_name: str) -> str:
     return response.json()["choices"][0]["text"]
 
 
-async def stream_one(client: httpx.AsyncClient, url: str, body: dict) -> tuple[int, str, dict]:
+def stream_one(url: str, body: dict) -> tuple[int, str, dict]:
     """(status, the streamed text or the error body, headers)."""
-    async with client.stream("POST", url, json=body) as response:
+    with requests.post(url, json=body, stream=True, timeout=600) as response:
         if response.status_code != 200:
-            return response.status_code, (await response.aread()).decode(), response.headers
+            return response.status_code, response.text, response.headers
         text, done = "", False
-        async for line in response.aiter_lines():
-            if line == "data: [DONE]":
+        for line in response.iter_lines():
+            if line == b"data: [DONE]":
                 done = True
-            elif line.startswith("data: {"):
+            elif line.startswith(b"data: {"):
                 event = json.loads(line[6:])
                 assert "error" not in event, event
                 text += "".join(c["text"] for c in event["choices"])
@@ -88,17 +88,17 @@ async def stream_one(client: httpx.AsyncClient, url: str, body: dict) -> tuple[i
         return 200, text, response.headers
 
 
-async def burst(server, bodies: list[dict]) -> list[tuple[int, str, dict]]:
-    limits = httpx.Limits(max_connections=len(bodies) + 8)
-    async with httpx.AsyncClient(limits=limits, timeout=600) as client:
-        return await asyncio.gather(*(stream_one(client, f"{server.url}{C}", b) for b in bodies))
+def burst(server, bodies: list[dict]) -> list[tuple[int, str, dict]]:
+    """Every body at once, each from a thread of its own."""
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        return list(pool.map(functools.partial(stream_one, f"{server.url}{C}"), bodies))
 
 
 def test_300_concurrent_streams_wait_their_turn_and_all_succeed(roomy, model_name):
     expected = greedy(roomy, model_name)
     before = scrape(roomy)
     body = completion(model_name, max_tokens=4, stream=True)
-    results = asyncio.run(burst(roomy, [body] * NUM_BURST))
+    results = burst(roomy, [body] * NUM_BURST)
     assert [status for status, _, _ in results] == [200] * NUM_BURST
     assert {text for _, text, _ in results} == {expected}
     after = scrape(roomy)
@@ -115,35 +115,22 @@ def test_past_the_queue_bound_the_excess_gets_429_with_retry_after(
     with queueing_frontend(served_spec, facts, triton, MAX_RUNNING, max_queued) as server:
         expected = greedy(server, model_name)
 
-        async def scenario():
-            long = completion(model_name, max_tokens=LONG_TOKENS, ignore_eos=True, stream=True)
-            short = completion(model_name, max_tokens=4, stream=True)
-            limits = httpx.Limits(max_connections=200)
-            async with httpx.AsyncClient(limits=limits, timeout=600) as client:
-                url = f"{server.url}{C}"
-                held = []
-                for _ in range(MAX_RUNNING):  # every slot taken by a stream that runs long
-                    response = await client.send(
-                        client.build_request("POST", url, json=long), stream=True
-                    )
-                    assert response.status_code == 200
-                    lines = response.aiter_lines()
-                    assert (await anext(lines)).startswith("data: ")
-                    held.append(response)
-                queued = [
-                    asyncio.create_task(stream_one(client, url, short)) for _ in range(max_queued)
-                ]
-                await asyncio.to_thread(
-                    wait_for_gauge, server, "pipeline_openai_requests_waiting", max_queued
-                )
-                refused = await asyncio.gather(
-                    *(stream_one(client, url, short) for _ in range(max_queued))
-                )
-                for response in held:
-                    await response.aclose()  # the slots free: the queue runs
-                return refused, await asyncio.gather(*queued)
-
-        refused, served = asyncio.run(scenario())
+        url = f"{server.url}{C}"
+        long = completion(model_name, max_tokens=LONG_TOKENS, ignore_eos=True, stream=True)
+        short = completion(model_name, max_tokens=4, stream=True)
+        held = []
+        for _ in range(MAX_RUNNING):  # every slot taken by a stream that runs long
+            response = requests.post(url, json=long, stream=True, timeout=600)
+            assert response.status_code == 200
+            assert next(response.iter_lines()).startswith(b"data: ")
+            held.append(response)
+        with ThreadPoolExecutor(max_queued) as pool:
+            queued = [pool.submit(stream_one, url, short) for _ in range(max_queued)]
+            wait_for_gauge(server, "pipeline_openai_requests_waiting", max_queued)
+            refused = burst(server, [short] * max_queued)
+            for response in held:
+                response.close()  # the slots free: the queue runs
+            served = [future.result() for future in queued]
         for status, body, headers in refused:
             assert status == 429 and headers["retry-after"] == str(RETRY_AFTER_S)
             assert json.loads(body)["error"]["code"] == "rate_limit_exceeded"
