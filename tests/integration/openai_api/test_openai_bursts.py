@@ -1,7 +1,11 @@
 """Bursts against frontends that queue, in front of the package's tritonserver (engine
 max_batch_size 8): 300 concurrent streams all served; past a queue bound of 50 the excess gets 429
 with Retry-After and the server answers as before; a queued client that leaves frees its place
-(what runs after shows it); the Grafana dashboard names only metrics a running server exports."""
+(what runs after shows it); the Grafana dashboard names only metrics a running server exports.
+
+Where a test needs the running requests to stay running while it queues others, it pauses the
+engine's processes (SIGSTOP, then SIGCONT): on a CPU a whole answer takes a second or two, less
+than a test may need, and how long it takes is no part of what is tested."""
 
 import contextlib
 import dataclasses
@@ -9,10 +13,12 @@ import functools
 import http.client
 import json
 import re
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import psutil
 import pytest
 import requests
 
@@ -52,6 +58,26 @@ def queueing_frontend(served_spec, facts, triton, max_running: int, max_queued: 
 def roomy(served_spec, facts, triton):
     with queueing_frontend(served_spec, facts, triton, MAX_RUNNING, 1000) as server:
         yield server
+
+
+@contextlib.contextmanager
+def engine_paused(triton):
+    """The `tensorrt_llm` model's stub and its children (the engine) stopped while it lasts:
+    what runs in the engine stays running, nothing new is generated."""
+    stubs = [
+        p
+        for p in psutil.Process(triton.process.pid).children(recursive=True)
+        if any("tensorrt_llm" in arg for arg in p.cmdline())
+    ]
+    assert stubs, "no tensorrt_llm stub under tritonserver"
+    processes = {p.pid: p for s in stubs for p in (s, *s.children(recursive=True))}
+    for process in processes.values():
+        process.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for process in processes.values():
+            process.send_signal(signal.SIGCONT)
 
 
 def scrape(server) -> dict:
@@ -125,9 +151,10 @@ def test_past_the_queue_bound_the_excess_gets_429_with_retry_after(
             assert next(response.iter_lines()).startswith(b"data: ")
             held.append(response)
         with ThreadPoolExecutor(max_queued) as pool:
-            queued = [pool.submit(stream_one, url, short) for _ in range(max_queued)]
-            wait_for_gauge(server, "pipeline_openai_requests_waiting", max_queued)
-            refused = burst(server, [short] * max_queued)
+            with engine_paused(triton):  # the held streams stay in the engine
+                queued = [pool.submit(stream_one, url, short) for _ in range(max_queued)]
+                wait_for_gauge(server, "pipeline_openai_requests_waiting", max_queued)
+                refused = burst(server, [short] * max_queued)
             for response in held:
                 response.close()  # the slots free: the queue runs
             served = [future.result() for future in queued]
@@ -157,18 +184,18 @@ def test_a_queued_client_that_leaves_never_takes_its_slot(served_spec, facts, tr
     with queueing_frontend(served_spec, facts, triton, 1, 100) as server:
         expected = greedy(server, model_name)
         tokens_before, before = engine_tokens(triton), scrape(server)
-        holder = send(
-            server, completion(model_name, max_tokens=LONG_TOKENS, ignore_eos=True, stream=True)
-        )
+        long = completion(model_name, max_tokens=LONG_TOKENS, ignore_eos=True, stream=True)
+        holder = send(server, long)
         held = holder.getresponse()
         assert held.status == 200 and held.readline().startswith(b"data: ")  # it runs
-        leaver = send(server, completion(model_name, max_tokens=LONG_TOKENS, ignore_eos=True))
-        wait_for_gauge(server, "pipeline_openai_requests_waiting", 1)
-        leaver.close()  # it hangs up while queued
-        wait_for_gauge(server, "pipeline_openai_requests_waiting", 0)
-        assert metric_value(scrape(server), "pipeline_openai_engine_requests_in_flight") == 1
-        after = send(server, completion(model_name))
-        wait_for_gauge(server, "pipeline_openai_requests_waiting", 1)
+        with engine_paused(triton):  # and keeps the one slot
+            leaver = send(server, completion(model_name, max_tokens=LONG_TOKENS, ignore_eos=True))
+            wait_for_gauge(server, "pipeline_openai_requests_waiting", 1)
+            leaver.close()  # it hangs up while queued
+            wait_for_gauge(server, "pipeline_openai_requests_waiting", 0)
+            assert metric_value(scrape(server), "pipeline_openai_engine_requests_in_flight") == 1
+            after = send(server, completion(model_name))
+            wait_for_gauge(server, "pipeline_openai_requests_waiting", 1)
         holder.close()  # the one slot frees: the request queued after the one that left runs
         answer = after.getresponse()
         assert answer.status == 200 and json.loads(answer.read())["choices"][0]["text"] == expected
