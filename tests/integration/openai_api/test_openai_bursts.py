@@ -4,7 +4,7 @@ with Retry-After and the server answers as before; a queued client that leaves f
 (what runs after shows it); the Grafana dashboard names only metrics a running server exports.
 
 Where a test needs the running requests to stay running while it queues others, it pauses the
-engine's processes (SIGSTOP, then SIGCONT): on a CPU a whole answer takes a second or two, less
+engine's process (SIGSTOP, then SIGCONT): on a CPU a whole answer takes a second or two, less
 than a test may need, and how long it takes is no part of what is tested."""
 
 import contextlib
@@ -62,15 +62,16 @@ def roomy(served_spec, facts, triton):
 
 @contextlib.contextmanager
 def engine_paused(triton):
-    """The `tensorrt_llm` model's stub and its children (the engine) stopped while it lasts:
-    what runs in the engine stays running, nothing new is generated."""
+    """The engine process (deploy.torch.engine_process, a child of the `tensorrt_llm` model's
+    stub) stopped while it lasts: what runs in it stays running, nothing new is generated. The
+    stub itself keeps answering tritonserver, which would fail its requests otherwise."""
     stubs = [
         p
         for p in psutil.Process(triton.process.pid).children(recursive=True)
         if any("tensorrt_llm" in arg for arg in p.cmdline())
     ]
-    assert stubs, "no tensorrt_llm stub under tritonserver"
-    processes = {p.pid: p for s in stubs for p in (s, *s.children(recursive=True))}
+    processes = {p.pid: p for s in stubs for p in s.children(recursive=True)}
+    assert processes, "no engine process under the tensorrt_llm stub"
     for process in processes.values():
         process.send_signal(signal.SIGSTOP)
     try:
@@ -86,8 +87,8 @@ def scrape(server) -> dict:
 
 def wait_for_gauge(server, name: str, value: float, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
-    while metric_value(scrape(server), name) != value:
-        assert time.monotonic() < deadline, f"{name} never became {value}"
+    while (now := metric_value(scrape(server), name)) != value:
+        assert time.monotonic() < deadline, f"{name} is {now}, never became {value}"
         time.sleep(0.05)
 
 
@@ -142,26 +143,19 @@ def test_past_the_queue_bound_the_excess_gets_429_with_retry_after(
         expected = greedy(server, model_name)
 
         url = f"{server.url}{C}"
-        long = completion(model_name, max_tokens=LONG_TOKENS, ignore_eos=True, stream=True)
         short = completion(model_name, max_tokens=4, stream=True)
-        held = []
-        for _ in range(MAX_RUNNING):  # every slot taken by a stream that runs long
-            response = requests.post(url, json=long, stream=True, timeout=600)
-            assert response.status_code == 200
-            assert next(response.iter_lines()).startswith(b"data: ")
-            held.append(response)
-        with ThreadPoolExecutor(max_queued) as pool:
-            with engine_paused(triton):  # the held streams stay in the engine
-                queued = [pool.submit(stream_one, url, short) for _ in range(max_queued)]
+        first = MAX_RUNNING + max_queued
+        with ThreadPoolExecutor(first) as pool:
+            with engine_paused(triton):  # what is admitted stays running
+                admitted = [pool.submit(stream_one, url, short) for _ in range(first)]
+                wait_for_gauge(server, "pipeline_openai_engine_requests_in_flight", MAX_RUNNING)
                 wait_for_gauge(server, "pipeline_openai_requests_waiting", max_queued)
                 refused = burst(server, [short] * max_queued)
-            for response in held:
-                response.close()  # the slots free: the queue runs
-            served = [future.result() for future in queued]
+            served = [future.result() for future in admitted]
         for status, body, headers in refused:
             assert status == 429 and headers["retry-after"] == str(RETRY_AFTER_S)
             assert json.loads(body)["error"]["code"] == "rate_limit_exceeded"
-        assert [(status, text) for status, text, _ in served] == [(200, expected)] * max_queued
+        assert [(status, text) for status, text, _ in served] == [(200, expected)] * first
         assert requests.get(f"{server.url}/health", timeout=30).status_code == 200
         assert greedy(server, model_name) == expected
         samples = scrape(server)
@@ -184,11 +178,9 @@ def test_a_queued_client_that_leaves_never_takes_its_slot(served_spec, facts, tr
     with queueing_frontend(served_spec, facts, triton, 1, 100) as server:
         expected = greedy(server, model_name)
         tokens_before, before = engine_tokens(triton), scrape(server)
-        long = completion(model_name, max_tokens=LONG_TOKENS, ignore_eos=True, stream=True)
-        holder = send(server, long)
-        held = holder.getresponse()
-        assert held.status == 200 and held.readline().startswith(b"data: ")  # it runs
-        with engine_paused(triton):  # and keeps the one slot
+        with engine_paused(triton):  # what is admitted stays running
+            holder = send(server, completion(model_name))
+            wait_for_gauge(server, "pipeline_openai_engine_requests_in_flight", 1)
             leaver = send(server, completion(model_name, max_tokens=LONG_TOKENS, ignore_eos=True))
             wait_for_gauge(server, "pipeline_openai_requests_waiting", 1)
             leaver.close()  # it hangs up while queued
@@ -196,7 +188,10 @@ def test_a_queued_client_that_leaves_never_takes_its_slot(served_spec, facts, tr
             assert metric_value(scrape(server), "pipeline_openai_engine_requests_in_flight") == 1
             after = send(server, completion(model_name))
             wait_for_gauge(server, "pipeline_openai_requests_waiting", 1)
-        holder.close()  # the one slot frees: the request queued after the one that left runs
+        # the engine goes on: the holder ends, and its one slot goes to the request after
+        held = holder.getresponse()
+        assert held.status == 200 and json.loads(held.read())["choices"][0]["text"] == expected
+        holder.close()
         answer = after.getresponse()
         assert answer.status == 200 and json.loads(answer.read())["choices"][0]["text"] == expected
         after.close()
@@ -206,14 +201,14 @@ def test_a_queued_client_that_leaves_never_takes_its_slot(served_spec, facts, tr
         # admitted: the holder and the request after (the leaver never was) ...
         assert metric_value(samples, waited) - metric_value(before, waited) == 2
         assert metric_value(samples, "pipeline_openai_requests_total", status="499") == 1
-        # ... and the engine made the holder's tokens (cut short) and 4, never the leaver's
+        # ... and the engine made the holder's tokens and the one after's, never the leaver's
         deadline = time.monotonic() + 60
         while metric_value(
             fetch_metrics(triton.endpoints.metrics_url), "pipeline_engine_running_requests"
         ):
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        assert engine_tokens(triton) - tokens_before <= LONG_TOKENS + 4
+        assert engine_tokens(triton) - tokens_before <= 2 * completion(model_name)["max_tokens"]
 
 
 METRIC_NAME = re.compile(r"\bpipeline_[a-z0-9_]+")
