@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from pipeline.client.metrics import engines_ready
 from pipeline.openai_api import choices
 from pipeline.openai_api.admission import Admission, check_api_key, read_body
-from pipeline.openai_api.errors import APIError, bad_request
+from pipeline.openai_api.errors import RETRY_AFTER_S, APIError, bad_request
 from pipeline.openai_api.generation import choice_pieces, merged
 from pipeline.openai_api.logprobs import LogprobsWriter
 from pipeline.openai_api.metrics import FrontendMetrics
@@ -76,9 +76,10 @@ class Frontend:
         is_ready = await self.llm.is_ready() and await anyio.to_thread.run_sync(
             engines_ready, self.engine_metrics_url
         )
-        return JSONResponse(
-            {"status": "ok" if is_ready else "unavailable"}, status_code=200 if is_ready else 503
-        )
+        if is_ready:
+            return JSONResponse({"status": "ok"})
+        headers = {"Retry-After": str(RETRY_AFTER_S)}
+        return JSONResponse({"status": "unavailable"}, status_code=503, headers=headers)
 
     async def prometheus(self, request: Request) -> Response:
         # in a thread: it reads tritonserver's metrics
