@@ -36,13 +36,15 @@ LONG_TOKENS = 240  # with a short prompt, as many as the engine's max_seq_len of
 
 
 @contextlib.contextmanager
-def queueing_frontend(served_spec, facts, triton, max_running: int, max_queued: int):
-    """A frontend of its own (one process, no API key) with these bounds."""
+def queueing_frontend(
+    served_spec, facts, triton, max_running: int, max_queued: int, workers: int = 1
+):
+    """A frontend of its own (no API key) with these bounds."""
     (port,) = free_ports(1)
     spec = dataclasses.replace(
         served_spec.serve.openai,
         port=port,
-        workers=1,
+        workers=workers,
         api_key_env="",
         max_concurrent_requests=max_running,
         max_queued_requests=max_queued,
@@ -209,6 +211,25 @@ def test_a_queued_client_that_leaves_never_takes_its_slot(served_spec, facts, tr
             assert time.monotonic() < deadline
             time.sleep(0.1)
         assert engine_tokens(triton) - tokens_before < LONG_TOKENS
+
+
+def test_two_workers_share_one_queue_and_hand_slots_to_each_other(
+    served_spec, facts, triton, model_name
+):
+    max_running, num_queued = 2, 6
+    with queueing_frontend(served_spec, facts, triton, max_running, 100, workers=2) as server:
+        expected = greedy(server, model_name)
+        body = completion(model_name, stream=True)
+        num = max_running + num_queued
+        with ThreadPoolExecutor(num) as pool:
+            with engine_paused(triton):  # what is admitted stays running
+                results = [pool.submit(stream_one, f"{server.url}{C}", body) for _ in range(num)]
+                # the gauges are the port's, whichever worker answers the scrape
+                wait_for_gauge(server, "pipeline_openai_engine_requests_in_flight", max_running)
+                wait_for_gauge(server, "pipeline_openai_requests_waiting", num_queued)
+            assert [f.result()[:2] for f in results] == [(200, expected)] * num
+        wait_for_gauge(server, "pipeline_openai_requests_waiting", 0)
+        wait_for_gauge(server, "pipeline_openai_engine_requests_in_flight", 0)
 
 
 METRIC_NAME = re.compile(r"\bpipeline_[a-z0-9_]+")
