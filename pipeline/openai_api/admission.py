@@ -5,7 +5,6 @@ import asyncio
 import contextlib
 import heapq
 import hmac
-import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -57,9 +56,12 @@ def _too_large(num_bytes: int, max_bytes: int) -> APIError:
 @dataclass(order=True, slots=True)
 class _Waiter:
     priority: int
-    seq: int  # arrival order among equal priorities
+    seq: int  # arrival number (over all the workers): the order among equal priorities
     num: int = field(compare=False)
     granted: asyncio.Future = field(compare=False)
+
+
+RUNNING, WAITING, HEAD_PRIORITY, HEAD_SEQ = range(4)  # the shared array's rows, a slot per worker
 
 
 class Admission:
@@ -69,43 +71,48 @@ class Admission:
     (no wait can pass it). The head of the queue runs first: a large request is not overtaken
     by smaller ones behind it, so it cannot starve.
 
-    counts: `2 * num_workers` ints shared by the frontend processes on the port (a
-    multiprocessing Array: shared_counts), each worker's requests in flight then its requests
-    waiting, `index` this one's, so both bounds hold for all the processes together; None: this
-    process alone. Summed under the array's lock, held for a few additions only. Each worker
-    queues its own requests; one with a queue looks every SHARED_POLL_S for slots that another
-    worker gave back (its own are handed on at once)."""
+    counts: the state that the frontend processes on the port share (a multiprocessing Array:
+    shared_counts), so both bounds and the order hold for all of them together: per worker its
+    requests in flight, its requests waiting and its queue's head (priority, arrival number),
+    then the next arrival number; `index` is this worker's. None: this process alone. Read and
+    changed under the array's lock, held for a few additions only. Each worker queues its own
+    requests and admits its head only when no other worker's head comes first; one with a queue
+    looks every SHARED_POLL_S for slots that another worker gave back (its own are handed on at
+    once)."""
 
     def __init__(self, limit: int, max_queued: int, counts=None, index: int = 0):
         self.limit, self.max_queued, self.index = limit, max_queued, index
-        self.counts = [0, 0] if counts is None else counts
-        self.num_workers = len(self.counts) // 2
         self.is_shared = counts is not None
+        self.counts = counts if self.is_shared else [0, 0, 0, -1, 0]
+        self.num_workers = (len(self.counts) - 1) // 4
         self._lock = counts.get_lock() if self.is_shared else contextlib.nullcontext()
         self._queue: list[_Waiter] = []  # a heap
-        self._arrivals = itertools.count()
         self._poller: asyncio.Task | None = None
 
     @staticmethod
     def shared_counts(context, num_workers: int):
         """The array that the admissions of num_workers processes share (context: theirs)."""
-        return context.Array("i", 2 * num_workers)
+        counts = context.Array("q", 4 * num_workers + 1)
+        counts[HEAD_SEQ * num_workers : (HEAD_SEQ + 1) * num_workers] = [-1] * num_workers
+        return counts
 
     @staticmethod
     def forget_worker(counts, index: int) -> None:
         """A dead worker's requests ended with it: its slots and queue places are free."""
+        num_workers = (len(counts) - 1) // 4
         with counts.get_lock():
-            counts[index] = counts[len(counts) // 2 + index] = 0
+            counts[RUNNING * num_workers + index] = counts[WAITING * num_workers + index] = 0
+            counts[HEAD_SEQ * num_workers + index] = -1
 
     @property
     def num_in_flight(self) -> int:
         with self._lock:
-            return sum(self.counts[: self.num_workers])
+            return self._sum(RUNNING)
 
     @property
     def num_waiting(self) -> int:
         with self._lock:
-            return sum(self.counts[self.num_workers :])
+            return self._sum(WAITING)
 
     def check_size(self, num: int) -> None:
         if num > self.limit:  # not even an idle server takes it: waiting cannot help
@@ -120,9 +127,11 @@ class Admission:
     def take_now(self, num: int) -> "Ticket | None":
         """num slots if there is room and nobody waits for it; 400 if there never is."""
         self.check_size(num)
-        if not self._queue and self._take_now(num):
-            return Ticket(self, num, 0.0)
-        return None
+        with self._lock:
+            if self._sum(WAITING) or self._sum(RUNNING) + num > self.limit:
+                return None
+            self.counts[self._at(RUNNING)] += num
+        return Ticket(self, num, 0.0)
 
     async def take(self, num: int, priority: int = 0) -> "Ticket":
         """num slots, at once or after waiting in the queue. Cancelling it (the client left)
@@ -131,8 +140,9 @@ class Admission:
         ticket = self.take_now(num)
         if ticket is not None:
             return ticket
+        granted = asyncio.get_running_loop().create_future()
         with self._lock:
-            num_waiting = sum(self.counts[self.num_workers :])
+            num_waiting = self._sum(WAITING)
             if num_waiting >= self.max_queued:
                 raise APIError(
                     429,
@@ -142,17 +152,17 @@ class Admission:
                     code="rate_limit_exceeded",
                     retry_after_s=RETRY_AFTER_S,
                 )
-            self.counts[self.num_workers + self.index] += 1
-        granted = asyncio.get_running_loop().create_future()
-        waiter = _Waiter(priority, next(self._arrivals), num, granted)
-        heapq.heappush(self._queue, waiter)
+            self.counts[self._at(WAITING)] += 1
+            arrival = self.counts[-1]
+            self.counts[-1] = arrival + 1
+            heapq.heappush(self._queue, _Waiter(priority, arrival, num, granted))
         self._dispatch()
         try:
-            await waiter.granted
+            await granted
         except asyncio.CancelledError:
-            if waiter.granted.cancelled():  # still queued: it leaves (skipped when at the head)
+            if granted.cancelled():  # still queued: it leaves (dropped once at the head)
                 with self._lock:
-                    self.counts[self.num_workers + self.index] -= 1
+                    self.counts[self._at(WAITING)] -= 1
             else:  # granted as it was cancelled
                 self.give_back(num)
             self._dispatch()  # it may have held up those behind it
@@ -161,29 +171,46 @@ class Admission:
 
     def give_back(self, num: int) -> None:
         with self._lock:
-            self.counts[self.index] -= num
+            self.counts[self._at(RUNNING)] -= num
         self._dispatch()
 
-    def _take_now(self, num: int) -> bool:
-        with self._lock:
-            if sum(self.counts[: self.num_workers]) + num > self.limit:
-                return False
-            self.counts[self.index] += num
+    def _at(self, row: int, index: int | None = None) -> int:
+        return row * self.num_workers + (self.index if index is None else index)
+
+    def _sum(self, row: int) -> int:
+        return sum(self.counts[row * self.num_workers : (row + 1) * self.num_workers])
+
+    def _head(self) -> "_Waiter | None":
+        """The queue's head, published for the other workers (lock held)."""
+        while self._queue and self._queue[0].granted.done():  # it left the queue
+            heapq.heappop(self._queue)
+        head = self._queue[0] if self._queue else None
+        self.counts[self._at(HEAD_PRIORITY)] = 0 if head is None else head.priority
+        self.counts[self._at(HEAD_SEQ)] = -1 if head is None else head.seq
+        return head
+
+    def _comes_first(self, head: _Waiter) -> bool:
+        """No other worker's head comes before this one (lock held)."""
+        for index in range(self.num_workers):
+            seq = self.counts[self._at(HEAD_SEQ, index)]
+            if index != self.index and seq >= 0:
+                if (self.counts[self._at(HEAD_PRIORITY, index)], seq) < (head.priority, head.seq):
+                    return False
         return True
 
     def _dispatch(self) -> None:
-        """Slots to the queue's head while they last."""
-        while self._queue:
-            head = self._queue[0]
-            if head.granted.done():  # it left the queue
-                heapq.heappop(self._queue)
-                continue
+        """Slots to the queue's head while they last and no other worker's head comes first."""
+        while True:
             with self._lock:
-                if sum(self.counts[: self.num_workers]) + head.num > self.limit:
+                head = self._head()
+                if head is None or not self._comes_first(head):
                     break
-                self.counts[self.index] += head.num
-                self.counts[self.num_workers + self.index] -= 1
-            heapq.heappop(self._queue)
+                if self._sum(RUNNING) + head.num > self.limit:
+                    break
+                self.counts[self._at(RUNNING)] += head.num
+                self.counts[self._at(WAITING)] -= 1
+                heapq.heappop(self._queue)
+                self._head()
             head.granted.set_result(None)
         if self._queue and self.is_shared and (self._poller is None or self._poller.done()):
             self._poller = asyncio.get_running_loop().create_task(self._poll())

@@ -1,6 +1,7 @@
 """The admission's queue: requests past the limit wait (lower priority first, then in arrival
 order), a full queue refuses with Retry-After, a waiter that is cancelled (its client left)
-never takes its slots, and slots given back by another worker reach this worker's queue."""
+never takes its slots, slots given back by another worker reach this worker's queue, and the
+order holds across workers."""
 
 import asyncio
 import multiprocessing
@@ -83,7 +84,27 @@ def test_slots_another_worker_gives_back_reach_this_workers_queue():
         assert this.num_waiting == other.num_waiting == 1
         held.give_back()  # in the other worker: nothing tells this one but its poll
         ticket = await asyncio.wait_for(waiter, 30)
-        assert list(counts) == [1, 0, 0, 0]
+        assert this.num_in_flight == 1 and this.num_waiting == 0
         ticket.give_back()
+
+    asyncio.run(scenario())
+
+
+def test_the_order_holds_across_workers():
+    counts = Admission.shared_counts(multiprocessing.get_context("spawn"), 2)
+
+    async def scenario():
+        first, second = Admission(1, 10, counts, 0), Admission(1, 10, counts, 1)
+        held = second.take_now(1)
+        earlier = asyncio.create_task(first.take(1))
+        await _settle()
+        later = asyncio.create_task(second.take(1))
+        await _settle()
+        held.give_back()  # in the second worker, whose own waiter came later
+        await _settle()
+        assert not later.done()  # the earlier arrival in the other worker comes first
+        (await asyncio.wait_for(earlier, 30)).give_back()  # the first worker's poll takes it
+        (await asyncio.wait_for(later, 30)).give_back()
+        assert first.num_in_flight == first.num_waiting == 0
 
     asyncio.run(scenario())
