@@ -11,7 +11,7 @@ vLLM's names (vllm/v1/metrics/loggers.py, v0.11) and these: num_requests_running
 pipeline_openai_engine_requests_in_flight; num_requests_waiting: pipeline_openai_requests_waiting
 (this frontend's queue) and pipeline_engine_waiting_requests (the engine's); kv_cache_usage_perc:
 pipeline_openai_kv_cache_usage_perc; time_to_first_token_seconds,
-request_time_per_output_token_seconds (inter_token_latency), e2e_request_latency_seconds,
+request_time_per_output_token_seconds, e2e_request_latency_seconds,
 request_queue_time_seconds: pipeline_openai_time_to_first_token_seconds,
 pipeline_openai_time_per_output_token_seconds, pipeline_openai_request_seconds,
 pipeline_openai_queue_wait_seconds; prompt_tokens_total, generation_tokens_total:
