@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from pipeline.openai_api.errors import APIError
+from pipeline.openai_api.errors import RETRY_AFTER_S, APIError
 from pipeline.openai_api.metrics import FrontendMetrics
 from pipeline.openai_api.openapi import ENDPOINTS
 from pipeline.openai_api.routes import Frontend
@@ -53,7 +53,8 @@ def counted(metrics: FrontendMetrics, endpoint: str, handler):
         except APIError as exc:
             response = exc.response()
         except EngineError as exc:
-            response = APIError(exc.status, str(exc)).response()
+            retry_after_s = RETRY_AFTER_S if exc.status == 503 else None  # not ready yet
+            response = APIError(exc.status, str(exc), retry_after_s=retry_after_s).response()
         except Exception as exc:
             response = await _server_error(request, exc)
         metrics.requests.labels(endpoint, str(response.status_code)).inc()

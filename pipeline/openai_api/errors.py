@@ -6,6 +6,9 @@ into this body, so an OpenAI client raises its matching exception (BadRequestErr
 
 from starlette.responses import JSONResponse
 
+# what a 429 (the queue is full) or a 503 (the engine is not ready) tells the client to wait
+RETRY_AFTER_S = 1
+
 # OpenAI's `type` for each status it uses (401 is an invalid_request_error there too)
 TYPES = {
     400: "invalid_request_error",
@@ -23,10 +26,16 @@ TYPES = {
 
 class APIError(Exception):
     def __init__(
-        self, status: int, message: str, param: str | None = None, code: str | None = None
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after_s: int | None = None,
     ):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+        self.retry_after_s = retry_after_s  # sent as Retry-After when set
 
     def body(self) -> dict:
         return {
@@ -39,7 +48,8 @@ class APIError(Exception):
         }
 
     def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status)
+        headers = None if self.retry_after_s is None else {"Retry-After": str(self.retry_after_s)}
+        return JSONResponse(self.body(), status_code=self.status, headers=headers)
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:

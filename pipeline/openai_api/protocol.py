@@ -58,6 +58,7 @@ class _GenerationRequest(_Strict):
     ignore_eos: bool = False  # vLLM's extension: run to max_tokens (benchmarks' fixed lengths)
     repetition_penalty: float = 1.0  # vLLM's extension (TensorRT-LLM's): > 1 discourages repeats
     min_tokens: int = 0  # vLLM's extension: no end token before this many
+    priority: int = 0  # vLLM's extension: a queued request with a lower one is admitted first
     n: int = 1
     stream: bool = False
     stream_options: StreamOptions | None = None

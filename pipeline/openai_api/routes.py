@@ -2,9 +2,10 @@
 /tokenize, /detokenize, /health, /metrics, /version, /openapi.json, /docs.
 
 A generation request passes admission (key, size), is parsed and planned (every refusal a 400
-before anything runs), takes its engine slots, then streams: as server-sent events, or gathered
-into one body. The first piece is awaited before the response starts, so a request the model
-refuses still gets its status. A client that goes away cancels its engine requests: a stream's
+before anything runs), takes its engine slots (waiting in the admission's queue for them if it
+must; a client that leaves meanwhile leaves the queue), then streams: as server-sent events, or
+gathered into one body. The first piece is awaited before the response starts, so a request the
+model refuses still gets its status. A client that goes away cancels its engine requests: a stream's
 response is cancelled by Starlette when the connection drops; a whole answer is watched for it.
 """
 
@@ -23,7 +24,7 @@ import pipeline
 from pipeline.client.metrics import engines_ready
 from pipeline.openai_api import choices
 from pipeline.openai_api.admission import Admission, check_api_key, read_body
-from pipeline.openai_api.errors import APIError, bad_request
+from pipeline.openai_api.errors import RETRY_AFTER_S, APIError, bad_request
 from pipeline.openai_api.generation import choice_pieces, merged
 from pipeline.openai_api.logprobs import LogprobsWriter
 from pipeline.openai_api.metrics import FrontendMetrics
@@ -64,8 +65,10 @@ class Frontend:
         own."""
         self.model, self.llm, self.settings, self.api_key = model, llm, settings, api_key
         self.engine_metrics_url = engine_metrics_url
-        self.admission = admission or Admission(settings.max_concurrent_requests)
-        self.metrics = metrics or FrontendMetrics(self.admission)
+        self.admission = admission or Admission(
+            settings.max_concurrent_requests, settings.max_queued_requests
+        )
+        self.metrics = metrics or FrontendMetrics(self.admission, engine_metrics_url)
         self.created = created
         self._openapi = openapi_document()
 
@@ -126,12 +129,15 @@ class Frontend:
         is_ready = await self.llm.is_ready() and await anyio.to_thread.run_sync(
             engines_ready, self.engine_metrics_url
         )
-        return JSONResponse(
-            {"status": "ok" if is_ready else "unavailable"}, status_code=200 if is_ready else 503
-        )
+        if is_ready:
+            return JSONResponse({"status": "ok"})
+        headers = {"Retry-After": str(RETRY_AFTER_S)}
+        return JSONResponse({"status": "unavailable"}, status_code=503, headers=headers)
 
     async def prometheus(self, request: Request) -> Response:
-        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+        # in a thread: it reads tritonserver's metrics
+        exposition = await anyio.to_thread.run_sync(self.metrics.exposition)
+        return Response(exposition, media_type=CONTENT_TYPE_LATEST)
 
     def _card(self) -> ModelCard:
         return ModelCard(
@@ -164,7 +170,12 @@ class Frontend:
         else:
             prompts, param, max_tokens = self._prompts(parsed.prompt), "prompt", parsed.max_tokens
         plan = choices.plan(parsed, prompts, max_tokens, self.model, self.settings, param)
-        ticket = self.admission.take(len(plan.choices))
+        ticket = self.admission.take_now(len(plan.choices))
+        if ticket is None:  # it waits in the queue, unless its client leaves first
+            ticket = await _unless_client_leaves(
+                request, self.admission.take(len(plan.choices), parsed.priority)
+            )
+        self.metrics.queue_wait.observe(ticket.waited_s)
         shape = Shape(is_chat, self.model.name)
         is_echoed = getattr(parsed, "echo", False)
         echoes = [self.model.echo(c.prompt) if is_echoed else "" for c in plan.choices]
@@ -181,10 +192,12 @@ class Frontend:
         is_streamed = False
         try:
             first = await anext(pieces)  # a refusal by the model still gets its status
-            self.metrics.ttft.observe(time.perf_counter() - start)
+            first_at = time.perf_counter()
+            self.metrics.ttft.observe(first_at - start)
             if parsed.stream:
                 options, writer = parsed.stream_options, self._logprobs_writer(parsed, is_chat)
-                events = self._events(shape, plan, first, pieces, echoes, options, writer, start)
+                times = (start, first_at)
+                events = self._events(shape, plan, first, pieces, echoes, options, writer, times)
                 is_streamed = True  # Starlette runs finish() after the stream, client gone or not
                 return StreamingResponse(
                     events,
@@ -196,7 +209,7 @@ class Frontend:
             answer.texts[:] = echoes
             answer.add(*first)
             await _unless_client_leaves(request, _gather(pieces, answer))
-            self._count(plan.num_prompt_tokens, answer, start)
+            self._count(plan.num_prompt_tokens, answer, (start, first_at))
             writer = self._logprobs_writer(parsed, is_chat)
             return JSONResponse(shape.whole(answer, plan.num_prompt_tokens, writer))
         finally:
@@ -226,7 +239,7 @@ class Frontend:
     def _logprobs_writer(self, parsed, is_chat: bool) -> LogprobsWriter | None:
         return LogprobsWriter(self.model.detokenizer, is_chat) if parsed.wants_logprobs else None
 
-    async def _events(self, shape, plan, first, pieces, echoes, options, writer, start):
+    async def _events(self, shape, plan, first, pieces, echoes, options, writer, times):
         include_usage = bool(options and options.include_usage)
         continuous = bool(options and options.continuous_usage_stats)
         num = len(plan.choices)
@@ -258,15 +271,21 @@ class Frontend:
                 item = await anext(pieces, None)
             if include_usage:
                 yield shape.usage_chunk(plan.num_prompt_tokens, answer.num_completion_tokens)
-            self._count(plan.num_prompt_tokens, answer, start)
+            self._count(plan.num_prompt_tokens, answer, times)
         except EngineError as exc:  # the stream has begun: the error is its last event
             yield sse(APIError(exc.status, str(exc)).body())
         yield DONE
 
-    def _count(self, num_prompt_tokens: int, answer: Answer, start: float) -> None:
+    def _count(self, num_prompt_tokens: int, answer: Answer, times: tuple[float, float]) -> None:
+        """times: the request's arrival and its first text (perf_counter)."""
+        start, first_at = times
+        end = time.perf_counter()
         self.metrics.prompt_tokens.inc(num_prompt_tokens)
         self.metrics.completion_tokens.inc(answer.num_completion_tokens)
-        self.metrics.latency.observe(time.perf_counter() - start)
+        self.metrics.latency.observe(end - start)
+        num_later = answer.num_completion_tokens - answer.num_choices  # after each choice's first
+        if num_later > 0:
+            self.metrics.time_per_token.observe((end - first_at) / num_later)
 
 
 async def _gather(pieces, answer: Answer) -> None:
@@ -275,8 +294,9 @@ async def _gather(pieces, answer: Answer) -> None:
             answer.add(index, piece)
 
 
-async def _unless_client_leaves(request: Request, work) -> None:
-    """Run work; if the client disconnects first, cancel it (and so its engine requests)."""
+async def _unless_client_leaves(request: Request, work):
+    """Run work (its result); if the client disconnects first, cancel it (and so its engine
+    requests, or its place in the queue)."""
 
     async def until_disconnected() -> None:
         while (await request.receive())["type"] != "http.disconnect":
@@ -292,4 +312,4 @@ async def _unless_client_leaves(request: Request, work) -> None:
             await asyncio.gather(task, return_exceptions=True)
     if task.cancelled():
         raise APIError(CLIENT_GONE, "the client closed the connection", code="client_closed")
-    task.result()  # its failure, if any
+    return task.result()  # or its failure

@@ -5,9 +5,10 @@ Each worker is a spawned process (nothing forked from the caller's threads or gR
 that binds a listening socket of its own with SO_REUSEPORT: the kernel spreads new connections
 over the workers, and a connection stays with its worker, with its streams, its gRPC channel to
 Triton and the cancelling of a stream whose client left. What holds for the port as a whole is
-shared: the limit on engine requests in flight (admission.Admission over an array of per-worker
-counts) and the metrics (metrics.FrontendMetrics over a directory of per-process files). A
-worker that dies is started again, its slots given back (and so dropped from the in-flight gauge).
+shared: the limits on engine requests in flight and on requests queued (admission.Admission
+over an array of per-worker counts) and the metrics (metrics.FrontendMetrics over a directory of
+per-process files). A worker that dies is started again, its slots and queue places given back
+(and so dropped from the gauges).
 """
 
 import logging
@@ -66,9 +67,12 @@ class FrontendWorkers(ServesRecipe):
     def __enter__(self) -> "FrontendWorkers":
         check_free(self.recipe.spec)
         self._shared_dir = tempfile.mkdtemp(prefix="openai-metrics-")
-        self._counts = self._context.Array("i", self.num_workers)
+        self._counts = Admission.shared_counts(self._context, self.num_workers)
         self.admission = Admission(
-            self.recipe.spec.max_concurrent_requests, self._counts, closed=self._closed
+            self.recipe.spec.max_concurrent_requests,
+            self.recipe.spec.max_queued_requests,
+            self._counts,
+            closed=self._closed,
         )
         try:
             readies = [self._start(index) for index in range(self.num_workers)]
@@ -159,8 +163,7 @@ class FrontendWorkers(ServesRecipe):
                 return
             process = self._processes[index]
             process.join()
-            with self._counts.get_lock():
-                self._counts[index] = 0  # its requests ended with it (the gauge reads these)
+            Admission.forget_worker(self._counts, index)  # the gauges read these
             if self._num_restarts >= MAX_RESTARTS:
                 log.error(
                     "openai: worker %d (pid %d) %s and stays down (%d restarts already); the "
@@ -200,8 +203,12 @@ def run_worker(
         level=logging.WARNING,
         format=f"%(asctime)s openai-worker-{index} %(levelname)s %(name)s: %(message)s",
     )
-    admission = Admission(recipe.spec.max_concurrent_requests, counts, index, closed)
-    frontend = recipe.frontend(admission, FrontendMetrics(admission, shared_dir))
+    spec = recipe.spec
+    admission = Admission(
+        spec.max_concurrent_requests, spec.max_queued_requests, counts, index, closed
+    )
+    metrics = FrontendMetrics(admission, recipe.engine_metrics_url, shared_dir)
+    frontend = recipe.frontend(admission, metrics)
     server = uvicorn.Server(uvicorn_config(build_app(frontend), recipe.spec))
     watcher = threading.Thread(
         target=_report_ready_then_watch_parent, args=(server, ready, parent_pid), daemon=True

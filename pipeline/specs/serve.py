@@ -17,8 +17,11 @@ class OpenAISpec:
     api_key_env: str = "PIPELINE_OPENAI_API_KEY"
     max_request_bytes: int = 1_048_576  # a larger body is refused (413)
     max_tokens_limit: int = 0  # most tokens one choice may ask for; 0 = the engine's max_seq_len
-    # engine requests in flight (n counts each), over all the workers together; more: 429
+    # engine requests in flight (n counts each), over all the workers together; more wait
     max_concurrent_requests: int = 256
+    # requests waiting for room under max_concurrent_requests, over all the workers together
+    # (lower `priority` first, then in arrival order); more: 429 with Retry-After. 0: none wait
+    max_queued_requests: int = 16_384
     max_n: int = 8  # choices one request may ask for
     request_timeout_s: float = 600.0  # a request still generating after this fails (504)
 

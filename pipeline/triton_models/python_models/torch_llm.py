@@ -48,6 +48,7 @@ METRICS = {  # engine stats key -> (metric family, description)
     ),
     "num_preemptions": ("pipeline_engine_preemptions", "sequences preempted since start"),
     "num_free_blocks": ("pipeline_engine_free_kv_blocks", "free paged-KV blocks now"),
+    "num_total_blocks": ("pipeline_engine_kv_blocks", "paged-KV blocks in the engine's cache"),
 }
 HEALTH_METRICS = {  # per instance: each has its own handle on the engine
     "is_ready": (

@@ -1,5 +1,6 @@
 """One tritonserver serving SmolLM2 and the OpenAI-compatible frontend in front of it, shared by
-this directory's tests (package scope): an API key, and a limit of 4 engine requests in flight.
+this directory's tests (package scope): an API key, and a limit of 4 engine requests in flight
+with no queue (past it: 429 at once; test_openai_bursts starts frontends that queue).
 The project's own gRPC client on the `ensemble` gives the expected greedy text and token counts,
 the engine loaded in-process the expected tokens of penalties and log probabilities.
 """
@@ -31,7 +32,7 @@ C, CHAT = "/v1/completions", "/v1/chat/completions"
 @pytest.fixture(scope="package")
 def served_overrides(session_workdir, smollm_engine_dir) -> tuple[str, ...]:
     """The package's config: the shared engine, a repository and ports of its own, an API key
-    and a limit of MAX_IN_FLIGHT engine requests in flight."""
+    and a limit of MAX_IN_FLIGHT engine requests in flight, none queued."""
     http, grpc, metrics, api = free_ports(4)
     return (
         *SMOLLM_ENGINE_OVERRIDES,
@@ -43,6 +44,7 @@ def served_overrides(session_workdir, smollm_engine_dir) -> tuple[str, ...]:
         f"serve.openai.port={api}",
         f"serve.openai.api_key_env={KEY_ENV}",
         f"serve.openai.max_concurrent_requests={MAX_IN_FLIGHT}",
+        "serve.openai.max_queued_requests=0",
     )
 
 

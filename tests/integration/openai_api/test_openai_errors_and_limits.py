@@ -10,6 +10,7 @@ import pytest
 import requests
 
 from pipeline.client.metrics import fetch_metrics, metric_value, parse_metrics
+from pipeline.openai_api.errors import RETRY_AFTER_S
 from tests.integration.openai_api.conftest import (
     API_KEY,
     CHAT,
@@ -176,6 +177,7 @@ def test_streams_past_the_limit_get_429_and_disconnected_ones_are_cancelled(
     assert running["free_kv_blocks"] < idle["free_kv_blocks"]
     refused = post(api, C, completion(model_name))
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert refused.headers["Retry-After"] == str(RETRY_AFTER_S)
     for response, _ in streams:
         response.close()  # the client hangs up mid-stream
     now = engine_idle_again(triton, idle)

@@ -1,13 +1,15 @@
-"""What the frontend's worker processes share: one limit on engine requests in flight, metrics
-summed over the processes, and how many workers serve.openai.workers=0 means."""
+"""What the frontend's worker processes share: one limit on engine requests in flight (and on
+requests queued), metrics summed over the processes, and how many workers
+serve.openai.workers=0 means."""
 
+import asyncio
 import dataclasses
 import multiprocessing
 
 import pytest
 
 from pipeline.openai_api.admission import Admission
-from pipeline.openai_api.errors import APIError
+from pipeline.openai_api.errors import RETRY_AFTER_S, APIError
 from pipeline.openai_api.recipe import FrontendRecipe
 from pipeline.specs.serve import OpenAISpec
 
@@ -15,35 +17,30 @@ SPAWN = multiprocessing.get_context("spawn")
 
 
 def test_the_limit_holds_for_all_workers_together():
-    counts = SPAWN.Array("i", 2)
-    first, second = Admission(4, counts, 0), Admission(4, counts, 1)
-    tickets = [first.take(3)]
+    counts = Admission.shared_counts(SPAWN, 2)
+    first = Admission(4, 0, counts, 0)  # nothing may wait: past the limit, 429 at once
+    second = Admission(4, 0, counts, 1)
+    tickets = [first.take_now(3)]
+    assert second.take_now(2) is None  # 3 + 2 > 4 though the second worker runs none
     with pytest.raises(APIError) as refused:
-        second.take(2)  # 3 + 2 > 4 though the second worker runs none
-    assert refused.value.status == 429 and "3 engine requests are in flight" in str(refused.value)
-    tickets.append(second.take(1))
+        asyncio.run(second.take(2))
+    assert refused.value.status == 429 and refused.value.retry_after_s == RETRY_AFTER_S
+    assert "max_queued_requests" in str(refused.value)
+    tickets.append(second.take_now(1))
     assert first.num_in_flight == second.num_in_flight == 4
     assert [t.give_back() for t in tickets + tickets] == [True, True, False, False]
-    assert list(counts) == [0, 0]
-    assert second.take(4).num == 4
+    assert first.num_in_flight == 0 and first.num_waiting == 0
+    assert second.take_now(4).num == 4
 
 
-def test_a_process_alone_keeps_its_own_count():
-    admission = Admission(2)
-    ticket = admission.take(2)
-    with pytest.raises(APIError):
-        admission.take(1)
-    ticket.give_back()
-    assert admission.num_in_flight == 0
-
-
-def test_a_request_above_the_limit_on_its_own_is_a_400_not_a_retry():
-    admission = Admission(256)
+def test_a_request_above_the_limit_on_its_own_is_a_400_not_a_wait():
+    admission = Admission(256, 10)
     with pytest.raises(APIError) as refused:
-        admission.take(257)
+        admission.take_now(257)
     assert refused.value.status == 400 and "can never be admitted" in str(refused.value)
     assert "max_concurrent_requests" in str(refused.value) and admission.num_in_flight == 0
-    admission.take(256).give_back()
+    assert admission.num_waiting == 0
+    admission.take_now(256).give_back()
 
 
 def test_a_closed_admission_refuses_every_worker_with_503_and_keeps_the_counts():
@@ -62,25 +59,26 @@ def test_a_closed_admission_refuses_every_worker_with_503_and_keeps_the_counts()
 def _count_requests(shared_dir: str, counts, index: int, num: int) -> None:
     from pipeline.openai_api.metrics import FrontendMetrics
 
-    admission = Admission(10, counts, index)
-    metrics = FrontendMetrics(admission, shared_dir)
+    admission = Admission(10, 0, counts, index)
+    metrics = FrontendMetrics(admission, "", shared_dir)
     for _ in range(num):
         metrics.requests.labels("completions", "200").inc()
     metrics.completion_tokens.inc(10 * num)
     metrics.ttft.observe(0.2)
-    admission.take(num)
+    admission.take_now(num)
 
 
 def _exposition(shared_dir: str, counts, queue) -> None:
     from pipeline.openai_api.metrics import FrontendMetrics
 
-    queue.put(FrontendMetrics(Admission(10, counts, 0), shared_dir).exposition().decode())
+    metrics = FrontendMetrics(Admission(10, 0, counts, 0), "", shared_dir)
+    queue.put(metrics.exposition().decode())
 
 
 def test_metrics_are_summed_over_the_processes(tmp_path):
     from pipeline.client.metrics import metric_value, parse_metrics
 
-    shared_dir, counts = str(tmp_path), SPAWN.Array("i", 2)
+    shared_dir, counts = str(tmp_path), Admission.shared_counts(SPAWN, 2)
     workers = [
         SPAWN.Process(target=_count_requests, args=(shared_dir, counts, index, num))
         for index, num in enumerate((2, 3))
@@ -106,8 +104,9 @@ def test_metrics_are_summed_over_the_processes(tmp_path):
     assert metric_value(samples, "pipeline_openai_time_to_first_token_seconds_count") == 2
     # the gauge counts live processes only: a dead worker's slots are given back (workers.py)
     assert metric_value(samples, "pipeline_openai_engine_requests_in_flight") == 5
-    counts[0] = 0
+    Admission.forget_worker(counts, 0)
     assert metric_value(exposed(), "pipeline_openai_engine_requests_in_flight") == 3
+    assert metric_value(samples, "pipeline_openai_requests_waiting") == 0
 
 
 @pytest.mark.parametrize(
