@@ -91,7 +91,7 @@ def test_model_by_id_is_the_card_and_another_id_is_404(client, tokenizer_dir):
 
 
 def test_a_failing_handler_is_counted_as_500():
-    metrics = FrontendMetrics(Admission(4))
+    metrics = FrontendMetrics(Admission(4, 0), engine_metrics_url="")
 
     async def failing(request: Request) -> Response:
         raise TypeError("a bug")

@@ -44,16 +44,35 @@ def test_a_request_above_the_limit_on_its_own_is_a_400_not_a_wait():
 
 
 def test_a_closed_admission_refuses_every_worker_with_503_and_keeps_the_counts():
-    counts, closed = SPAWN.Array("i", 2), SPAWN.Event()
-    first, second = Admission(4, counts, 0, closed), Admission(4, counts, 1, closed)
-    ticket = first.take(1)
+    counts, closed = Admission.shared_counts(SPAWN, 2), SPAWN.Event()
+    first = Admission(4, 8, counts, 0, closed)
+    second = Admission(4, 8, counts, 1, closed)
+    ticket = first.take_now(1)
     closed.set()  # the port drains
     with pytest.raises(APIError) as refused:
-        second.take(1)
+        second.take_now(1)
     assert refused.value.status == 503 and refused.value.code == "server_shutting_down"
     assert second.num_in_flight == 1  # what runs still counts until it ends
     ticket.give_back()
     assert first.num_in_flight == 0
+
+
+def test_a_drain_refuses_the_requests_still_queued():
+    async def scenario() -> tuple[APIError, int, int]:
+        admission = Admission(1, 8)  # one process alone: the drain sets its own event
+        running = admission.take_now(1)
+        queued = asyncio.ensure_future(admission.take(1))
+        await asyncio.sleep(0.05)
+        assert admission.num_waiting == 1 and not queued.done()
+        admission.closed.set()
+        with pytest.raises(APIError) as refused:
+            await asyncio.wait_for(queued, 5)
+        running.give_back()
+        return refused.value, admission.num_waiting, admission.num_in_flight
+
+    refused, num_waiting, num_in_flight = asyncio.run(scenario())
+    assert refused.status == 503 and refused.code == "server_shutting_down"
+    assert (num_waiting, num_in_flight) == (0, 0)  # the refused one never took a slot
 
 
 def _count_requests(shared_dir: str, counts, index: int, num: int) -> None:
