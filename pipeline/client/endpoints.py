@@ -15,6 +15,7 @@ import psutil
 # tritonserver's --metrics-port default (and deploy.metrics_port's)
 DEFAULT_METRICS_PORT = 8002
 FALSE_WORDS = ("false", "0", "off", "no")
+SCAN_TRIES = 5
 
 
 def host_and_port(url: str) -> tuple[str, int | None]:
@@ -61,8 +62,18 @@ def _listener_argvs(host: str, port: int) -> list[list[str]]:
     python stubs tritonserver starts inherit its sockets, and psutil names one holder only."""
     try:
         address = socket.gethostbyname(host)
-        connections = psutil.net_connections(kind="tcp")
-    except (OSError, psutil.Error):
+    except OSError:
+        return []
+    connections = None
+    # the scan reads every process's sockets: one that exits meanwhile fails the whole scan (a
+    # loaded host starting and stopping processes), so it is tried again
+    for _ in range(SCAN_TRIES):
+        try:
+            connections = psutil.net_connections(kind="tcp")
+            break
+        except (OSError, psutil.Error):
+            continue
+    if connections is None:
         return []
     argvs = []
     for conn in connections:

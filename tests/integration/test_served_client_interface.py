@@ -184,7 +184,6 @@ UNSERVED = [  # input values -> what the error names, through either model
     ({"return_perf_metrics": True}, "return_perf_metrics=true"),
     ({"lora_task_id": 3}, "lora_task_id=3 (no LoRA adapters"),
     ({"guided_decoding_guide_type": "json", "guided_decoding_guide": "{}"}, "no guided decoding"),
-    ({"embedding_bias_words": ["cat"], "embedding_bias_weights": [2.0]}, "no embedding bias"),
     ({"repetition_penalty": 0.0}, "repetition_penalty=0.0 is outside [1e-06, 1000000.0]"),
 ]
 GRPC_ONLY = [  # 2-D tensors the HTTP generate extension cannot shape
@@ -209,6 +208,25 @@ def test_what_the_torch_engine_cannot_serve_is_named(server, model, protocol, va
     message = refusal(server, model, protocol, values)
     assert named in message
     assert "backend=torch" in message or "is outside" in message
+
+
+BIAS_WORDS = {"embedding_bias_words": ["cat"], "embedding_bias_weights": [100.0]}
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_embedding_bias_words_are_served_by_the_bls_and_named_by_the_torch_ensemble(
+    server, engine, protocol
+):
+    """The BLS runs preprocessing, which turns the words into the per-vocabulary embedding_bias
+    the torch tensorrt_llm serves; the torch ensemble is tensorrt_llm alone (it tokenizes
+    itself), which takes no words."""
+    call = grpc_responses if protocol == "grpc" else http_generate
+    responses = call(server, "tensorrt_llm_bls", BIAS_WORDS)
+    pieces = [np.asarray(r["text_output"]).reshape(-1)[0] for r in responses]
+    text = "".join(p.decode() if isinstance(p, bytes) else str(p) for p in pieces)
+    assert text != engine.tokenizer.decode(expected(engine).token_ids)
+    assert text.count("cat") >= NUM_TOKENS // 2  # +100 on the word's token: it is all it says
+    assert "no embedding bias" in refusal(server, "ensemble", protocol, BIAS_WORDS)
 
 
 @pytest.mark.parametrize("model", MODELS)
