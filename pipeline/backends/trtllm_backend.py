@@ -1,6 +1,6 @@
 """backend=trtllm: TensorRT-LLM 1.2.x engines built by `trtllm-build`, served by the tensorrtllm
 Triton backend. TensorRT-LLM cannot be installed here: without it, check_available() fails before
-any work and says how to run the stage in the NGC container (`make build BACKEND=trtllm DOCKER=1`).
+any work and says how to run the stage in its container (`make build BACKEND=trtllm DOCKER=1`).
 """
 
 import logging

@@ -83,7 +83,7 @@ def launches_server(bench, target: str) -> bool:
 
 def _launch(spec: PipelineSpec, trace_file: Path | None, deployed: Path):
     """tritonserver on the deployed repository (the deploy artifact `deployed`): the wheel's
-    server for backend=torch (tracing to trace_file, if any), the NGC container for trtllm where
+    server for backend=torch (tracing to trace_file, if any), the trtllm image where
     docker exists."""
     from pipeline.artifacts import Manifest
     from pipeline.server import launch

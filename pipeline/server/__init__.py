@@ -1,2 +1,2 @@
 """Run tritonserver on a deployed repository: locally from the nvidia-pytriton wheel (torch
-backend, CPU or GPU), or as the NGC TensorRT-LLM container command (trtllm backend)."""
+backend, CPU or GPU), or as the TensorRT-LLM container command (trtllm backend)."""

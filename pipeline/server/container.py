@@ -1,4 +1,4 @@
-"""backend=trtllm: the NGC Triton+TensorRT-LLM container command, one MPI rank per engine rank.
+"""backend=trtllm: the TensorRT-LLM container command, one MPI rank per engine rank.
 
 The image is build.trtllm.container_image, the one the engine was built in (the trtllm backend
 refuses engines of another TensorRT-LLM version at deploy). Paths inside the repository (engine,

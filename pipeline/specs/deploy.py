@@ -48,7 +48,7 @@ class TrtllmDeployOptions:
     max_tokens_in_paged_kv_cache: int = 0  # 0 = not set (the fraction decides)
     enable_kv_cache_reuse: bool = False
     enable_chunked_context: bool = False
-    shm_size: str = "2g"  # docker --shm-size for the NGC container (>= 64 MB per python model)
+    shm_size: str = "2g"  # docker --shm-size for the TensorRT-LLM image (>= 64 MB a python model)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """serve: deploy, then run tritonserver on deploy.repo_dir until Ctrl-C (127.0.0.1 by default).
 
 backend=torch: the tritonserver from the nvidia-pytriton wheel, on this machine.
-backend=trtllm: the NGC container (build.trtllm.container_image) with one MPI rank per engine
+backend=trtllm: build.trtllm.container_image with one MPI rank per engine
 rank; run through docker when it is on PATH, otherwise the command is printed to run elsewhere.
 Beside it, the OpenAI-compatible API (serve.openai; pipeline.openai_api). `serve: ready` is
 printed once every port it names accepts connections. SIGTERM or Ctrl-C drains both (new requests
