@@ -6,6 +6,7 @@ port runs on this host (what `pipeline serve` starts, whatever deploy.*_port it 
 Otherwise it is Triton's default metrics port on the URL's host.
 """
 
+import ipaddress
 import socket
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -40,6 +41,8 @@ def _server_options(host: str, port: int) -> dict[str, str] | None:
     """`--key=value` / `--key value` options of the tritonserver on this host listening on
     host:port; None when none is found (another host, another user's server, not Triton)."""
     argv = next((a for a in _listener_argvs(host, port) if _is_tritonserver(a)), None)
+    if argv is None:
+        argv = _naming_port(host, port)
     if argv is None:
         return None
     options = {}
@@ -88,3 +91,20 @@ def _listener_argvs(host: str, port: int) -> list[list[str]]:
         except psutil.Error:
             continue
     return argvs
+
+
+def _naming_port(host: str, port: int) -> list[str] | None:
+    """A local tritonserver whose own command line names port as its HTTP or gRPC port: the
+    socket scan can miss the listener (psutil credits an inherited socket to one holder, and a
+    process may exit mid-scan on a busy host), the command line states it."""
+    try:
+        if not ipaddress.ip_address(socket.gethostbyname(host)).is_loopback:
+            return None
+    except (OSError, ValueError):
+        return None
+    wanted = (f"--http-port={port}", f"--grpc-port={port}")
+    for process in psutil.process_iter(["cmdline"]):
+        argv = process.info["cmdline"] or []
+        if _is_tritonserver(argv) and any(arg in wanted for arg in argv):
+            return argv
+    return None
