@@ -6,7 +6,6 @@ port runs on this host (what `pipeline serve` starts, whatever deploy.*_port it 
 Otherwise it is Triton's default metrics port on the URL's host.
 """
 
-import ipaddress
 import socket
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -16,7 +15,6 @@ import psutil
 # tritonserver's --metrics-port default (and deploy.metrics_port's)
 DEFAULT_METRICS_PORT = 8002
 FALSE_WORDS = ("false", "0", "off", "no")
-SCAN_TRIES = 5
 
 
 def host_and_port(url: str) -> tuple[str, int | None]:
@@ -42,8 +40,6 @@ def _server_options(host: str, port: int) -> dict[str, str] | None:
     host:port; None when none is found (another host, another user's server, not Triton)."""
     argv = next((a for a in _listener_argvs(host, port) if _is_tritonserver(a)), None)
     if argv is None:
-        argv = _naming_port(host, port)
-    if argv is None:
         return None
     options = {}
     for i, arg in enumerate(argv[1:], start=1):
@@ -65,18 +61,8 @@ def _listener_argvs(host: str, port: int) -> list[list[str]]:
     python stubs tritonserver starts inherit its sockets, and psutil names one holder only."""
     try:
         address = socket.gethostbyname(host)
-    except OSError:
-        return []
-    connections = None
-    # the scan reads every process's sockets: one that exits meanwhile fails the whole scan (a
-    # loaded host starting and stopping processes), so it is tried again
-    for _ in range(SCAN_TRIES):
-        try:
-            connections = psutil.net_connections(kind="tcp")
-            break
-        except (OSError, psutil.Error):
-            continue
-    if connections is None:
+        connections = psutil.net_connections(kind="tcp")
+    except (OSError, psutil.Error):
         return []
     argvs = []
     for conn in connections:
@@ -91,20 +77,3 @@ def _listener_argvs(host: str, port: int) -> list[list[str]]:
         except psutil.Error:
             continue
     return argvs
-
-
-def _naming_port(host: str, port: int) -> list[str] | None:
-    """A local tritonserver whose own command line names port as its HTTP or gRPC port: the
-    socket scan can miss the listener (psutil credits an inherited socket to one holder, and a
-    process may exit mid-scan on a busy host), the command line states it."""
-    try:
-        if not ipaddress.ip_address(socket.gethostbyname(host)).is_loopback:
-            return None
-    except (OSError, ValueError):
-        return None
-    wanted = (f"--http-port={port}", f"--grpc-port={port}")
-    for process in psutil.process_iter(["cmdline"]):
-        argv = process.info["cmdline"] or []
-        if _is_tritonserver(argv) and any(arg in wanted for arg in argv):
-            return argv
-    return None

@@ -366,17 +366,6 @@ def test_python_models_run_in_the_stub_env(server, stub_python3):
     assert len(engines) == 1  # the two instances share it
 
 
-def test_server_stops_cleanly(server):
-    pgid, prefix = server.process.pid, server.shm_prefix
-    assert list(SHM_DIR.glob(f"{prefix}*")), "the python models should hold shm while running"
-    server.stop()
-    assert server.process.returncode == 0  # exited on SIGTERM, not killed
-    with pytest.raises(ProcessLookupError):
-        os.killpg(pgid, 0)  # no stub left in the server's process group
-    assert not list(SHM_DIR.glob(f"{prefix}*"))
-    assert not server.tmp_dir.exists()
-
-
 def test_ready_reads_the_metrics_of_the_server_it_was_pointed_at(server, capsys):
     """The server runs on free (non-default) ports: the metrics URL comes from its own
     --metrics-port, and a metrics endpoint that cannot be read is not ready, naming it."""
@@ -390,6 +379,17 @@ def test_ready_reads_the_metrics_of_the_server_it_was_pointed_at(server, capsys)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"not ready: ensemble at {grpc_url} is up")
     assert f"its metrics at {elsewhere} cannot be read" in err
+
+
+def test_server_stops_cleanly(server):
+    pgid, prefix = server.process.pid, server.shm_prefix
+    assert list(SHM_DIR.glob(f"{prefix}*")), "the python models should hold shm while running"
+    server.stop()
+    assert server.process.returncode == 0  # exited on SIGTERM, not killed
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)  # no stub left in the server's process group
+    assert not list(SHM_DIR.glob(f"{prefix}*"))
+    assert not server.tmp_dir.exists()
 
 
 def test_ready_after_the_server_stopped_is_not_ready(server, capsys):
