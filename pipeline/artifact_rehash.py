@@ -6,7 +6,6 @@ model's output). `full` reads every byte, on several threads at once (hashlib re
 while it hashes a block), with a progress bar over the bytes.
 """
 
-import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,18 +13,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from pipeline.errors import ArtifactError
-from pipeline.manifest import Manifest, _rebuild_hint
-
-CHUNK_BYTES = 1 << 22
-
-
-def _sha256(path: Path, bar: tqdm) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK_BYTES):
-            digest.update(block)
-            bar.update(len(block))
-    return digest.hexdigest()
+from pipeline.manifest import Manifest, _rebuild_hint, check_sha256, sha256_file
 
 
 def rehash_outputs(artifact_dir: Path, num_threads: int = 0) -> Manifest:
@@ -46,11 +34,9 @@ def rehash_outputs(artifact_dir: Path, num_threads: int = 0) -> Manifest:
         tqdm(total=total, unit="B", unit_scale=True, desc=f"verify {artifact_dir.name}") as bar,
         ThreadPoolExecutor(threads) as pool,
     ):
-        digests = pool.map(lambda name: _sha256(artifact_dir / name, bar), names)
+        digests = pool.map(
+            lambda name: sha256_file(artifact_dir / name, on_block=bar.update), names
+        )
         for name, digest in zip(names, digests, strict=True):
-            if digest != manifest.outputs[name]:
-                raise ArtifactError(
-                    f"{manifest.stage} artifact {artifact_dir}: {name}: sha256 differs from its "
-                    f"manifest (corrupted or edited since it was made); {_rebuild_hint(manifest)}"
-                )
+            check_sha256(artifact_dir, manifest, name, digest)
     return manifest

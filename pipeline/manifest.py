@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,16 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 
 
-def sha256_file(path: Path, chunk_bytes: int = 1 << 22) -> str:
+def sha256_file(
+    path: Path, chunk_bytes: int = 1 << 22, on_block: Callable[[int], object] | None = None
+) -> str:
+    """on_block: told each block's size as it is hashed (a progress bar)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(chunk_bytes):
             digest.update(block)
+            if on_block is not None:
+                on_block(len(block))
     return digest.hexdigest()
 
 
@@ -136,6 +142,15 @@ def _changed_files(artifact_dir: Path, manifest: Manifest) -> dict[str, list[int
     return changed
 
 
+def check_sha256(artifact_dir: Path, manifest: Manifest, name: str, digest: str) -> None:
+    """ArtifactError naming the file and the fix when digest is not the manifest's."""
+    if digest != manifest.outputs[name]:
+        raise ArtifactError(
+            f"{manifest.stage} artifact {artifact_dir}: {name}: sha256 differs from its "
+            f"manifest (corrupted or edited since it was made); {_rebuild_hint(manifest)}"
+        )
+
+
 def verify_outputs(artifact_dir: Path) -> Manifest:
     """Check an artifact's files against its manifest before it is used or skipped as up to date.
 
@@ -160,11 +175,7 @@ def verify_outputs(artifact_dir: Path) -> Manifest:
             sum(size for size, _ in changed.values()) / 1e6,
         )
     for name in changed:
-        if sha256_file(artifact_dir / name) != manifest.outputs[name]:
-            raise ArtifactError(
-                f"{manifest.stage} artifact {artifact_dir}: {name}: sha256 differs from its "
-                f"manifest (corrupted or edited since it was made); {_rebuild_hint(manifest)}"
-            )
+        check_sha256(artifact_dir, manifest, name, sha256_file(artifact_dir / name))
     if changed:
         stats = {**manifest.output_stats, **changed}
         try:
