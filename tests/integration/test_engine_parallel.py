@@ -1,7 +1,8 @@
 """Tensor- and pipeline-parallel engines on the CPU (gloo, one process a rank): greedy tokens equal
 the one-rank engine's, for the real SmolLM2 (fp32; 9 heads and 3 KV heads: TP=3 gives each rank
 one KV head) and for a small random Llama, with chunked prompts, preemption, several steps a
-launch and overlap scheduling, and quantized linears split as modelopt's export splits them."""
+launch and overlap scheduling, at TP=2, PP=2, TP=2 x PP=2 and TP=4 (two ranks a KV head), and
+quantized linears split as modelopt's export splits them."""
 
 import json
 
@@ -94,7 +95,7 @@ def tiny(tmp_path_factory):
     return root, greedy(reference, TINY_PROMPTS, 24, **TINY_RUNTIME)
 
 
-@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2), (2, 2)])
+@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2), (2, 2), (4, 1)])
 def test_tiny_split_greedy_tokens_equal_one_rank(tiny, tp, pp):
     root, (expected, reference_stats) = tiny
     tokens, stats = greedy(
@@ -190,7 +191,7 @@ def test_tiny_pp2_with_more_micro_batches_than_stages_equals_one_rank(tiny, monk
     assert stats["num_free_blocks"] == stats["num_total_blocks"]
 
 
-@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2), (2, 2)])
+@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2), (2, 2), (4, 1)])
 def test_tiny_split_prompt_logits_equal_one_rank_with_a_launch_in_flight(tiny, tp, pp):
     """Prompt logits (perplexity) run on every rank in order with the launches: tensor-parallel
     ranks together, pipeline stages in turn, the last stage's logits sent back to rank 0."""
