@@ -47,6 +47,14 @@ LLAMA_70B = {
     "num_attention_heads": 64,
     "num_key_value_heads": 8,
 }
+LLAMA_405B = {
+    **LLAMA_8B,
+    "hidden_size": 16384,
+    "intermediate_size": 53248,
+    "num_hidden_layers": 126,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 8,
+}
 WORK = Workload(num_requests=512, input_len=128, output_len=128, max_batch_size=512)
 WORK_70B = Workload(num_requests=512, input_len=128, output_len=128, max_batch_size=256)
 TINY_WORK = Workload(num_requests=8, input_len=12, output_len=8, max_batch_size=4)
@@ -78,6 +86,18 @@ RUNS = {
         ("llama8b_bf16_pp2", LLAMA_8B, "bfloat16", None, 1, 2, WORK, 75),
     ],
     "70b": [("llama70b_fp8_tp2", LLAMA_70B, "bfloat16", "FP8", 2, 1, WORK_70B, 180)],
+    # 4 GPUs: bf16 needs 4 (141 GB of weights); FP8 against its smallest mapping, TP=2
+    "70b4": [
+        ("llama70b_bf16_tp4", LLAMA_70B, "bfloat16", None, 4, 1, WORK_70B, 240),
+        ("llama70b_fp8_tp2", LLAMA_70B, "bfloat16", "FP8", 2, 1, WORK_70B, 180),
+        ("llama70b_fp8_tp4", LLAMA_70B, "bfloat16", "FP8", 4, 1, WORK_70B, 180),
+    ],
+    # 8 GPUs: 70B bf16 against TP=4; 405B FP8 (~405 GB) fits only at TP=8
+    "tp8": [
+        ("llama70b_bf16_tp4", LLAMA_70B, "bfloat16", None, 4, 1, WORK_70B, 240),
+        ("llama70b_bf16_tp8", LLAMA_70B, "bfloat16", None, 8, 1, WORK_70B, 240),
+        ("llama405b_fp8_tp8", LLAMA_405B, "bfloat16", "FP8", 8, 1, WORK_70B, 420),
+    ],
 }
 RUNS["pp"] = [r for r in RUNS["8b"] if r[0] in ("llama8b_bf16_tp1", "llama8b_bf16_pp2")]
 TINY_RUNS = {
@@ -86,6 +106,10 @@ TINY_RUNS = {
         ("tiny_tp1", TINY, "float32", None, 1, 1, TINY_WORK, 30),
         ("tiny_tp2", TINY, "float32", None, 2, 1, TINY_WORK, 30),
         ("tiny_pp2", TINY, "float32", None, 1, 2, TINY_WORK, 30),
+    ],
+    "70b4": [
+        ("tiny_tp2", TINY, "float32", None, 2, 1, TINY_WORK, 300),
+        ("tiny_tp4", TINY, "float32", None, 4, 1, TINY_WORK, 300),
     ],
 }
 SMOLLM2_PROMPTS = [
@@ -165,6 +189,7 @@ def run_engine(
         del engine
         free_memory()
     return {
+        "model": f"{shape['num_hidden_layers']}x{shape['hidden_size']} {quant or dtype}",
         "tp": tp,
         "pp": pp,
         "dtype": dtype,
@@ -254,15 +279,23 @@ def run_smollm2(gguf: Path, work_dir: Path, device: torch.device, dtype: str) ->
 
 
 def report(results: dict) -> str:
-    lines = ["| run | tp | pp | decode tok/s (b=1) | x TP1 | offline out tok/s | x TP1 | load s |"]
+    """Each engine against the first one of its model (shape and quantization) in the run: TP=1
+    where it ran, else the smallest mapping that fits."""
+    lines = [
+        "| run | tp | pp | decode tok/s (b=1) | x base | offline out tok/s | x base | load s |"
+    ]
     lines.append("|---|---|---|---|---|---|---|---|")
     engines = results.get("engines", {})
-    base = next((r for n, r in engines.items() if r.get("tp") == 1 and r.get("pp") == 1), None)
+    bases = {}
+    for r in engines.values():
+        if "error" not in r:
+            bases.setdefault(r.get("model"), r)
     for name, r in engines.items():
         if "error" in r:
             lines.append(f"| {name} | | | error: {r['error'][:120]} | | | | |")
             continue
-        ratio = lambda key, r=r: f"{r[key] / base[key]:.2f}" if base and r.get(key) else "-"  # noqa: E731
+        base = bases[r.get("model")]
+        ratio = lambda key, r=r, base=base: f"{r[key] / base[key]:.2f}" if r.get(key) else "-"  # noqa: E731
         lines.append(
             f"| {name} {r.get('runtime') or ''} | {r['tp']} | {r['pp']} | {r['decode_tok_s']:.1f} "
             f"| {ratio('decode_tok_s')} "
