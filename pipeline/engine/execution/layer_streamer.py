@@ -105,7 +105,7 @@ class LayerStreamer:
         self.bound = pcie_bound(self.streamed_bytes, gbps)
         logger.info(
             "weight offload: gpu_weight_budget_gb=%g streams %d of %d decoder layers %s from "
-            "pinned host memory (%.3f GB a layer; resident %.2f GB + staging %.2f GB); PCIe "
+            "host memory (%.3f GB a layer; resident %.2f GB + staging %.2f GB); PCIe "
             "bound: %s",
             self.budget_gb,
             len(self.streamed),
