@@ -7,13 +7,20 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM
+from tokenizers import Tokenizer, models
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 from pipeline.backends.torch_backend import build_engine_dir
 from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.engine.execution.offload_plan import GB
 from pipeline.engine.quant.synthetic import QUANTIZATION
 from tests.integration.test_engine_parallel import (
+    TINY,
     TINY_BUILD,
     TINY_PROMPTS,
     TINY_RUNTIME,
@@ -106,10 +113,14 @@ def test_streamed_tp2_greedy_tokens_equal_one_rank(tiny):  # noqa: F811
     root, (expected, _) = tiny
     path = engine_dir(root / "hf", root, TINY_BUILD, 2, 1)
     # each rank holds half of every linear: 3.4 of its layers fit, 1 resident + 3 streamed
-    budget = 1.7 * TINY_LAYER_BYTES / GB
-    tokens, stats = greedy(path, TINY_PROMPTS, 24, gpu_weight_budget_gb=budget, **TINY_RUNTIME)
-    assert tokens == expected
-    assert stats["num_free_blocks"] == stats["num_total_blocks"]
+    engine = offloaded(path, 1.7 * TINY_LAYER_BYTES / GB, **TINY_RUNTIME)
+    try:
+        assert engine.model_runner.streamer.streamed == [0, 2, 3]  # rank 0's shard
+        params = SamplingParams(max_tokens=24, ignore_eos=True)
+        assert [o.token_ids for o in engine.generate(TINY_PROMPTS, params)] == expected
+        assert engine.stats()["num_free_blocks"] == engine.stats()["num_total_blocks"]
+    finally:
+        engine.close()
 
 
 def test_streamed_fp8_greedy_tokens_equal_resident_fp8(tiny):  # noqa: F811
@@ -132,5 +143,30 @@ def test_streamed_fp8_greedy_tokens_equal_resident_fp8(tiny):  # noqa: F811
         assert len(engine.model_runner.streamer.streamed) == 3
         params = SamplingParams(max_tokens=24, ignore_eos=True)
         assert [o.token_ids for o in engine.generate(TINY_PROMPTS, params)] == expected
+    finally:
+        engine.close()
+
+
+def test_streamed_pp2_stages_greedy_tokens_equal_one_resident_rank(tmp_path):
+    """Six layers, three a stage: a budget of 2.5 layers streams all three of each stage."""
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(**{**TINY, "num_hidden_layers": 6})).eval().save_pretrained(
+        tmp_path / "hf"
+    )
+    vocab = {f"t{i}": i for i in range(TINY["vocab_size"])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, "t0"))
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="t1").save_pretrained(
+        tmp_path / "hf"
+    )
+    expected, _ = greedy(
+        engine_dir(tmp_path / "hf", tmp_path, TINY_BUILD, 1, 1), TINY_PROMPTS, 24, **TINY_RUNTIME
+    )
+    path = engine_dir(tmp_path / "hf", tmp_path, TINY_BUILD, 1, 2)
+    engine = offloaded(path, 2.5 * TINY_LAYER_BYTES / GB, **TINY_RUNTIME)
+    try:
+        assert engine.model_runner.streamer.streamed == [0, 1, 2]  # rank 0's stage
+        params = SamplingParams(max_tokens=24, ignore_eos=True)
+        assert [o.token_ids for o in engine.generate(TINY_PROMPTS, params)] == expected
+        assert engine.stats()["num_free_blocks"] == engine.stats()["num_total_blocks"]
     finally:
         engine.close()
