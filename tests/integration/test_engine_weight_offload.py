@@ -1,6 +1,6 @@
 """Weight offload on the CPU: an engine whose GPU weight budget streams most decoder layers from
 the host store gives the resident engine's greedy tokens and transformers' (the real SmolLM2,
-fp32), also with several steps a launch, tensor parallel ranks and FP8 linears."""
+fp32), also with several steps a launch, tensor-parallel ranks, pipeline stages and FP8 linears."""
 
 import json
 

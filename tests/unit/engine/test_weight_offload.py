@@ -4,15 +4,18 @@ model whose streamed layers really run from the staging buffers the streamer fil
 import pytest
 import torch
 
-from pipeline.engine.engine_config import ModelConfig
+from pipeline.backends.torch_backend import _build_problems
+from pipeline.engine.engine_config import ModelConfig, load_engine_config
 from pipeline.engine.execution import weight_store
 from pipeline.engine.execution.layer_streamer import LayerStreamer
 from pipeline.engine.execution.offload_plan import GB, streamed_layers
 from pipeline.engine.layers.batch_metadata import BatchMetadata
 from pipeline.engine.models.llama import LlamaForCausalLM
 from pipeline.errors import ConfigError
+from pipeline.specs.build import BuildSpec, TorchBuildOptions
 from pipeline.synthetic.shapes import TINY
-from pipeline.synthetic.weights import SyntheticWeights, checkpoint_config
+from pipeline.synthetic.weights import SyntheticWeights, checkpoint_config, write_engine
+from scripts.model_shapes import write_tokenizer
 
 CPU = torch.device("cpu")
 SHAPE = {**TINY, "num_hidden_layers": 6}
@@ -80,3 +83,18 @@ def test_streamed_layers_run_from_the_staging_buffers_the_streamer_fills():
     assert resident.untyped_storage().data_ptr() != streamer._staging[1].data_ptr()
     streamer._staging[0].zero_()
     assert streamed.abs().sum() == 0
+
+
+def test_budget_with_compile_or_not_positive_is_refused(tmp_path):
+    cfg = checkpoint_config(SHAPE, "float32", 1, 1, None)
+    tokenizer = write_tokenizer(SHAPE["vocab_size"], tmp_path / "tokenizer")
+    engine = write_engine(cfg, BuildSpec(gpu_weight_budget_gb=1.0), tokenizer, tmp_path / "e")
+    assert load_engine_config(engine, "cpu", {}).gpu_weight_budget_gb == 1.0  # the build's
+    assert load_engine_config(engine, "cpu", {"gpu_weight_budget_gb": 0.5}).gpu_weight_budget_gb
+    with pytest.raises(ConfigError, match=r"gpu_weight_budget_gb=1 streams layers with hooks"):
+        load_engine_config(engine, "cpu", {"compile": True})
+    with pytest.raises(ConfigError, match=r"gpu_weight_budget_gb=0 must be > 0"):
+        load_engine_config(engine, "cpu", {"gpu_weight_budget_gb": 0})
+    compiled = BuildSpec(gpu_weight_budget_gb=2.0, torch=TorchBuildOptions(compile=True))
+    assert any("torch.compile does not trace" in p for p in _build_problems(compiled))
+    assert any("must be > 0" in p for p in _build_problems(BuildSpec(gpu_weight_budget_gb=-1.0)))
