@@ -52,6 +52,14 @@ def _build_problems(build) -> list[str]:
             f"build.max_input_len={build.max_input_len} exceeds build.max_seq_len="
             f"{build.max_seq_len}; lower max_input_len or raise max_seq_len"
         )
+    budget = build.gpu_weight_budget_gb
+    if budget is not None and budget <= 0:
+        problems.append(f"build.gpu_weight_budget_gb={budget} must be > 0 (null: all resident)")
+    if budget is not None and build.torch.compile:
+        problems.append(
+            f"build.gpu_weight_budget_gb={budget}: streamed layers run through hooks that "
+            f"torch.compile does not trace; set build.torch.compile=false"
+        )
     return problems
 
 
@@ -130,6 +138,7 @@ def build_engine_dir(
             "remove_input_padding": True,
         },
         "torch": asdict(build.torch),
+        "gpu_weight_budget_gb": build.gpu_weight_budget_gb,
     }
     engine = {
         "version": pipeline.__version__,

@@ -123,6 +123,10 @@ class RuntimeOptions:
     # "module:function" (engine_dir, rank, device) -> tensors of that rank, instead of
     # rank<N>.safetensors (synthetic weights of a benchmark)
     weights_loader: str | None = None
+    # GB of a rank's decoder-layer linears kept on the GPU; the layers past it stream from
+    # pinned host memory every step (execution/layer_streamer.py). None: the build's
+    # gpu_weight_budget_gb (null there: everything resident)
+    gpu_weight_budget_gb: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +152,7 @@ class EngineConfig:
     all_reduce: str = "auto"
     collective_timeout_s: float = 600.0
     weights_loader: str | None = None
+    gpu_weight_budget_gb: float | None = None  # None: every layer resident
 
 
 def resolve_device(device: str) -> torch.device:
@@ -202,6 +207,10 @@ def _check_runtime(opts: RuntimeOptions, build: dict, where: str) -> None:
         problems.append(f"weights_loader={opts.weights_loader!r} must be 'module:function'")
     if opts.dtype is not None and opts.dtype not in DTYPES:
         problems.append(f"dtype={opts.dtype!r} (use one of {', '.join(DTYPES)})")
+    if opts.gpu_weight_budget_gb is not None and opts.gpu_weight_budget_gb <= 0:
+        problems.append(
+            f"gpu_weight_budget_gb={opts.gpu_weight_budget_gb} must be > 0 (None: all resident)"
+        )
     if problems:
         raise ConfigError(f"{where}: bad runtime options: {'; '.join(problems)}")
 
@@ -230,6 +239,16 @@ def _engine_config(
     model = ModelConfig.from_pretrained_config(engine.pretrained, where)
     torch_opts = build["torch"]
     resolved = resolve_device(device)
+    use_compile = torch_opts["compile"] if opts.compile is None else opts.compile
+    weight_budget = opts.gpu_weight_budget_gb
+    if weight_budget is None:
+        weight_budget = build.get("gpu_weight_budget_gb")  # engines built before it: None
+    if weight_budget is not None and use_compile:
+        raise ConfigError(
+            f"{where}: gpu_weight_budget_gb={weight_budget:g} streams layers with hooks that "
+            f"torch.compile does not trace; set build.torch.compile=false (or compile=False) "
+            f"or gpu_weight_budget_gb=null"
+        )
     return EngineConfig(
         engine_dir=engine_dir,
         model=model,
@@ -247,7 +266,7 @@ def _engine_config(
         use_cuda_graph=(
             torch_opts["use_cuda_graph"] if opts.use_cuda_graph is None else opts.use_cuda_graph
         ),
-        compile=torch_opts["compile"] if opts.compile is None else opts.compile,
+        compile=use_compile,
         triton_kernels=(
             torch_opts.get("triton_kernels", True)  # engines built before the option: on
             if opts.triton_kernels is None
@@ -260,4 +279,5 @@ def _engine_config(
         all_reduce=opts.all_reduce,
         collective_timeout_s=opts.collective_timeout_s,
         weights_loader=opts.weights_loader,
+        gpu_weight_budget_gb=weight_budget,
     )

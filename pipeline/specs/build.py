@@ -66,5 +66,10 @@ class BuildSpec:
     max_beam_width: int = 1
     tokens_per_block: int = 32
     kv_cache_type: str = "paged"
+    # GB (10^9 bytes) of weights a GPU keeps resident; the rest stream from host memory each
+    # step. null: everything resident. torch: the decoder layers past it stream from pinned
+    # host memory, double-buffered (docs/design.md, "Weight offload"); trtllm: the engine is
+    # built with --weight_streaming and deploy writes gpu_weights_percent (docs/guide/trtllm.md)
+    gpu_weight_budget_gb: float | None = None
     torch: TorchBuildOptions = field(default_factory=TorchBuildOptions)
     trtllm: TrtllmBuildOptions = field(default_factory=TrtllmBuildOptions)

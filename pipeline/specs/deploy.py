@@ -46,7 +46,8 @@ class TrtllmDeployOptions:
     batching_strategy: str = "inflight_fused_batching"
     kv_cache_free_gpu_mem_fraction: float = 0.9
     max_tokens_in_paged_kv_cache: int = 0  # 0 = not set (the fraction decides)
-    enable_kv_cache_reuse: bool = False
+    # KV block reuse across requests; null: deploy.enable_prefix_caching decides
+    enable_kv_cache_reuse: bool | None = None
     enable_chunked_context: bool = False
     shm_size: str = "2g"  # docker --shm-size for the TensorRT-LLM image (>= 64 MB a python model)
 
@@ -81,5 +82,11 @@ class DeploySpec:
     add_special_tokens: bool = True
     skip_special_tokens: bool = True
     batch_scheduler_policy: str = "guaranteed_no_evict"  # or max_utilization
+    # reuse the KV blocks of a prompt prefix computed before (trtllm: enable_kv_cache_reuse,
+    # which needs build.trtllm.use_paged_context_fmha=enable)
+    enable_prefix_caching: bool = False
+    # GB (10^9 bytes) of host memory for KV blocks evicted from the GPU, reusable from there;
+    # 0 = none (trtllm: kv_cache_host_memory_bytes; needs prefix caching)
+    host_kv_cache_gb: float = 0.0
     torch: TorchDeployOptions = field(default_factory=TorchDeployOptions)
     trtllm: TrtllmDeployOptions = field(default_factory=TrtllmDeployOptions)

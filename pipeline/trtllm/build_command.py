@@ -10,6 +10,7 @@ current directory otherwise.
 from pathlib import Path
 
 from pipeline.specs.build import BuildSpec
+from pipeline.trtllm.memory_settings import weight_streaming
 
 EXECUTABLE = "trtllm-build"
 FEATURE_FLAGS = (
@@ -65,7 +66,7 @@ def build_command(
     argv += ["--gemm_swiglu_plugin", opts.gemm_swiglu_plugin]
     for name in FEATURE_FLAGS:
         argv += [f"--{name}", getattr(opts, name)]
-    if opts.weight_streaming:
+    if weight_streaming(build):  # asked for, or a GPU weight budget
         argv.append("--weight_streaming")
     if opts.gather_context_logits:
         argv.append("--gather_context_logits")

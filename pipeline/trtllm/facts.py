@@ -11,6 +11,7 @@ from pipeline.checkpoint.trtllm_config import read_checkpoint_config
 from pipeline.quant.recipes import KV_CACHE_FORMATS, RECIPES, for_backend
 from pipeline.specs.build import BuildSpec
 from pipeline.specs.pipeline import PipelineSpec
+from pipeline.trtllm.memory_settings import kv_cache_reuse
 
 # quant.name / quant.kv_cache -> the quant_algo a backend=trtllm checkpoint will carry
 QFORMAT_ALGOS = {
@@ -42,7 +43,7 @@ def facts_from_spec(spec: PipelineSpec, sm: int | None) -> BuildFacts:
     """Facts before the checkpoint exists: predicted from model/quant/parallel config."""
     return BuildFacts(
         build=spec.build,
-        enable_kv_cache_reuse=spec.deploy.trtllm.enable_kv_cache_reuse,
+        enable_kv_cache_reuse=kv_cache_reuse(spec.deploy),
         enable_chunked_context=spec.deploy.trtllm.enable_chunked_context,
         dtype=spec.model.dtype if spec.quant.name == "none" else None,
         quant_algo=QFORMAT_ALGOS.get(spec.quant.name),
@@ -60,7 +61,7 @@ def facts_from_checkpoint(spec: PipelineSpec, checkpoint_dir: Path, sm: int | No
     mapping = config.get("mapping") or {}
     return BuildFacts(
         build=spec.build,
-        enable_kv_cache_reuse=spec.deploy.trtllm.enable_kv_cache_reuse,
+        enable_kv_cache_reuse=kv_cache_reuse(spec.deploy),
         enable_chunked_context=spec.deploy.trtllm.enable_chunked_context,
         dtype=config.get("dtype"),
         quant_algo=quant.get("quant_algo"),

@@ -7,7 +7,7 @@ the checkpoint or the GPU (checkpoint_rules) run once those are known and are sk
 """
 
 from pipeline.errors import ConfigError
-from pipeline.trtllm import checkpoint_rules
+from pipeline.trtllm import checkpoint_rules, memory_settings
 from pipeline.trtllm.build_command import FEATURE_FLAGS
 from pipeline.trtllm.facts import BuildFacts
 
@@ -225,6 +225,10 @@ def speculative_decoding(f: BuildFacts) -> list[str]:
     return out
 
 
+def weight_streaming(f: BuildFacts) -> list[str]:
+    return memory_settings.build_problems(f.build, f.quant_algo)
+
+
 def plugins(f: BuildFacts) -> list[str]:
     o, out = f.build.trtllm, []
     if o.user_buffer == "enable" and o.reduce_fusion != "enable":
@@ -269,6 +273,7 @@ RULES = (
     runtime_features,
     speculative_decoding,
     plugins,
+    weight_streaming,
     checkpoint_rules.checkpoint,
     checkpoint_rules.precision,
 )

@@ -14,6 +14,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pipeline.engine_json import EngineJson
 from pipeline.errors import ConfigError
 from pipeline.specs.deploy import DeploySpec
+from pipeline.trtllm.memory_settings import deploy_problems, kv_cache_reuse, memory_params
 from pipeline.trtllm.triton_io import INPUTS, OUTPUTS
 
 MODEL_NAME = "tensorrt_llm"
@@ -58,9 +59,11 @@ def _engine_problems(
             f"{where}: in-flight batching needs gpt_attention_plugin + remove_input_padding "
             f"+ a paged KV cache; rebuild with the build.trtllm defaults"
         )
-    runtime = [
-        k for k in ("enable_kv_cache_reuse", "enable_chunked_context") if getattr(deploy.trtllm, k)
-    ]
+    wanted = {
+        "enable_kv_cache_reuse": kv_cache_reuse(deploy),
+        "enable_chunked_context": deploy.trtllm.enable_chunked_context,
+    }
+    runtime = [k for k, on in wanted.items() if on]
     if runtime and not (
         engine.plugin.get("use_paged_context_fmha") and engine.plugin.get("context_fmha")
     ):
@@ -126,10 +129,16 @@ def _add_tensors(config: mc.ModelConfig, logits_type: str) -> None:
 
 
 def tensorrt_llm_config(
-    engine: EngineJson, deploy: DeploySpec, target: ServingTarget, built_sm: int | None = None
+    engine: EngineJson,
+    deploy: DeploySpec,
+    target: ServingTarget,
+    built_sm: int | None = None,
+    gpu_weight_budget_gb: float | None = None,
 ) -> str:
-    """config.pbtxt text of the `tensorrt_llm` model; ConfigError listing every refusal reason."""
+    """config.pbtxt text of the `tensorrt_llm` model; ConfigError listing every refusal reason.
+    gpu_weight_budget_gb: build.gpu_weight_budget_gb (gpu_weights_percent)."""
     problems = _engine_problems(engine, deploy, target, built_sm) + _deploy_problems(deploy, engine)
+    problems += deploy_problems(engine, deploy, gpu_weight_budget_gb)
     if problems:
         raise ConfigError(
             "deploy: backend=trtllm cannot serve this engine: "
@@ -151,13 +160,14 @@ def tensorrt_llm_config(
         "gpt_model_path": str(engine.engine_dir.resolve()),
         "batch_scheduler_policy": deploy.batch_scheduler_policy,
         "kv_cache_free_gpu_mem_fraction": str(deploy.trtllm.kv_cache_free_gpu_mem_fraction),
-        "enable_kv_cache_reuse": _bool(deploy.trtllm.enable_kv_cache_reuse),
+        "enable_kv_cache_reuse": _bool(kv_cache_reuse(deploy)),
         "enable_chunked_context": _bool(deploy.trtllm.enable_chunked_context),
         "exclude_input_in_output": _bool(deploy.exclude_input_in_output),
         "executor_worker_path": EXECUTOR_WORKER,
     }
     if deploy.trtllm.max_tokens_in_paged_kv_cache > 0:
         params["max_tokens_in_paged_kv_cache"] = str(deploy.trtllm.max_tokens_in_paged_kv_cache)
+    params |= memory_params(engine, deploy, gpu_weight_budget_gb)
     for key, value in params.items():
         config.parameters[key].string_value = value
     header = (

@@ -25,6 +25,7 @@ from pipeline.engine.execution.launch_schedule import (
     split_micro_batches,
 )
 from pipeline.engine.execution.launch_steps import launch_steps
+from pipeline.engine.execution.layer_streamer import LayerStreamer
 from pipeline.engine.execution.phase_range import phase
 from pipeline.engine.execution.rank_groups import RankGroups, join_ranks
 from pipeline.engine.execution.scoring import stage_prompt_logits
@@ -80,10 +81,21 @@ class ModelRunner:
             if self.workers is not None:  # dropped unclosed: no orphan ranks
                 weakref.finalize(self, self.workers.kill)
         self.tp = self.ranks.tp if self.ranks else SINGLE
+        # weight offload: the layers past gpu_weight_budget_gb stream from host memory
+        self.streamer = LayerStreamer.for_config(config, self.mapping, self.device)
         with kernels.plain_pytorch(not config.triton_kernels):
             self.model = MODELS[m.architecture](
-                m, weights, config.dtype, self.device, config.max_seq_len, self.mapping, self.tp
+                m,
+                weights,
+                config.dtype,
+                self.device,
+                config.max_seq_len,
+                self.mapping,
+                self.tp,
+                place_layer=self.streamer.place if self.streamer else None,
             )
+        if self.streamer is not None:
+            self.streamer.attach(self.model)
         if self.ranks:  # every rank has its weights (a CPU barrier before any NCCL work)
             self.ranks.agree_min(0)
         _, kv_heads = self.mapping.local_heads(m.num_heads, m.num_kv_heads)

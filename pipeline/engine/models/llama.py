@@ -11,6 +11,8 @@ head; the model reads its local sizes from them. Pipeline parallel: a stage buil
 previous stage's output and residual, not yet added), and the last ends in ln_f and the head.
 """
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -168,8 +170,12 @@ class LlamaForCausalLM(nn.Module):
         max_positions: int,
         mapping: Mapping = SINGLE_RANK,
         tp: TensorParallel = SINGLE,
+        place_layer: Callable[[int, nn.Module], nn.Module] | None = None,
     ):
+        # place_layer(i, layer): each decoder layer as soon as it is built (weight offload
+        # moves a streamed layer to host memory before the next one is built)
         super().__init__()
+        place = place_layer or (lambda i, layer: layer)
         self.vocab_size, self.hidden_size, self.dtype, self.tp = (
             cfg.vocab_size,
             cfg.hidden_size,
@@ -185,7 +191,7 @@ class LlamaForCausalLM(nn.Module):
             cfg.head_dim, max_positions, cfg.rotary_base, cfg.rotary_scaling, dtype, device
         )
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(cfg, weights, i, rotary, dtype, device, mapping, tp)
+            place(i, LlamaDecoderLayer(cfg, weights, i, rotary, dtype, device, mapping, tp))
             for i in range(len(mapping.layers(cfg.num_layers)))
         )
         if not self.is_last_stage:
