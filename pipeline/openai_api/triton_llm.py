@@ -17,8 +17,9 @@ from collections.abc import AsyncIterator
 
 import grpc
 import numpy as np
-from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from pipeline.openai_api.grpc_tensors import output_list
 from pipeline.request.errors import ENGINE_UNAVAILABLE, SHUTTING_DOWN
 from pipeline.request.sampling_params import SamplingParams
 
@@ -156,14 +157,9 @@ class TritonLLM:
                     raise _model_error(response.error_message)
                 result = response.infer_response
                 is_final = result.parameters["triton_final_response"].bool_param
-                outputs = InferResult(result)
-                ids = outputs.as_numpy("output_ids")
-                logprobs = outputs.as_numpy(LOG_PROBS) if params.logprobs is not None else None
-                yield (
-                    [] if ids is None else ids.reshape(-1).tolist(),
-                    None if logprobs is None else logprobs.reshape(-1).tolist(),
-                    is_final,
-                )
+                ids = output_list(result, "output_ids")
+                logprobs = output_list(result, LOG_PROBS) if params.logprobs is not None else None
+                yield [] if ids is None else ids, logprobs, is_final
                 if is_final:
                     return
             raise EngineError(f"{self.model} ended the stream without a final response")
