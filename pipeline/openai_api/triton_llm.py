@@ -11,7 +11,6 @@ by itself (cancelling a finished stream leaks server state in Triton 2.51); befo
 is cancelled, which Triton passes on to the model as the request's cancellation.
 """
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -143,16 +142,12 @@ class TritonLLM:
         each response, up to the final one. Closing this generator before the final response
         cancels the request in the engine."""
         request = _infer_request(self.model, request_arrays(prompt_ids, params, self.vocab_size))
-        done = asyncio.Event()
-
-        async def requests():
-            yield request
-            await done.wait()  # the request side stays open until the answer is complete
-
-        call = self._stub.ModelStreamInfer(requests(), timeout=self.timeout_s)
+        # written and read on this coroutine: a request iterator costs a task and an event a call
+        call = self._stub.ModelStreamInfer(timeout=self.timeout_s)
         is_final = False
         try:
-            async for response in call:
+            await call.write(request)  # the request side stays open until the answer is complete
+            while (response := await call.read()) is not grpc.aio.EOF:
                 if response.error_message:
                     raise _model_error(response.error_message)
                 result = response.infer_response
@@ -166,10 +161,10 @@ class TritonLLM:
         except grpc.aio.AioRpcError as exc:
             raise _rpc_error(exc, self.url, self.timeout_s) from None
         finally:
-            done.set()
             if is_final:
                 self._ending.add(call)
                 call.add_done_callback(self._ending.discard)
+                await call.done_writing()
             else:
                 call.cancel()
 
