@@ -27,12 +27,12 @@ def sse(body: dict) -> bytes:
 def _usage(usage) -> str | None:
     if usage is None:
         return "null"
-    if tuple(usage) != USAGE_KEYS or any(type(usage[k]) is not int for k in USAGE_KEYS):
+    if tuple(usage) != USAGE_KEYS:
         return None
-    return (
-        f'{{"prompt_tokens":{usage["prompt_tokens"]},"completion_tokens":'
-        f'{usage["completion_tokens"]},"total_tokens":{usage["total_tokens"]}}}'
-    )
+    prompt, completion, total = usage.values()
+    if type(prompt) is not int or type(completion) is not int or type(total) is not int:
+        return None
+    return f'{{"prompt_tokens":{prompt},"completion_tokens":{completion},"total_tokens":{total}}}'
 
 
 def _delta(delta) -> str | None:
