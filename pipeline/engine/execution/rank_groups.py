@@ -53,8 +53,8 @@ class RankGroups:
         if not self.is_cuda:
             dist.destroy_process_group()
             return
-        torch.cuda.synchronize()
-        if peers_alive:
+        if peers_alive:  # a dead peer's collective would hold a synchronize for ever
+            torch.cuda.synchronize()
             _bounded(dist.destroy_process_group, "nccl-destroy")
         if not dist.is_initialized():
             return
