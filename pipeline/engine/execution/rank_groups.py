@@ -53,9 +53,8 @@ class RankGroups:
         if not self.is_cuda:
             dist.destroy_process_group()
             return
-        if peers_alive:  # a dead peer's collective would hold a synchronize for ever
-            torch.cuda.synchronize()
-            _bounded(dist.destroy_process_group, "nccl-destroy")
+        if peers_alive:
+            _bounded(_synchronize_and_destroy, "nccl-destroy")
         if not dist.is_initialized():
             return
         logger.warning("engine: aborting the NCCL groups (a peer rank is gone or stalled)")
@@ -65,6 +64,11 @@ class RankGroups:
                 "this process exits (a new multi-rank engine needs a new process)",
                 ABORT_WAIT_S,
             )
+
+
+def _synchronize_and_destroy() -> None:
+    torch.cuda.synchronize()  # nothing in flight (a stalled peer's collective: bounded too)
+    dist.destroy_process_group()
 
 
 def _bounded(fn, name: str) -> bool:
