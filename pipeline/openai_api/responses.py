@@ -1,17 +1,13 @@
 """The response bodies of both endpoints, whole and as server-sent-event chunks."""
 
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
 
 from pipeline.openai_api.generation import Piece
+from pipeline.openai_api.sse_chunks import ChunkEncoder, sse
 
 DONE = b"data: [DONE]\n\n"
-
-
-def sse(body: dict) -> bytes:
-    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
 def usage(num_prompt_tokens: int, num_completion_tokens: int) -> dict:
@@ -60,6 +56,7 @@ class Shape:
         self.is_chat, self.model = is_chat, model
         self.id = f"{'chatcmpl' if is_chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
+        self._chunks = ChunkEncoder(self._head(is_chunk=True))
 
     def _head(self, is_chunk: bool) -> dict:
         if self.is_chat:
@@ -111,7 +108,7 @@ class Shape:
         }
         if with_usage or usage_so_far is not None:
             body["usage"] = usage_so_far  # OpenAI's shape: null on every chunk but the last
-        return sse(body)
+        return self._chunks.encode(body)
 
     def usage_chunk(self, num_prompt_tokens: int, num_completion_tokens: int) -> bytes:
         return sse(

@@ -11,14 +11,14 @@ by itself (cancelling a finished stream leaks server state in Triton 2.51); befo
 is cancelled, which Triton passes on to the model as the request's cancellation.
 """
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
 import grpc
 import numpy as np
-from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from pipeline.openai_api.grpc_tensors import output_list
 from pipeline.request.errors import ENGINE_UNAVAILABLE, SHUTTING_DOWN
 from pipeline.request.sampling_params import SamplingParams
 
@@ -142,38 +142,29 @@ class TritonLLM:
         each response, up to the final one. Closing this generator before the final response
         cancels the request in the engine."""
         request = _infer_request(self.model, request_arrays(prompt_ids, params, self.vocab_size))
-        done = asyncio.Event()
-
-        async def requests():
-            yield request
-            await done.wait()  # the request side stays open until the answer is complete
-
-        call = self._stub.ModelStreamInfer(requests(), timeout=self.timeout_s)
+        # written and read on this coroutine: a request iterator costs a task and an event a call
+        call = self._stub.ModelStreamInfer(timeout=self.timeout_s)
         is_final = False
         try:
-            async for response in call:
+            await call.write(request)  # the request side stays open until the answer is complete
+            while (response := await call.read()) is not grpc.aio.EOF:
                 if response.error_message:
                     raise _model_error(response.error_message)
                 result = response.infer_response
                 is_final = result.parameters["triton_final_response"].bool_param
-                outputs = InferResult(result)
-                ids = outputs.as_numpy("output_ids")
-                logprobs = outputs.as_numpy(LOG_PROBS) if params.logprobs is not None else None
-                yield (
-                    [] if ids is None else ids.reshape(-1).tolist(),
-                    None if logprobs is None else logprobs.reshape(-1).tolist(),
-                    is_final,
-                )
+                ids = output_list(result, "output_ids")
+                logprobs = output_list(result, LOG_PROBS) if params.logprobs is not None else None
+                yield [] if ids is None else ids, logprobs, is_final
                 if is_final:
                     return
             raise EngineError(f"{self.model} ended the stream without a final response")
         except grpc.aio.AioRpcError as exc:
             raise _rpc_error(exc, self.url, self.timeout_s) from None
         finally:
-            done.set()
             if is_final:
                 self._ending.add(call)
                 call.add_done_callback(self._ending.discard)
+                await call.done_writing()
             else:
                 call.cancel()
 

@@ -7,7 +7,9 @@ class TorchDeployOptions:
     backend=torch reads them."""
 
     num_threads: int = 0  # torch.set_num_threads inside the model; 0 = torch's default
-    num_kv_blocks: int = 0  # 0 = size the paged KV cache from the engine's build limits
+    # 0 = size the paged KV cache: from free GPU memory on CUDA; on the CPU from the build limits,
+    # capped by the host's available memory
+    num_kv_blocks: int = 0
     # prompts are cut into chunks that share engine steps with decodes
     enable_chunked_prefill: bool = True
     # a stream's tokens that queued while its responses were being sent go out as one response

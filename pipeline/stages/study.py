@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pipeline.artifacts import StageRequest, produce_artifact, sha256_json
 from pipeline.engine.engine_config import resolve_device
+from pipeline.errors import PipelineError
 from pipeline.specs.parallel import ParallelSpec
 from pipeline.specs.pipeline import PipelineSpec
 from pipeline.stages import build, fetch, forced
@@ -37,22 +38,35 @@ def _engine_spec(spec: PipelineSpec, tp: int, pp: int):
     return dataclasses.replace(spec, parallel=ParallelSpec(tp, pp), build=limits)
 
 
-def _engines(spec: PipelineSpec, mappings: set[tuple[int, int]], hf_dir: Path) -> tuple[str, dict]:
-    """(model name the cells are filed under, {(tp, pp): (engine dir, its artifact)})."""
+def _engines(
+    spec: PipelineSpec, mappings: set[tuple[int, int]], hf_dir: Path
+) -> tuple[str, dict, dict]:
+    """(model name the cells are filed under, {(tp, pp): (engine dir, its artifact)}, {(tp, pp):
+    why that mapping has no engine}: a mapping the model does not split over is reported, and
+    the others run)."""
     if spec.study.synthetic_shape is None:
-        out = {}
-        for tp, pp in sorted(mappings):
-            engine = build.run(_engine_spec(spec, tp, pp))
-            out[(tp, pp)] = (engine, engine)
-        return spec.model.name, out
-    from pipeline.study.synthetic_engine import synthetic_engine
+        name = spec.model.name
 
-    name = f"synthetic-{spec.study.synthetic_shape}"
-    out = {}
+        def make(tp: int, pp: int) -> tuple[Path, Path]:
+            engine = build.run(_engine_spec(spec, tp, pp))
+            return engine, engine
+    else:
+        from pipeline.study.synthetic_engine import synthetic_engine
+
+        name = f"synthetic-{spec.study.synthetic_shape}"
+
+        def make(tp: int, pp: int) -> tuple[Path, Path]:
+            artifact = synthetic_engine(_engine_spec(spec, tp, pp), name, hf_dir)
+            return artifact / "engine", artifact
+
+    out, unbuilt = {}, {}
     for tp, pp in sorted(mappings):
-        artifact = synthetic_engine(_engine_spec(spec, tp, pp), name, hf_dir)
-        out[(tp, pp)] = (artifact / "engine", artifact)
-    return name, out
+        try:
+            out[(tp, pp)] = make(tp, pp)
+        except PipelineError as exc:  # e.g. heads that do not split over tp_size
+            unbuilt[(tp, pp)] = str(exc)
+            log.error("study: no engine for tp_size=%d pp_size=%d: %s", tp, pp, exc)
+    return name, out, unbuilt
 
 
 def _probes(spec: PipelineSpec, model: str, hf_dir: Path) -> Path:
@@ -90,7 +104,10 @@ def run(spec: PipelineSpec, fault=None) -> Path:
         series = [s for s in series if s.kernels != "fused"]
         notes.append("fused cells skipped: the Triton kernels and CUDA graphs need a CUDA GPU")
     hf_dir = fetch.run(spec)
-    model, engines = _engines(spec, {(s.tp_size, s.pp_size) for s in series}, hf_dir)
+    model, engines, unbuilt = _engines(spec, {(s.tp_size, s.pp_size) for s in series}, hf_dir)
+    names = {(s.tp_size, s.pp_size): s.mapping for s in series}
+    notes += [f"{names[k]}: not run, no engine: {why}" for k, why in sorted(unbuilt.items())]
+    series = [s for s in series if (s.tp_size, s.pp_size) in engines]
     probes = _probes(spec, model, hf_dir)
     deadline = time.time() + study.time_budget_s if study.time_budget_s > 0 else 0.0
     jobs = [

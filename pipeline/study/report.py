@@ -189,6 +189,8 @@ def markdown(data: dict) -> str:
         f"{data['sample_rate_hz']:g} Hz. Command: `{data['command']}`.",
         "",
     ]
+    if data["notes"]:  # first: a series that did not run is why cells are missing below
+        head += ["## Not measured", "", *[f"- {n}" for n in data["notes"]], ""]
     body = [
         "## Cells",
         "",
@@ -214,9 +216,6 @@ def markdown(data: dict) -> str:
         "",
         *recommendation_section(data["recommendations"], data["budget"]),
     ]
-    notes = data["notes"]
-    if notes:
-        body += ["", "## Notes", "", *[f"- {n}" for n in notes]]
     if ok:
         walls = [c["wall_s"] for c in ok]
         body += ["", f"Cell wall time: median {statistics.median(walls):.1f} s."]

@@ -66,7 +66,9 @@ def bound_by(first: dict | None, last_ok: dict | None) -> str:
     if first is None:
         return "nothing: every size fitted"
     if first["failure"] == "kv_capacity":
-        return "KV cache: its blocks could not hold every sequence at once"
+        kv = ((last_ok or {}).get("memory") or {}).get("kv_reserved_gib")
+        held = f" ({kv:.2f} GiB: free GPU memory, or on a CPU the host's available)" if kv else ""
+        return f"KV cache{held}: its blocks could not hold every sequence at once"
     if first["failure"] == "oom":
         memory = (last_ok or {}).get("memory") or {}
         weights, kv = memory.get("weights_gib"), memory.get("kv_reserved_gib")

@@ -255,6 +255,7 @@ def _child_main(first: Connection, name: str | None) -> None:
     hub.join(first)
     hub.serve(listener)
     hub.async_engine.shutdown()
+    engine.close()  # a multi-rank engine's ranks leave their process groups before they exit
 
 
 def _socket_name(share_key: str) -> str:

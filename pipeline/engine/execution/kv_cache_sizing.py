@@ -1,6 +1,7 @@
 """How many KV blocks a rank's memory holds: on the GPU, a fraction of what is free after the
 weights and the peak activations of a full-budget step (measured by running one); on the CPU,
-enough for every sequence at its longest."""
+enough for every sequence at its longest, capped by the host's available memory
+(host_kv_budget.py)."""
 
 import math
 from collections.abc import Callable
@@ -9,6 +10,7 @@ import torch
 from torch import nn
 
 from pipeline.engine.engine_config import EngineConfig
+from pipeline.engine.execution.host_kv_budget import cpu_num_kv_blocks
 from pipeline.engine.layers.batch_metadata import BatchMetadata
 from pipeline.errors import ConfigError
 
@@ -24,7 +26,13 @@ def default_num_kv_blocks(
 ) -> int:
     block_size = config.block_size
     if device.type != "cuda":
-        return config.max_batch_size * -(-config.max_seq_len // block_size)
+        return cpu_num_kv_blocks(
+            math.prod(kv_shape(1)) * kv_dtype.itemsize,
+            config.max_batch_size,
+            -(-config.max_seq_len // block_size),
+            config.model.tp_size * config.model.pp_size,  # every rank of a CPU engine is here
+            config.kv_cache_free_mem_fraction,
+        )
     peak_step_bytes = profile_step_bytes(
         model,
         kv_shape,

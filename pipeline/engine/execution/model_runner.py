@@ -322,8 +322,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def follow(self) -> None:
-        """A worker rank: run rank 0's launches until it says stop (then its process exits,
-        groups and all: see RankGroups.close)."""
+        """A worker rank: run rank 0's launches until it says stop (then it closes: it
+        leaves the process groups, see RankGroups.close)."""
         channel = self.ranks.channel
         while True:
             command, headers, body = channel.recv()
@@ -369,20 +369,25 @@ class ModelRunner:
         )
 
     def close(self) -> None:
-        """Stop the worker ranks and leave the process group (rank 0)."""
-        if self.workers is None or self._is_closed:
+        """Rank 0: stop the worker ranks; every rank: leave the process groups (a worker after
+        STOP, as rank 0 does, at the same time)."""
+        if self.ranks is None or self._is_closed:
             return
         self._is_closed = True
-        if self.workers.failure is None:
+        peers_alive = self.workers is None or self.workers.failure is None
+        if self.workers is not None and peers_alive:
+            self.workers.expect_exit()  # they leave the groups and exit as rank 0 does
             try:
                 self.ranks.channel.send(STOP, [], None)
             except Exception:  # noqa: BLE001 - a broken group: the workers are killed below
                 logger.exception("engine: could not tell the worker ranks to stop")
-        self.workers.stop()
-        # NCCL's abort waits for the CUDA graphs that captured its collectives (a TP engine's
+                peers_alive = False
+        # NCCL's teardown waits for the CUDA graphs that captured its collectives (a TP engine's
         # close hung there on 2x H100/H200); the engine does not run after close
         self.graphs = None
-        self.ranks.close()
+        self.ranks.close(peers_alive)
+        if self.workers is not None:
+            self.workers.stop()
 
 
 def _cat(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -38,29 +38,46 @@ class RankGroups:
         dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.cpu_group)
         return int(t.item())
 
-    def close(self) -> None:
-        """Rank 0, once the workers have exited. On CUDA the groups are aborted, not destroyed: a
-        destroy waits on NCCL peers that are gone (it hung or crashed rank 0 on 2x H100), an
-        abort frees the communicators at once. Gloo groups are destroyed, so a process (a test)
-        can start another multi-rank engine afterwards."""
+    def close(self, peers_alive: bool = True) -> None:
+        """Every rank, after the STOP command: leave the process groups through
+        destroy_process_group, as torch.distributed asks of a process before it exits (else
+        NCCL warns at exit that it was not called). Gloo groups are destroyed, so a process (a
+        test) can start another multi-rank engine afterwards. On CUDA, NCCL's destroy finalizes
+        each communicator with its peers, so every rank destroys at the same time, nothing in
+        flight (the caller dropped the CUDA graphs that captured collectives: with them alive
+        NCCL's teardown hung on 2x H100/H200); a peer that is gone (peers_alive=False) or a
+        destroy that does not return in ABORT_WAIT_S gets NCCL's abort instead, which frees the
+        communicators at once."""
         if not dist.is_initialized():
             return
         if not self.is_cuda:
             dist.destroy_process_group()
             return
-        # bounded: a close that never returns would hold the caller (a Triton model's
-        # finalize, a benchmark) for ever; the communicators then go with the process
-        abort = threading.Thread(
-            target=dist.distributed_c10d._abort_process_group, name="nccl-abort", daemon=True
-        )
-        abort.start()
-        abort.join(ABORT_WAIT_S)
-        if abort.is_alive():
+        if peers_alive:
+            _bounded(_synchronize_and_destroy, "nccl-destroy")
+        if not dist.is_initialized():
+            return
+        logger.warning("engine: aborting the NCCL groups (a peer rank is gone or stalled)")
+        if not _bounded(dist.distributed_c10d._abort_process_group, "nccl-abort"):
             logger.warning(
                 "engine: aborting the NCCL groups did not return in %.0f s; they are freed when "
                 "this process exits (a new multi-rank engine needs a new process)",
                 ABORT_WAIT_S,
             )
+
+
+def _synchronize_and_destroy() -> None:
+    torch.cuda.synchronize()  # nothing in flight (a stalled peer's collective: bounded too)
+    dist.destroy_process_group()
+
+
+def _bounded(fn, name: str) -> bool:
+    """Run fn on a thread for at most ABORT_WAIT_S: a teardown that never returns would hold the
+    caller (a Triton model's finalize, a benchmark) for ever. True when it returned."""
+    thread = threading.Thread(target=fn, name=name, daemon=True)
+    thread.start()
+    thread.join(ABORT_WAIT_S)
+    return not thread.is_alive()
 
 
 def init_rank_groups(

@@ -58,6 +58,7 @@ def main() -> None:
         runner = ModelRunner(config, weights, rank=rank, store=store)
         del weights
         runner.follow()
+        runner.close()  # leaves the process groups beside rank 0
     except BaseException:  # noqa: BLE001 - rank 0 reports it
         text = traceback.format_exc()
         logging.getLogger(__name__).error("%s", text)

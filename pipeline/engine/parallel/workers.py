@@ -129,6 +129,10 @@ class WorkerProcesses:
                 )
                 os._exit(1)
 
+    def expect_exit(self) -> None:
+        """Before the STOP command: a worker that exits from now on has not failed."""
+        self._stopping.set()
+
     def stop(self, timeout_s: float = 30.0) -> None:
         """After the STOP command (or a failure): wait for each worker, then kill."""
         self._stopping.set()
