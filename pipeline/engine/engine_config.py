@@ -123,6 +123,11 @@ class RuntimeOptions:
     # "module:function" (engine_dir, rank, device) -> tensors of that rank, instead of
     # rank<N>.safetensors (synthetic weights of a benchmark)
     weights_loader: str | None = None
+    # reuse the KV blocks of a cached prompt prefix (scheduling/prefix_cache.py); None: the
+    # build's torch.enable_prefix_caching
+    enable_prefix_caching: bool | None = None
+    # GiB of (pinned) host memory each rank keeps evicted prefix blocks in; 0: no host tier
+    host_kv_cache_gb: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +153,8 @@ class EngineConfig:
     all_reduce: str = "auto"
     collective_timeout_s: float = 600.0
     weights_loader: str | None = None
+    enable_prefix_caching: bool = False
+    host_kv_cache_gb: float = 0.0
 
 
 def resolve_device(device: str) -> torch.device:
@@ -200,6 +207,8 @@ def _check_runtime(opts: RuntimeOptions, build: dict, where: str) -> None:
         problems.append(f"collective_timeout_s={opts.collective_timeout_s} must be > 0")
     if opts.weights_loader is not None and ":" not in opts.weights_loader:
         problems.append(f"weights_loader={opts.weights_loader!r} must be 'module:function'")
+    if opts.host_kv_cache_gb < 0:
+        problems.append(f"host_kv_cache_gb={opts.host_kv_cache_gb} must be >= 0 (0: off)")
     if opts.dtype is not None and opts.dtype not in DTYPES:
         problems.append(f"dtype={opts.dtype!r} (use one of {', '.join(DTYPES)})")
     if problems:
@@ -230,6 +239,17 @@ def _engine_config(
     model = ModelConfig.from_pretrained_config(engine.pretrained, where)
     torch_opts = build["torch"]
     resolved = resolve_device(device)
+    prefix_caching = (
+        torch_opts.get("enable_prefix_caching", True)  # engines built before the option: on
+        if opts.enable_prefix_caching is None
+        else opts.enable_prefix_caching
+    )
+    if opts.host_kv_cache_gb > 0 and not prefix_caching:
+        raise ConfigError(
+            f"{where}: host_kv_cache_gb={opts.host_kv_cache_gb} keeps evicted prefix-cache "
+            f"blocks, but prefix caching is off; turn on enable_prefix_caching or set "
+            f"host_kv_cache_gb=0"
+        )
     return EngineConfig(
         engine_dir=engine_dir,
         model=model,
@@ -260,4 +280,6 @@ def _engine_config(
         all_reduce=opts.all_reduce,
         collective_timeout_s=opts.collective_timeout_s,
         weights_loader=opts.weights_loader,
+        enable_prefix_caching=prefix_caching,
+        host_kv_cache_gb=opts.host_kv_cache_gb,
     )
