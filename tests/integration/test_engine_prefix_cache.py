@@ -14,7 +14,11 @@ SYSTEM = (
     "You are a careful assistant for a small library. Answer in one short sentence, name the "
     "shelf where the book is kept, and never invent titles that the catalogue does not list. "
 )
-QUESTIONS = ["Moby Dick is kept on the shelf", "Atlases and maps are found near the", "The cookbooks sit on"]
+QUESTIONS = [
+    "Moby Dick is kept on the shelf",
+    "Atlases and maps are found near the",
+    "The cookbooks sit on",
+]
 OTHERS = [
     "The quick brown fox jumps over the lazy dog while the farmer watches from the porch",
     "def merge_sort(items):\n    if len(items) <= 1:\n        return items\n    middle =",
@@ -83,7 +87,8 @@ def check_equal(smollm_engine_dir, hf_model, waves, **runtime):
 
 
 def common_len(a: list[int], b: list[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    pairs = zip(a, b, strict=False)
+    return next((i for i, (x, y) in enumerate(pairs) if x != y), min(len(a), len(b)))
 
 
 def test_shared_prefix_is_reused_and_reported(smollm_engine_dir, hf_model, tokenizer):

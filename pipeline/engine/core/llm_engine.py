@@ -327,7 +327,7 @@ class LLMEngine:
 
     def stats(self) -> dict:
         runner, blocks = self.model_runner, self.scheduler.block_manager
-        return {
+        stats = {
             "num_total_blocks": blocks.num_total_blocks,
             "num_free_blocks": blocks.num_free_blocks,
             "block_size": blocks.block_size,
@@ -352,4 +352,5 @@ class LLMEngine:
             "kv_cache_dtype": str(runner.kv_dtype).removeprefix("torch."),
             "cuda_graph_batch_sizes": runner.graphs.batch_sizes if runner.graphs else [],
             "cuda_graph_token_counts": runner.graphs.token_counts if runner.graphs else [],
-        } | self.launch_policy.stats() | prefix_cache_stats(blocks)
+        } | self.launch_policy.stats()
+        return stats | prefix_cache_stats(blocks)

@@ -26,6 +26,7 @@ one step, or a slot reused, reads what the order says).
 import hashlib
 from array import array
 from collections import OrderedDict
+
 import numpy as np
 
 from pipeline.engine.scheduling.block_manager import BlockManager

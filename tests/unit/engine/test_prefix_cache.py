@@ -77,7 +77,8 @@ def test_an_evicted_block_goes_to_the_host_tier_and_comes_back_in_order():
     again.num_computed_tokens = 4
     assert manager.grow_from_prefix(again, 5, hit)
     loads = manager.take_copies().tolist()
-    assert loads == [[hit[0], manager.block_table(again)[0]], [hit[1], manager.block_table(again)[1]]]
+    table = manager.block_table(again)
+    assert loads == [[source, dest] for source, dest in zip(hit, table[:2], strict=True)]
     assert manager.stats()["num_host_hit_blocks"] == 2
     assert manager.stats()["num_prefix_hit_tokens"] == 4
 
