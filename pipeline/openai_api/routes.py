@@ -211,7 +211,8 @@ class Frontend:
             await _unless_client_leaves(request, _gather(pieces, answer))
             self._count(plan.num_prompt_tokens, answer, (start, first_at))
             writer = self._logprobs_writer(parsed, is_chat)
-            return JSONResponse(shape.whole(answer, plan.num_prompt_tokens, writer))
+            cached = answer.num_cached_tokens([c.prompt for c in plan.choices])
+            return JSONResponse(shape.whole(answer, plan.num_prompt_tokens, writer, cached))
         finally:
             if not is_streamed:
                 await finish()
@@ -270,7 +271,9 @@ class Frontend:
                     )
                 item = await anext(pieces, None)
             if include_usage:
-                yield shape.usage_chunk(plan.num_prompt_tokens, answer.num_completion_tokens)
+                cached = answer.num_cached_tokens([c.prompt for c in plan.choices])
+                num_completion = answer.num_completion_tokens
+                yield shape.usage_chunk(plan.num_prompt_tokens, num_completion, cached)
             self._count(plan.num_prompt_tokens, answer, times)
         except EngineError as exc:  # the stream has begun: the error is its last event
             yield sse(APIError(exc.status, str(exc)).body())
