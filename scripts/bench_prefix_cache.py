@@ -140,7 +140,8 @@ def hit_rates(before: dict, after: dict) -> dict:
 
 
 def pcie_gb_s(engine: LLMEngine, num_blocks: int) -> dict:
-    """The host tier's copies of num_blocks blocks timed alone: offload, then load back."""
+    """The host tier's copies of num_blocks blocks timed alone: offload, then load back (over
+    what the engine cached: the engine's last use)."""
     runner = engine.model_runner
     tier, device = runner.host_tier, runner.device
     num_blocks = min(num_blocks, tier.pool.shape[0], runner.num_kv_blocks)
