@@ -157,3 +157,21 @@ def test_blocks_offloaded_to_the_host_tier_come_back(smollm_engine_dir, hf_model
     )
     assert stats["num_offloaded_blocks"] > 0 and stats["num_host_hit_blocks"] > 0
     assert outputs[-1].num_cached_tokens >= stats["num_host_hit_blocks"] * BLOCK
+
+
+@pytest.mark.parametrize("num_steps", [1, 3], ids=["one-step", "multistep"])
+def test_a_chat_turn_reuses_the_last_turns_completion(smollm_engine_dir, tokenizer, num_steps):
+    # the reply ends a block exactly (24 + 8 tokens): a launch's last decode rows past
+    # max_tokens write no block, so the block holding the reply's last token is not complete
+    ids = tokenizer.encode(SYSTEM)[:24]
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    on, off = engines(smollm_engine_dir, num_scheduler_steps=num_steps)
+    turns = {}
+    for label, engine in (("on", on), ("off", off)):
+        (first,) = engine.generate([ids], params)
+        follow_up = ids + first.token_ids + tokenizer.encode(" Which shelf?")
+        (second,) = engine.generate([follow_up], params)
+        turns[label] = (first.token_ids, second.token_ids, second.num_cached_tokens)
+    assert turns["on"][:2] == turns["off"][:2]
+    # the first block only: the reply's last token has no K/V, so its block is not reused
+    assert turns["on"][2] == 16

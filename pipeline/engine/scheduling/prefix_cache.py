@@ -172,10 +172,10 @@ class PrefixCachingBlockManager(BlockManager):
 
     def cache_blocks(self, seqs) -> None:
         """Name the blocks these sequences have filled since last asked (their tokens on the
-        host, their K/V computed)."""
+        host, their K/V computed; past max_kv_tokens a launch's decode rows write no block)."""
         size, tables = self.block_size, self.tables
         for seq in seqs:
-            num_full = min(seq.num_computed_tokens, len(seq.token_ids)) // size
+            num_full = min(seq.num_computed_tokens, len(seq.token_ids), seq.max_kv_tokens) // size
             if num_full <= seq.num_cached_blocks:
                 continue
             row = tables[seq.block_row]
