@@ -127,6 +127,11 @@ class RuntimeOptions:
     # pinned host memory every step (execution/layer_streamer.py). None: the build's
     # gpu_weight_budget_gb (null there: everything resident)
     gpu_weight_budget_gb: float | None = None
+    # reuse the KV blocks of a cached prompt prefix (scheduling/prefix_cache.py); None: the
+    # build's torch.enable_prefix_caching
+    enable_prefix_caching: bool | None = None
+    # GiB of (pinned) host memory each rank keeps evicted prefix blocks in; 0: no host tier
+    host_kv_cache_gb: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +158,8 @@ class EngineConfig:
     collective_timeout_s: float = 600.0
     weights_loader: str | None = None
     gpu_weight_budget_gb: float | None = None  # None: every layer resident
+    enable_prefix_caching: bool = False
+    host_kv_cache_gb: float = 0.0
 
 
 def resolve_device(device: str) -> torch.device:
@@ -205,6 +212,8 @@ def _check_runtime(opts: RuntimeOptions, build: dict, where: str) -> None:
         problems.append(f"collective_timeout_s={opts.collective_timeout_s} must be > 0")
     if opts.weights_loader is not None and ":" not in opts.weights_loader:
         problems.append(f"weights_loader={opts.weights_loader!r} must be 'module:function'")
+    if opts.host_kv_cache_gb < 0:
+        problems.append(f"host_kv_cache_gb={opts.host_kv_cache_gb} must be >= 0 (0: off)")
     if opts.dtype is not None and opts.dtype not in DTYPES:
         problems.append(f"dtype={opts.dtype!r} (use one of {', '.join(DTYPES)})")
     if opts.gpu_weight_budget_gb is not None and opts.gpu_weight_budget_gb <= 0:
@@ -249,6 +258,17 @@ def _engine_config(
             f"torch.compile does not trace; set build.torch.compile=false (or compile=False) "
             f"or gpu_weight_budget_gb=null"
         )
+    prefix_caching = (
+        torch_opts.get("enable_prefix_caching", True)  # engines built before the option: on
+        if opts.enable_prefix_caching is None
+        else opts.enable_prefix_caching
+    )
+    if opts.host_kv_cache_gb > 0 and not prefix_caching:
+        raise ConfigError(
+            f"{where}: host_kv_cache_gb={opts.host_kv_cache_gb} keeps evicted prefix-cache "
+            f"blocks, but prefix caching is off; turn on enable_prefix_caching or set "
+            f"host_kv_cache_gb=0"
+        )
     return EngineConfig(
         engine_dir=engine_dir,
         model=model,
@@ -280,4 +300,6 @@ def _engine_config(
         collective_timeout_s=opts.collective_timeout_s,
         weights_loader=opts.weights_loader,
         gpu_weight_budget_gb=weight_budget,
+        enable_prefix_caching=prefix_caching,
+        host_kv_cache_gb=opts.host_kv_cache_gb,
     )

@@ -25,6 +25,7 @@ class Piece:
     # text held back for a possible stop string goes out later than its tokens
     token_ids: tuple[int, ...] = ()
     logprobs: tuple[float, ...] | None = None
+    num_cached_tokens: int = 0  # on the last piece: prompt tokens the prefix cache held
 
 
 async def choice_pieces(
@@ -33,6 +34,7 @@ async def choice_pieces(
     """Text pieces as the engine streams tokens; the last one carries finish_reason. Closing
     it early (a stop string, a client gone) cancels the engine's request."""
     text, checker, num_tokens = detokenizer.stream(), StopChecker(stops), 0
+    num_cached_tokens = 0
     max_tokens = choice.params.max_tokens
     ids: list[int] = []  # not yet in a piece
     logprobs: list[float] | None = None if choice.params.logprobs is None else []
@@ -44,6 +46,7 @@ async def choice_pieces(
             finish_reason,
             tuple(ids),
             None if logprobs is None else tuple(logprobs),
+            num_cached_tokens,
         )
         ids.clear()
         if logprobs is not None:
@@ -51,8 +54,9 @@ async def choice_pieces(
         return out
 
     async with aclosing(llm.stream(choice.prompt.token_ids, choice.params)) as chunks:
-        async for token_ids, token_logprobs, is_final in chunks:
+        async for token_ids, token_logprobs, is_final, cached in chunks:
             num_tokens += len(token_ids)
+            num_cached_tokens = cached  # the last piece's (piece() reads it)
             ids.extend(token_ids)
             if logprobs is not None and token_logprobs is not None:
                 logprobs.extend(token_logprobs)

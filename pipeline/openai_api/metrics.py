@@ -39,6 +39,9 @@ ENGINE_GAUGES = (
     "pipeline_engine_waiting_requests",
     "pipeline_engine_free_kv_blocks",
     "pipeline_engine_kv_blocks",
+    "pipeline_engine_prefix_cache_queried_tokens",
+    "pipeline_engine_prefix_cache_hit_tokens",
+    "pipeline_engine_host_kv_hit_blocks",
 )
 ENGINE_SCRAPE_TIMEOUT_S = 2.0
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"

@@ -58,7 +58,12 @@ class FrontendRecipe:
             self.skip_special_tokens,
             self.backend,
         )
-        llm = TritonLLM(self.grpc_url, self.spec.request_timeout_s, self.limits.vocab_size)
+        llm = TritonLLM(
+            self.grpc_url,
+            self.spec.request_timeout_s,
+            self.limits.vocab_size,
+            block_size=self.limits.block_size,
+        )
         return Frontend(
             model,
             llm,

@@ -10,11 +10,12 @@ from pipeline.openai_api.sse_chunks import ChunkEncoder, sse
 DONE = b"data: [DONE]\n\n"
 
 
-def usage(num_prompt_tokens: int, num_completion_tokens: int) -> dict:
+def usage(num_prompt_tokens: int, num_completion_tokens: int, num_cached_tokens: int = 0) -> dict:
     return {
         "prompt_tokens": num_prompt_tokens,
         "completion_tokens": num_completion_tokens,
         "total_tokens": num_prompt_tokens + num_completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": num_cached_tokens},
     }
 
 
@@ -28,6 +29,7 @@ class Answer:
     finish_reasons: list[str | None] = field(default_factory=list)
     token_ids: list[list[int]] = field(default_factory=list)  # with log probabilities only
     logprobs: list[list[float]] = field(default_factory=list)
+    cached_tokens: list[int] = field(default_factory=list)  # each choice's prompt's, when known
 
     def __post_init__(self):
         self.texts = [""] * self.num_choices
@@ -35,6 +37,7 @@ class Answer:
         self.finish_reasons = [None] * self.num_choices
         self.token_ids = [[] for _ in range(self.num_choices)]
         self.logprobs = [[] for _ in range(self.num_choices)]
+        self.cached_tokens = [0] * self.num_choices
 
     def add(self, index: int, piece: Piece) -> None:
         self.texts[index] += piece.text
@@ -43,6 +46,15 @@ class Answer:
         if piece.logprobs is not None:
             self.token_ids[index] += piece.token_ids
             self.logprobs[index] += piece.logprobs
+        self.cached_tokens[index] = piece.num_cached_tokens or self.cached_tokens[index]
+
+    def num_cached_tokens(self, prompts: list) -> int:
+        """Prompt tokens the prefix cache held, each prompt once (as usage counts prompts):
+        the most any of its choices (prompts[i]: choice i's) reported."""
+        most: dict[int, int] = {}
+        for prompt, cached in zip(prompts, self.cached_tokens, strict=True):
+            most[id(prompt)] = max(most.get(id(prompt), 0), cached)
+        return sum(most.values())
 
     @property
     def num_completion_tokens(self) -> int:
@@ -65,7 +77,9 @@ class Shape:
             name = "text_completion"
         return {"id": self.id, "object": name, "created": self.created, "model": self.model}
 
-    def whole(self, answer: Answer, num_prompt_tokens: int, logprobs=None) -> dict:
+    def whole(
+        self, answer: Answer, num_prompt_tokens: int, logprobs=None, num_cached_tokens: int = 0
+    ) -> dict:
         """logprobs: a LogprobsWriter when the request asked for them."""
         choices = []
         for i, (text, reason) in enumerate(zip(answer.texts, answer.finish_reasons, strict=True)):
@@ -80,7 +94,7 @@ class Shape:
         return {
             **self._head(is_chunk=False),
             "choices": choices,
-            "usage": usage(num_prompt_tokens, answer.num_completion_tokens),
+            "usage": usage(num_prompt_tokens, answer.num_completion_tokens, num_cached_tokens),
         }
 
     def chunk(
@@ -110,11 +124,13 @@ class Shape:
             body["usage"] = usage_so_far  # OpenAI's shape: null on every chunk but the last
         return self._chunks.encode(body)
 
-    def usage_chunk(self, num_prompt_tokens: int, num_completion_tokens: int) -> bytes:
+    def usage_chunk(
+        self, num_prompt_tokens: int, num_completion_tokens: int, num_cached_tokens: int = 0
+    ) -> bytes:
         return sse(
             {
                 **self._head(is_chunk=True),
                 "choices": [],
-                "usage": usage(num_prompt_tokens, num_completion_tokens),
+                "usage": usage(num_prompt_tokens, num_completion_tokens, num_cached_tokens),
             }
         )

@@ -211,7 +211,8 @@ class Frontend:
             await _unless_client_leaves(request, _gather(pieces, answer))
             self._count(plan.num_prompt_tokens, answer, (start, first_at))
             writer = self._logprobs_writer(parsed, is_chat)
-            return JSONResponse(shape.whole(answer, plan.num_prompt_tokens, writer))
+            cached = answer.num_cached_tokens([c.prompt for c in plan.choices])
+            return JSONResponse(shape.whole(answer, plan.num_prompt_tokens, writer, cached))
         finally:
             if not is_streamed:
                 await finish()
@@ -282,9 +283,9 @@ class Frontend:
                     pending.clear()
                 item = await anext(pieces, None)
             if include_usage:
-                pending.append(
-                    shape.usage_chunk(plan.num_prompt_tokens, answer.num_completion_tokens)
-                )
+                cached = answer.num_cached_tokens([c.prompt for c in plan.choices])
+                num_completion = answer.num_completion_tokens
+                pending.append(shape.usage_chunk(plan.num_prompt_tokens, num_completion, cached))
             self._count(plan.num_prompt_tokens, answer, times)
         except EngineError as exc:  # the stream has begun: the error is its last event
             pending.append(sse(APIError(exc.status, str(exc)).body()))

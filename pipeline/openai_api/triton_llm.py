@@ -24,6 +24,9 @@ from pipeline.request.sampling_params import SamplingParams
 
 LLM_MODEL = "tensorrt_llm"
 LOG_PROBS = "output_log_probs"  # [1, 1, n]: each new token's log probability
+# [1, 1] on the final response: prompt blocks the engine's prefix cache held (backend=torch sends
+# it when asked by name; the tensorrtllm backend with return_perf_metrics)
+REUSED_BLOCKS = "kv_cache_reused_blocks"
 _DATATYPES = {np.int32: "INT32", np.float32: "FP32", np.uint64: "UINT64", np.bool_: "BOOL"}
 
 
@@ -99,16 +102,25 @@ def _infer_request(model: str, arrays: dict[str, np.ndarray]) -> service_pb2.Mod
         request.inputs.add(name=name, datatype=_DATATYPES[array.dtype.type], shape=array.shape)
         request.raw_input_contents.append(array.tobytes())
     request.outputs.add(name="output_ids")
+    request.outputs.add(name=REUSED_BLOCKS)
     if "return_log_probs" in arrays:
         request.outputs.add(name=LOG_PROBS)
     return request
 
 
 class TritonLLM:
-    def __init__(self, url: str, timeout_s: float, vocab_size: int, model: str = LLM_MODEL):
-        """vocab_size: the engine's, the length of a request's embedding_bias."""
+    def __init__(
+        self,
+        url: str,
+        timeout_s: float,
+        vocab_size: int,
+        model: str = LLM_MODEL,
+        block_size: int = 0,
+    ):
+        """vocab_size: the engine's, the length of a request's embedding_bias; block_size: its
+        tokens a KV block (cached prompt tokens = reused blocks x block_size)."""
         self.url, self.timeout_s, self.model = url, timeout_s, model
-        self.vocab_size = vocab_size
+        self.vocab_size, self.block_size = vocab_size, block_size
         self._channel: grpc.aio.Channel | None = None
         self._stub = None
         self._ending: set = set()  # finished calls not closed yet: a dropped call is cancelled
@@ -137,10 +149,11 @@ class TritonLLM:
 
     async def stream(
         self, prompt_ids: list[int], params: SamplingParams
-    ) -> AsyncIterator[tuple[list[int], list[float] | None, bool]]:
-        """(new token ids, their log probabilities when params.logprobs asks, is_final) for
-        each response, up to the final one. Closing this generator before the final response
-        cancels the request in the engine."""
+    ) -> AsyncIterator[tuple[list[int], list[float] | None, bool, int]]:
+        """(new token ids, their log probabilities when params.logprobs asks, is_final, prompt
+        tokens the prefix cache held (final response; else 0)) for each response, up to the
+        final one. Closing this generator before the final response cancels the request in the
+        engine."""
         request = _infer_request(self.model, request_arrays(prompt_ids, params, self.vocab_size))
         # written and read on this coroutine: a request iterator costs a task and an event a call
         call = self._stub.ModelStreamInfer(timeout=self.timeout_s)
@@ -154,7 +167,13 @@ class TritonLLM:
                 is_final = result.parameters["triton_final_response"].bool_param
                 ids = output_list(result, "output_ids")
                 logprobs = output_list(result, LOG_PROBS) if params.logprobs is not None else None
-                yield [] if ids is None else ids, logprobs, is_final
+                reused = output_list(result, REUSED_BLOCKS) if is_final else None
+                yield (
+                    [] if ids is None else ids,
+                    logprobs,
+                    is_final,
+                    reused[0] * self.block_size if reused else 0,
+                )
                 if is_final:
                     return
             raise EngineError(f"{self.model} ended the stream without a final response")

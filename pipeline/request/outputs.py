@@ -11,6 +11,7 @@ class StreamDelta:
     finish_reason: str | None = None  # "stop" | "length" | "cancelled" | "error" once finished
     error: str | None = None  # why the request failed (finish_reason "error")
     logprobs: list[float] | None = None  # of token_ids, when the request asked (params.logprobs)
+    num_cached_tokens: int = 0  # on the final delta: prompt tokens the prefix cache held
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,3 +25,4 @@ class RequestOutput:
     first_token_time_s: float | None
     finish_time_s: float | None
     logprobs: list[float] | None = None  # of token_ids, when the request asked (params.logprobs)
+    num_cached_tokens: int = 0  # prompt tokens the prefix cache held (not computed)

@@ -10,6 +10,9 @@ class TorchBuildOptions:
     # false: plain PyTorch ops on CUDA too, none of the engine's Triton kernels (the study's
     # unfused mode); the CPU always runs them
     triton_kernels: bool = True
+    # reuse the KV blocks of a prompt prefix an earlier request computed (the runtime option
+    # enable_prefix_caching, deploy.torch.enable_prefix_caching, overrides it)
+    enable_prefix_caching: bool = True
 
 
 @dataclass(frozen=True, slots=True)

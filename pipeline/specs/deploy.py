@@ -38,6 +38,11 @@ class TorchDeployOptions:
     # server is restarted
     max_engine_restarts: int = 3
     restart_window_s: float = 600.0
+    # reuse cached prompt-prefix KV blocks across requests; null = the engine's
+    # build.torch.enable_prefix_caching (docs/design.md, prefix caching)
+    enable_prefix_caching: bool | None = None
+    # GiB of pinned host memory (each rank) holding prefix blocks evicted from the GPU; 0 = off
+    host_kv_cache_gb: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

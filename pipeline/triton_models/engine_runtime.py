@@ -18,12 +18,18 @@ def _flag(text: str) -> bool:
     return text == "true"  # model_config.set_parameters writes bools as "true"/"false"
 
 
+def _optional_flag(text: str) -> bool | None:
+    return {"true": True, "false": False}.get(text)  # "0": the engine decides
+
+
 # config.pbtxt parameter -> (LLMEngine runtime option, how the python model parses its string)
 PARAMETERS: dict[str, tuple[str, Callable[[str], object]]] = {
     "batch_scheduler_policy": ("scheduler_policy", str),
     "num_kv_blocks": ("num_kv_blocks", _count),
     "enable_chunked_prefill": ("enable_chunked_prefill", _flag),
     "num_scheduler_steps": ("num_scheduler_steps", _count),
+    "enable_prefix_caching": ("enable_prefix_caching", _optional_flag),
+    "host_kv_cache_gb": ("host_kv_cache_gb", float),
 }
 
 
@@ -35,6 +41,8 @@ def engine_runtime(deploy, num_kv_blocks: int = 0) -> dict:
         "num_kv_blocks": num_kv_blocks or deploy.torch.num_kv_blocks or None,
         "enable_chunked_prefill": deploy.torch.enable_chunked_prefill,
         "num_scheduler_steps": deploy.torch.num_scheduler_steps or None,
+        "enable_prefix_caching": deploy.torch.enable_prefix_caching,
+        "host_kv_cache_gb": float(deploy.torch.host_kv_cache_gb),
     }
 
 

@@ -27,6 +27,8 @@ class OutputChunk:
     sequence_index: int = 0  # which of the request's num_return_sequences
     num_input_tokens: int | None = None  # the prompt's, when the request asked
     is_output_counted: bool = False  # the request asked for num_output_tokens
+    # the final chunk's: prompt blocks the prefix cache held (kv_cache_reused_blocks)
+    num_reused_blocks: int | None = None
 
 
 @dataclass(slots=True)
@@ -51,6 +53,8 @@ class LiveRequest:
     is_sending: bool = False  # its last response is still in its lane
     is_gone: bool = False  # its caller hung up or failed: nothing more goes out
     error: str | None = None  # the engine failed this request
+    block_size: int = 0  # the engine's tokens a KV block (0: reused blocks not reported)
+    num_cached_tokens: int = 0  # prompt tokens the prefix cache held (from the final delta)
 
     def take(self, delta: StreamDelta, now: float) -> None:
         if not self.first_token_at and delta.token_ids:
@@ -65,6 +69,7 @@ class LiveRequest:
         self.error = delta.error
         if delta.finished:
             self.final_at = now
+            self.num_cached_tokens = delta.num_cached_tokens
 
     def is_due(self, now: float, gap_s: float) -> bool:
         return self.is_finished or (
@@ -92,4 +97,7 @@ class LiveRequest:
             self.sequence_index,
             len(self.request.prompt_token_ids) if self.request.wants_num_input_tokens else None,
             self.request.wants_num_output_tokens,
+            self.num_cached_tokens // self.block_size
+            if self.is_finished and self.block_size
+            else None,
         )

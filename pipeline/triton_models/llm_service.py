@@ -55,6 +55,7 @@ import numpy as np
 from pipeline.engine import AsyncLLMEngine, LLMEngine
 from pipeline.engine.core.engine_probe import check_probe
 from pipeline.engine.core.engine_process import EngineProcess
+from pipeline.engine_json import EngineJson
 from pipeline.triton_models.detokenizer import Detokenizer
 from pipeline.triton_models.engine_supervisor import EngineSupervisor
 from pipeline.triton_models.hop_log import HopLog
@@ -75,6 +76,11 @@ class _EndAll:
 
 # respond(context, chunk or the engine's failure) -> False when the caller is gone (cancelled)
 Respond = Callable[[Any, OutputChunk | BaseException], bool]
+
+
+def engine_block_size(engine_dir: Path) -> int:
+    """The engine's tokens a KV block (its build's tokens_per_block)."""
+    return int(EngineJson.read(engine_dir).build["plugin_config"]["tokens_per_block"])
 
 
 class LLMService:
@@ -115,6 +121,7 @@ class LLMService:
             return AsyncLLMEngine(loaded, outbox=self._outbox)
 
         self.async_engine = EngineSupervisor(start_engine, max_restarts, restart_window_s)
+        self._block_size = engine_block_size(Path(engine_dir))
         self.exclude_input_in_output = exclude_input_in_output
         self.detokenizer = (
             None if tokenizer_dir is None else Detokenizer(tokenizer_dir, skip_special_tokens)
@@ -167,6 +174,7 @@ class LLMService:
                     lane = self._num_requests % len(self._lanes)
                     self._num_requests += 1
                     live = LiveRequest(replace(request, params=params), context, lane, text, index)
+                    live.block_size = self._block_size
                     self._live[request_id] = live
                 submitted.append(request_id)
                 live.received_at, live.submitted_at = received_at, time.perf_counter()

@@ -213,3 +213,39 @@ def test_fp8_kv_cache_decode_agrees_with_its_prefill(exported, smollm_hf_dir, tm
     [out] = engine.generate([prompt], SamplingParams(max_tokens=10, ignore_eos=True))
     logits = engine.prompt_logits([prompt + out.token_ids])[0]  # [22, vocab]
     assert logits[len(prompt) - 1 : -1].argmax(-1).tolist() == out.token_ids
+
+
+def test_fp8_kv_cache_with_prefix_caching_and_host_tier_equals_off(
+    exported, smollm_hf_dir, tmp_path
+):
+    """Cached FP8 blocks (codes reused as they are, through the host tier and back) give the
+    greedy tokens of an engine that computes every prompt."""
+    from types import SimpleNamespace
+
+    from pipeline.backends.torch_backend import TorchBackend
+    from pipeline.engine import LLMEngine, SamplingParams
+    from pipeline.specs.build import BuildSpec
+
+    _, _, _, quantization, ckpt_dir = exported
+    if quantization["kv_cache_quant_algo"] is None:
+        pytest.skip("no quantized KV cache")
+    spec = SimpleNamespace(
+        build=BuildSpec(max_batch_size=2, max_input_len=64, max_seq_len=64, tokens_per_block=8),
+        deploy=None,
+        backend=SimpleNamespace(device="cpu"),
+    )
+    TorchBackend(spec).build(ckpt_dir, smollm_hf_dir, tmp_path)
+    ids = torch.randint(0, 49152, (60,), generator=torch.Generator().manual_seed(4)).tolist()
+    waves = [[ids[:30]], [ids[30:]], [ids[:30] + ids[50:]]]  # the second evicts the first's
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    tokens, stats = {}, {}
+    for label, runtime in (
+        ("on", {"num_kv_blocks": 6, "host_kv_cache_gb": 0.01}),
+        ("off", {"num_kv_blocks": 6, "enable_prefix_caching": False}),
+    ):
+        engine = LLMEngine.from_engine_dir(tmp_path, device="cpu", **runtime)
+        tokens[label] = [o.token_ids for wave in waves for o in engine.generate(wave, params)]
+        stats[label] = engine.stats()
+    assert tokens["on"] == tokens["off"]
+    assert stats["on"]["kv_cache_dtype"] == "float8_e4m3fn"
+    assert stats["on"]["num_host_hit_blocks"] > 0

@@ -184,7 +184,10 @@ class _Hub:
                 # plain tuples: a slotted dataclass pickles through Python-level __getstate__,
                 # about ten times the engine's GIL time of a tuple
                 by_client.setdefault(client, []).append(
-                    (d.request_id, d.token_ids, d.finished, d.finish_reason, d.error, d.logprobs)
+                    (
+                        *(d.request_id, d.token_ids, d.finished, d.finish_reason, d.error),
+                        *(d.logprobs, d.num_cached_tokens),
+                    )
                 )
                 if d.finished:
                     del self._owners[d.request_id]

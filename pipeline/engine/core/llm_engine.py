@@ -18,6 +18,7 @@ from pipeline.engine.execution.phase_range import phase
 from pipeline.engine.execution.weights import load_rank_weights
 from pipeline.engine.kernels.tuned_configs import install_engine_configs
 from pipeline.engine.scheduling.block_manager import BlockManager
+from pipeline.engine.scheduling.prefix_cache import PrefixCachingBlockManager, prefix_cache_stats
 from pipeline.engine.scheduling.sampled_tokens import SampledTokens
 from pipeline.engine.scheduling.scheduler import Scheduler
 from pipeline.engine.scheduling.scheduler_output import SchedulerOutput
@@ -72,11 +73,22 @@ class LLMEngine:
         del weights  # the model holds what it needs (possibly repacked or on the GPU)
         runner = self.model_runner
         self.launch_policy = LaunchPolicy(runner.num_scheduler_steps, runner.max_scheduler_steps)
-        block_manager = BlockManager(
-            runner.num_kv_blocks,
-            config.block_size,
-            config.max_batch_size,
-            runner.max_blocks_per_seq,
+        block_manager = (
+            PrefixCachingBlockManager(
+                runner.num_kv_blocks,
+                config.block_size,
+                config.max_batch_size,
+                runner.max_blocks_per_seq,
+                str(runner.kv_dtype),
+                runner.num_host_blocks,
+            )
+            if config.enable_prefix_caching
+            else BlockManager(
+                runner.num_kv_blocks,
+                config.block_size,
+                config.max_batch_size,
+                runner.max_blocks_per_seq,
+            )
         )
         self.scheduler = Scheduler(
             block_manager,
@@ -268,7 +280,14 @@ class LLMEngine:
             if logprobs is not None:  # one per token kept
                 logprobs = logprobs[len(logprobs) - num_new :]
             deltas.append(
-                StreamDelta(seq.request_id, new, reason is not None, reason, logprobs=logprobs)
+                StreamDelta(
+                    seq.request_id,
+                    new,
+                    reason is not None,
+                    reason,
+                    logprobs=logprobs,
+                    num_cached_tokens=seq.num_cached_tokens if reason is not None else 0,
+                )
             )
 
     def generate(
@@ -308,7 +327,7 @@ class LLMEngine:
 
     def stats(self) -> dict:
         runner, blocks = self.model_runner, self.scheduler.block_manager
-        return {
+        stats = {
             "num_total_blocks": blocks.num_total_blocks,
             "num_free_blocks": blocks.num_free_blocks,
             "block_size": blocks.block_size,
@@ -334,3 +353,4 @@ class LLMEngine:
             "cuda_graph_batch_sizes": runner.graphs.batch_sizes if runner.graphs else [],
             "cuda_graph_token_counts": runner.graphs.token_counts if runner.graphs else [],
         } | self.launch_policy.stats()
+        return stats | prefix_cache_stats(blocks)

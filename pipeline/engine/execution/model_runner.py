@@ -16,7 +16,8 @@ from pipeline.engine.engine_config import EngineConfig
 from pipeline.engine.execution.cuda_graph_runner import CudaGraphRunner
 from pipeline.engine.execution.host_buffers import PinnedRing
 from pipeline.engine.execution.kv_cache_sizing import default_num_kv_blocks
-from pipeline.engine.execution.launch_channel import LAUNCH, SCORE, STOP
+from pipeline.engine.execution.kv_swap import HostKVTier, host_blocks
+from pipeline.engine.execution.launch_channel import LAUNCH, SCORE, STOP, SWAP
 from pipeline.engine.execution.launch_schedule import (
     Stage,
     TakeTokens,
@@ -110,6 +111,12 @@ class ModelRunner:
         self.kv_cache = torch.zeros(
             self._kv_shape(self.num_kv_blocks + 1), dtype=self.kv_dtype, device=self.device
         )
+        self.host_tier, self.num_host_blocks = None, 0  # prefix caching's host tier
+        if config.host_kv_cache_gb > 0:
+            num_host = host_blocks(int(config.host_kv_cache_gb * 2**30), self.kv_cache)
+            self.num_host_blocks = self.ranks.agree_min(num_host) if self.ranks else num_host
+            if self.num_host_blocks:
+                self.host_tier = HostKVTier(self.kv_cache, self.num_host_blocks)
         generator = torch.Generator(device=self.device)
         generator.seed()
         self.sampler = Sampler(generator)
@@ -282,6 +289,8 @@ class ModelRunner:
             raise
 
     def _launch(self, batch: SchedulerOutput, plan: LaunchPlan) -> SampledTokens:
+        if batch.blocks_to_copy is not None:  # the host tier's, every rank's, before all else
+            self.host_tier.copy(batch.blocks_to_copy, self.ranks.channel if self.ranks else None)
         if self.stage.link is not None:
             self.stage.link.settle()
         with phase("engine.prepare"):
@@ -331,6 +340,10 @@ class ModelRunner:
                 break
             if command == SCORE:
                 self._prompt_logits(body.view(headers[0].num_seqs, -1))
+                channel.copied()
+                continue
+            if command == SWAP:
+                self.host_tier.copy(body.view(-1, 2).numpy())
                 channel.copied()
                 continue
             if self.stage.link is not None:

@@ -15,6 +15,8 @@ class BlockManager:
     """Owns the free-block list and the block-table array (`tables[seq.block_row, :n]` are the
     sequence's blocks, n = seq.num_blocks; entries past n are stale). Touches no tensors."""
 
+    caches_prefixes = False  # PrefixCachingBlockManager: blocks outlive their sequences
+
     def __init__(
         self, num_blocks: int, block_size: int, max_seqs: int = 1, max_blocks_per_seq: int = 1
     ):
@@ -40,13 +42,13 @@ class BlockManager:
         missing = num_needed - seq.num_blocks
         if missing <= 0:  # most calls: a decode token inside its last block, or blocks that
             return True  # guaranteed_no_evict reserved at admission
-        if missing > len(self.free_block_ids):
+        if missing > self.num_free_blocks:
             return False
         if seq.block_row < 0:
             seq.block_row = self._take_row()
         if num_needed > self.tables.shape[1]:
             self._resize(self.tables.shape[0], max(num_needed, 2 * self.tables.shape[1]))
-        take = self.free_block_ids.popleft
+        take = self._take_block
         self.tables[seq.block_row, seq.num_blocks : num_needed] = [take() for _ in range(missing)]
         seq.num_blocks = num_needed
         return True
@@ -57,6 +59,9 @@ class BlockManager:
         self.free_block_ids.extend(self.tables[seq.block_row, : seq.num_blocks].tolist())
         self._free_rows.append(seq.block_row)
         seq.block_row, seq.num_blocks = -1, 0
+
+    def _take_block(self) -> int:
+        return self.free_block_ids.popleft()
 
     def _take_row(self) -> int:
         if not self._free_rows:

@@ -19,6 +19,7 @@ preempted and each is then scheduled alone, one a step, until a launch that samp
 one that fails alone is the cause, and only it is failed (LLMEngine). The others pause meanwhile.
 """
 
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -59,6 +60,7 @@ class Scheduler:
         self.is_no_evict = policy == "guaranteed_no_evict"
         self.enable_chunked_prefill = enable_chunked_prefill
         self.num_lookahead_tokens = num_lookahead_tokens
+        self.caches_prefixes = block_manager.caches_prefixes  # prefix_cache.py
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
@@ -78,7 +80,12 @@ class Scheduler:
             self._schedule_suspect(seqs, num_tokens)
         if not seqs:
             self._schedule_batch(seqs, num_tokens)
-        return scheduler_output(seqs, num_tokens, self.block_manager.tables)
+        batch = scheduler_output(seqs, num_tokens, self.block_manager.tables)
+        if self.caches_prefixes and seqs:  # the host tier's copies run before this step
+            copies = self.block_manager.take_copies()
+            if copies is not None:
+                batch = dataclasses.replace(batch, blocks_to_copy=copies)
+        return batch
 
     def _schedule_batch(self, scheduled: list[Sequence], scheduled_tokens: list[int]) -> None:
         budget, suspects = self.max_num_tokens, self.suspects
@@ -116,15 +123,25 @@ class Scheduler:
     def _admit(self, seq: Sequence, budget: int) -> int:
         """Move the first waiting sequence to the running batch if its next chunk fits:
         the tokens it runs this step, or 0 (it stays waiting)."""
+        hit = None
+        if self.caches_prefixes:  # its cached prefix is computed already
+            hit = self.block_manager.find_prefix(seq)
+            seq.num_computed_tokens = len(hit) * self.block_manager.block_size
         num_tokens = self._num_tokens_to_run(seq, budget)
         needed = seq.kv_tokens_after(num_tokens, self.num_lookahead_tokens)
         if self.is_no_evict:
             needed = max(needed, seq.max_kv_tokens)
-        if num_tokens == 0 or not self.block_manager.grow(seq, needed):
+        if num_tokens == 0 or not (
+            self.block_manager.grow(seq, needed)
+            if hit is None
+            else self.block_manager.grow_from_prefix(seq, needed, hit)
+        ):
+            seq.num_computed_tokens = 0
             return 0
         self.waiting.popleft()
         if seq.admitted_time_s is None:  # not a preempted one's return
             seq.admitted_time_s = time.perf_counter()
+            seq.num_cached_tokens = seq.num_computed_tokens
         seq.status = SequenceStatus.RUNNING
         self.running.append(seq)
         return num_tokens
@@ -164,6 +181,8 @@ class Scheduler:
             seq.num_computed_tokens += num_steps - 1  # the tokens the decode steps fed back
             seq.num_pending_tokens += num_steps
             seq.pending_row = row
+        if self.caches_prefixes:
+            self.block_manager.cache_blocks(batch.seqs)
         if self.suspects:
             self.suspects.difference_update(sampled.seqs)
 

@@ -49,6 +49,13 @@ class Sequence:
         # needs this sequence's latest token on the host
         self.needs_host_tokens = any(len(bad) > 1 for bad in params.bad_sequences)
         self.num_preemptions = 0
+        # prefix caching (prefix_cache.py): what besides its tokens changes its K/V (a LoRA
+        # adapter's id), its full blocks' hash chain so far, how many of the blocks it holds are
+        # in the cache, and how many prompt tokens its first admission found cached
+        self.kv_extra_key: object = None
+        self.block_hashes: list[bytes] = []
+        self.num_cached_blocks = 0
+        self.num_cached_tokens = 0
         self.finish_reason: str | None = None
         self.generator: torch.Generator | None = None
         # [2, V] on the device, made and updated by the sampler (layers/penalties.py)
@@ -205,4 +212,5 @@ class Sequence:
             first_token_time_s=self.first_token_time_s,
             finish_time_s=self.finish_time_s,
             logprobs=None if self.logprobs is None else list(self.logprobs),
+            num_cached_tokens=self.num_cached_tokens,
         )

@@ -91,6 +91,10 @@ def tensors(part: "Part", out) -> list:
         tensors.append(column("num_input_tokens", out.num_input_tokens, np.int32))
     if out.is_output_counted and "num_output_tokens" in outputs:  # upstream's: output_ids' size
         tensors.append(column("num_output_tokens", out.token_ids.size, np.int32))
+    # upstream sends it with return_perf_metrics; here whenever asked for by name (the OpenAI
+    # frontend's usage.prompt_tokens_details.cached_tokens)
+    if out.num_reused_blocks is not None and "kv_cache_reused_blocks" in outputs:
+        tensors.append(column("kv_cache_reused_blocks", out.num_reused_blocks, np.int32))
     if out.text is not None:
         tensors.append(pb_utils.Tensor("text_output", np.array([out.text.encode()], np.object_)))
     return tensors

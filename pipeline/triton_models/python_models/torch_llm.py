@@ -49,6 +49,26 @@ METRICS = {  # engine stats key -> (metric family, description)
     "num_preemptions": ("pipeline_engine_preemptions", "sequences preempted since start"),
     "num_free_blocks": ("pipeline_engine_free_kv_blocks", "free paged-KV blocks now"),
     "num_total_blocks": ("pipeline_engine_kv_blocks", "paged-KV blocks in the engine's cache"),
+    "num_cached_blocks": (
+        "pipeline_engine_cached_kv_blocks",
+        "paged-KV blocks the prefix cache names now (held or free until evicted)",
+    ),
+    "num_prefix_queried_tokens": (
+        "pipeline_engine_prefix_cache_queried_tokens",
+        "prompt tokens admitted since start (hit rate: hit_tokens / this)",
+    ),
+    "num_prefix_hit_tokens": (
+        "pipeline_engine_prefix_cache_hit_tokens",
+        "prompt tokens since start whose K/V came from the prefix cache",
+    ),
+    "num_host_cached_blocks": (
+        "pipeline_engine_host_kv_blocks_cached",
+        "prefix-cache blocks in the host tier now",
+    ),
+    "num_host_hit_blocks": (
+        "pipeline_engine_host_kv_hit_blocks",
+        "prefix-cache blocks copied back from the host tier since start",
+    ),
 }
 HEALTH_METRICS = {  # per instance: each has its own handle on the engine
     "is_ready": (

@@ -115,7 +115,12 @@ def test_engine_dir_is_self_contained(tmp_path):
     assert cfg["backend"] == "torch" and cfg["pretrained_config"] == CHECKPOINT
     build = cfg["build_config"]
     assert build["plugin_config"]["tokens_per_block"] == 16 and build["max_beam_width"] == 1
-    assert build["torch"] == {"use_cuda_graph": True, "compile": False, "triton_kernels": True}
+    assert build["torch"] == {
+        "use_cuda_graph": True,
+        "compile": False,
+        "triton_kernels": True,
+        "enable_prefix_caching": True,
+    }
     assert (out / "rank0.safetensors").is_file()
     assert sorted(p.name for p in (out / "tokenizer").iterdir()) == ["tokenizer.json"]
     assert extra["quant_algo"] is None

@@ -13,18 +13,27 @@ from tests.conftest import make_spec
 from tests.unit.triton_repo.repo_helpers import read_config, write_repo
 
 CASES = {
-    "defaults": ((), ("guaranteed_no_evict", None, True, None)),
+    "defaults": ((), ("guaranteed_no_evict", None, True, None, None, 0.0)),
     "every knob set": (
         (
             "deploy.batch_scheduler_policy=max_utilization",
             "deploy.torch.num_kv_blocks=64",
             "deploy.torch.enable_chunked_prefill=false",
             "deploy.torch.num_scheduler_steps=4",
+            "deploy.torch.enable_prefix_caching=false",
+            "deploy.torch.host_kv_cache_gb=2.5",
         ),
-        ("max_utilization", 64, False, 4),
+        ("max_utilization", 64, False, 4, False, 2.5),
     ),
 }
-OPTIONS = ("scheduler_policy", "num_kv_blocks", "enable_chunked_prefill", "num_scheduler_steps")
+OPTIONS = (
+    "scheduler_policy",
+    "num_kv_blocks",
+    "enable_chunked_prefill",
+    "num_scheduler_steps",
+    "enable_prefix_caching",
+    "host_kv_cache_gb",
+)
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -1,0 +1,99 @@
+"""The prefix-caching block manager's bookkeeping and the host tier's bytes."""
+
+import numpy as np
+import torch
+
+from pipeline.engine.execution.kv_swap import HostKVTier, host_blocks
+from pipeline.engine.scheduling.prefix_cache import PrefixCachingBlockManager, host_slot_ref
+from pipeline.engine.scheduling.sequence import Sequence
+from pipeline.request.sampling_params import SamplingParams
+
+
+def seq_of(request_id: str, tokens: list[int]) -> Sequence:
+    return Sequence(request_id, tokens, SamplingParams(max_tokens=4), eos_token_ids=(2,))
+
+
+def run_and_free(manager: PrefixCachingBlockManager, seq: Sequence) -> list[int]:
+    """Admit the sequence with its cached prefix, compute all its tokens, free it: its table."""
+    hit = manager.find_prefix(seq)
+    seq.num_computed_tokens = len(hit) * manager.block_size
+    assert manager.grow_from_prefix(seq, len(seq.token_ids), hit)
+    table = manager.block_table(seq)
+    seq.num_computed_tokens = len(seq.token_ids)
+    manager.free(seq)
+    return table
+
+
+def test_a_shared_prefix_reuses_full_blocks_but_never_the_last_token():
+    manager = PrefixCachingBlockManager(8, 4, kv_dtype="float32")
+    first = run_and_free(manager, seq_of("a", list(range(10))))  # blocks 0-3, 4-7 full
+    assert manager.stats()["num_cached_blocks"] == 2
+    same = seq_of("b", list(range(10)))
+    assert manager.find_prefix(same) == first[:2]
+    aligned = seq_of("c", list(range(8)))  # its last token is in block 1: only block 0
+    assert manager.find_prefix(aligned) == first[:1]
+    other = seq_of("d", [99] + list(range(1, 10)))
+    assert manager.find_prefix(other) == []
+    keyed = seq_of("e", list(range(10)))
+    keyed.kv_extra_key = "adapter-1"  # another adapter's K/V differ: no match
+    assert manager.find_prefix(keyed) == []
+
+
+def test_shared_blocks_are_counted_and_evicted_least_recently_used_last():
+    manager = PrefixCachingBlockManager(4, 2, kv_dtype="float32")
+    a, b = seq_of("a", [1, 2, 3, 4, 5]), seq_of("b", [1, 2, 3, 4, 6])
+    for seq in (a, b):
+        hit = manager.find_prefix(seq)
+        seq.num_computed_tokens = 2 * len(hit)
+        assert manager.grow_from_prefix(seq, 5, hit)
+        seq.num_computed_tokens = 5
+        manager.cache_blocks([seq])
+    shared = manager.block_table(a)[:2]
+    assert manager.block_table(b)[:2] == shared and manager.num_free_blocks == 0
+    manager.free(a)  # b still holds the shared blocks: only a's own one is free
+    assert manager.num_free_blocks == 1
+    manager.free(b)
+    assert manager.num_free_blocks == 4 and manager.stats()["num_cached_blocks"] == 2
+    # a new sequence takes the two unnamed free blocks first, then evicts the chain's later
+    # block before its first (a chain without its head is of no use)
+    c = seq_of("c", [9] * 7)
+    assert manager.grow(c, 6)
+    assert manager.stats()["num_evicted_blocks"] == 1
+    assert manager.find_prefix(seq_of("d", [1, 2, 3, 4, 7])) == shared[:1]
+
+
+def test_an_evicted_block_goes_to_the_host_tier_and_comes_back_in_order():
+    manager = PrefixCachingBlockManager(3, 2, kv_dtype="float32", num_host_blocks=4)
+    table = run_and_free(manager, seq_of("a", [1, 2, 3, 4, 5]))  # 2 full blocks named
+    assert manager.take_copies() is None
+    b = seq_of("b", [8, 8, 8, 8, 8])
+    assert manager.grow(b, 5)  # evicts a's named blocks, tail first, each to a host slot
+    copies = manager.take_copies()
+    assert copies.tolist() == [[table[1], host_slot_ref(0)], [table[0], host_slot_ref(1)]]
+    manager.free(b)
+    again = seq_of("c", [1, 2, 3, 4, 5])
+    hit = manager.find_prefix(again)
+    assert hit == [host_slot_ref(1), host_slot_ref(0)]
+    again.num_computed_tokens = 4
+    assert manager.grow_from_prefix(again, 5, hit)
+    loads = manager.take_copies().tolist()
+    table = manager.block_table(again)
+    assert loads == [[source, dest] for source, dest in zip(hit, table[:2], strict=True)]
+    assert manager.stats()["num_host_hit_blocks"] == 2
+    assert manager.stats()["num_prefix_hit_tokens"] == 4
+
+
+def test_host_tier_round_trip_is_bitwise():
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16, torch.float8_e4m3fn):
+        cache = torch.randn(3, 2, 5, 4, 2, 8).to(dtype)  # [layers, 2, blocks, ...]
+        before = cache.clone()
+        tier = HostKVTier(cache, host_blocks(3 * cache[:, :, 0].nbytes, cache))
+        assert tier.pool.shape[0] == 3
+        tier.copy(np.array([[1, host_slot_ref(2)], [3, host_slot_ref(0)]]))
+        cache.zero_()
+        # back into other blocks, in the order given: block 4 gets block 1's, 0 block 3's
+        tier.copy(np.array([[host_slot_ref(2), 4], [host_slot_ref(0), 0]]))
+        assert torch.equal(cache[:, :, 4].view(torch.uint8), before[:, :, 1].view(torch.uint8))
+        assert torch.equal(cache[:, :, 0].view(torch.uint8), before[:, :, 3].view(torch.uint8))
+        assert not cache[:, :, 1].view(torch.uint8).any()
