@@ -14,6 +14,7 @@ from pipeline.checkpoint.sharding import check_mapping
 from pipeline.engine.layers.rotary import SUPPORTED_SCALINGS, scaling_type
 from pipeline.engine.parallel.tensor_parallel import ALL_REDUCE_CHOICES
 from pipeline.engine.scheduling.scheduler import POLICIES
+from pipeline.engine.spec_config import SpecConfig, spec_config
 from pipeline.engine_json import EngineJson
 from pipeline.errors import ArtifactError, ConfigError
 
@@ -123,6 +124,8 @@ class RuntimeOptions:
     # "module:function" (engine_dir, rank, device) -> tensors of that rank, instead of
     # rank<N>.safetensors (synthetic weights of a benchmark)
     weights_loader: str | None = None
+    # speculative decoding (spec_config.py): a SpecConfig or its fields as a dict; None: off
+    speculation: SpecConfig | dict | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +151,7 @@ class EngineConfig:
     all_reduce: str = "auto"
     collective_timeout_s: float = 600.0
     weights_loader: str | None = None
+    speculation: SpecConfig = SpecConfig()
 
 
 def resolve_device(device: str) -> torch.device:
@@ -260,4 +264,5 @@ def _engine_config(
         all_reduce=opts.all_reduce,
         collective_timeout_s=opts.collective_timeout_s,
         weights_loader=opts.weights_loader,
+        speculation=spec_config(opts.speculation, where),
     )

@@ -1,5 +1,6 @@
 """The synchronous engine: requests in, tokens out, one scheduled step at a time."""
 
+import dataclasses
 import json
 import logging
 import uuid
@@ -22,6 +23,7 @@ from pipeline.engine.scheduling.sampled_tokens import SampledTokens
 from pipeline.engine.scheduling.scheduler import Scheduler
 from pipeline.engine.scheduling.scheduler_output import SchedulerOutput
 from pipeline.engine.scheduling.sequence import Sequence
+from pipeline.engine.spec.speculator import make_speculator, speculation_stats
 from pipeline.request.limits import RequestLimits
 from pipeline.request.outputs import RequestOutput, StreamDelta
 from pipeline.request.sampling_params import SamplingParams
@@ -60,6 +62,9 @@ class LLMEngine:
     state). Not thread-safe: AsyncLLMEngine drives it from one thread."""
 
     def __init__(self, config: EngineConfig):
+        if config.speculation.enabled:  # a step's drafts need the step before's tokens on the
+            # host: one step a launch, read before the next is scheduled (spec/speculator.py)
+            config = dataclasses.replace(config, overlap_scheduling=False, num_scheduler_steps=1)
         tokenizer_dir = config.engine_dir / "tokenizer"
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         self.eos_token_ids = model_eos_token_ids(tokenizer_dir, self.tokenizer)
@@ -70,6 +75,7 @@ class LLMEngine:
             install_engine_configs(config.engine_dir, config.device.index or 0)
         self.model_runner = ModelRunner(config, weights)
         del weights  # the model holds what it needs (possibly repacked or on the GPU)
+        self.speculator = make_speculator(config)
         runner = self.model_runner
         self.launch_policy = LaunchPolicy(runner.num_scheduler_steps, runner.max_scheduler_steps)
         block_manager = BlockManager(
@@ -182,6 +188,9 @@ class LLMEngine:
         if admit is not None:
             admit()
         deltas, self._cancelled = self._cancelled, []
+        if self.speculator is not None:
+            with phase("engine.propose"):
+                self.speculator.propose(self.scheduler.running)
         with phase("engine.schedule"):
             batch = self.scheduler.schedule()
         launched = self._launch_or_isolate(batch, deltas) if batch else None
@@ -250,6 +259,8 @@ class LLMEngine:
             tokens = self.launch_policy.read_tokens(sampled)
         except Exception as exc:  # the device failed: no launch's tokens can be trusted now
             raise EngineFailure(f"engine: reading sampled tokens failed: {exc!r}") from exc
+        if self.speculator is not None and sampled.drafts is not None:
+            self.speculator.observe(sampled, tokens)
         for seq, num_new, num_taken, reason, error in self.scheduler.update_from_output(
             sampled, tokens
         ):
@@ -301,6 +312,8 @@ class LLMEngine:
 
     def close(self) -> None:
         """Stop the worker ranks of a tensor / pipeline parallel engine (nothing for one rank)."""
+        if self.speculator is not None:
+            self.speculator.close()
         self.model_runner.close()
 
     def decode(self, token_ids: list[int]) -> str:
@@ -308,29 +321,33 @@ class LLMEngine:
 
     def stats(self) -> dict:
         runner, blocks = self.model_runner, self.scheduler.block_manager
-        return {
-            "num_total_blocks": blocks.num_total_blocks,
-            "num_free_blocks": blocks.num_free_blocks,
-            "block_size": blocks.block_size,
-            "num_running": len(self.scheduler.running),
-            "num_waiting": len(self.scheduler.waiting),
-            "num_preemptions": self.scheduler.num_preemptions,
-            "num_steps": self._num_steps,
-            "num_prompt_steps": self._num_prompt_steps,
-            "num_scheduled_seqs": self._num_scheduled_seqs,
-            "num_scheduled_tokens": self._num_scheduled_tokens,
-            "num_generated_tokens": self._num_generated_tokens,
-            "num_finished_requests": self._num_finished,
-            "request_queue_s": self._queue_s,
-            "request_first_token_s": self._first_token_s,
-            "request_final_s": self._final_s,
-            "max_batch_size": self.max_batch_size,
-            "max_num_tokens": self.max_num_tokens,
-            "scheduler_policy": self.scheduler_policy,
-            "overlap_scheduling": self.overlap_scheduling,
-            "device": str(runner.device),
-            "dtype": str(runner.dtype).removeprefix("torch."),
-            "kv_cache_dtype": str(runner.kv_dtype).removeprefix("torch."),
-            "cuda_graph_batch_sizes": runner.graphs.batch_sizes if runner.graphs else [],
-            "cuda_graph_token_counts": runner.graphs.token_counts if runner.graphs else [],
-        } | self.launch_policy.stats()
+        return (
+            {
+                "num_total_blocks": blocks.num_total_blocks,
+                "num_free_blocks": blocks.num_free_blocks,
+                "block_size": blocks.block_size,
+                "num_running": len(self.scheduler.running),
+                "num_waiting": len(self.scheduler.waiting),
+                "num_preemptions": self.scheduler.num_preemptions,
+                "num_steps": self._num_steps,
+                "num_prompt_steps": self._num_prompt_steps,
+                "num_scheduled_seqs": self._num_scheduled_seqs,
+                "num_scheduled_tokens": self._num_scheduled_tokens,
+                "num_generated_tokens": self._num_generated_tokens,
+                "num_finished_requests": self._num_finished,
+                "request_queue_s": self._queue_s,
+                "request_first_token_s": self._first_token_s,
+                "request_final_s": self._final_s,
+                "max_batch_size": self.max_batch_size,
+                "max_num_tokens": self.max_num_tokens,
+                "scheduler_policy": self.scheduler_policy,
+                "overlap_scheduling": self.overlap_scheduling,
+                "device": str(runner.device),
+                "dtype": str(runner.dtype).removeprefix("torch."),
+                "kv_cache_dtype": str(runner.kv_dtype).removeprefix("torch."),
+                "cuda_graph_batch_sizes": runner.graphs.batch_sizes if runner.graphs else [],
+                "cuda_graph_token_counts": runner.graphs.token_counts if runner.graphs else [],
+            }
+            | self.launch_policy.stats()
+            | speculation_stats(self.speculator)
+        )

@@ -48,6 +48,9 @@ class Sequence:
         # a bad sequence of 2+ tokens bans its last token only after the others: the sampler
         # needs this sequence's latest token on the host
         self.needs_host_tokens = any(len(bad) > 1 for bad in params.bad_sequences)
+        # speculative decoding: tokens proposed to follow token_ids, which the next step feeds
+        # after the newest token when the scheduler gives it room (set before each schedule)
+        self.draft_token_ids: list[int] = []
         self.num_preemptions = 0
         self.finish_reason: str | None = None
         self.generator: torch.Generator | None = None
