@@ -321,33 +321,30 @@ class LLMEngine:
 
     def stats(self) -> dict:
         runner, blocks = self.model_runner, self.scheduler.block_manager
-        return (
-            {
-                "num_total_blocks": blocks.num_total_blocks,
-                "num_free_blocks": blocks.num_free_blocks,
-                "block_size": blocks.block_size,
-                "num_running": len(self.scheduler.running),
-                "num_waiting": len(self.scheduler.waiting),
-                "num_preemptions": self.scheduler.num_preemptions,
-                "num_steps": self._num_steps,
-                "num_prompt_steps": self._num_prompt_steps,
-                "num_scheduled_seqs": self._num_scheduled_seqs,
-                "num_scheduled_tokens": self._num_scheduled_tokens,
-                "num_generated_tokens": self._num_generated_tokens,
-                "num_finished_requests": self._num_finished,
-                "request_queue_s": self._queue_s,
-                "request_first_token_s": self._first_token_s,
-                "request_final_s": self._final_s,
-                "max_batch_size": self.max_batch_size,
-                "max_num_tokens": self.max_num_tokens,
-                "scheduler_policy": self.scheduler_policy,
-                "overlap_scheduling": self.overlap_scheduling,
-                "device": str(runner.device),
-                "dtype": str(runner.dtype).removeprefix("torch."),
-                "kv_cache_dtype": str(runner.kv_dtype).removeprefix("torch."),
-                "cuda_graph_batch_sizes": runner.graphs.batch_sizes if runner.graphs else [],
-                "cuda_graph_token_counts": runner.graphs.token_counts if runner.graphs else [],
-            }
-            | self.launch_policy.stats()
-            | speculation_stats(self.speculator)
-        )
+        return {
+            "num_total_blocks": blocks.num_total_blocks,
+            "num_free_blocks": blocks.num_free_blocks,
+            "block_size": blocks.block_size,
+            "num_running": len(self.scheduler.running),
+            "num_waiting": len(self.scheduler.waiting),
+            "num_preemptions": self.scheduler.num_preemptions,
+            "num_steps": self._num_steps,
+            "num_prompt_steps": self._num_prompt_steps,
+            "num_scheduled_seqs": self._num_scheduled_seqs,
+            "num_scheduled_tokens": self._num_scheduled_tokens,
+            "num_generated_tokens": self._num_generated_tokens,
+            "num_finished_requests": self._num_finished,
+            "request_queue_s": self._queue_s,
+            "request_first_token_s": self._first_token_s,
+            "request_final_s": self._final_s,
+            "max_batch_size": self.max_batch_size,
+            "max_num_tokens": self.max_num_tokens,
+            "scheduler_policy": self.scheduler_policy,
+            "overlap_scheduling": self.overlap_scheduling,
+            "device": str(runner.device),
+            "dtype": str(runner.dtype).removeprefix("torch."),
+            "kv_cache_dtype": str(runner.kv_dtype).removeprefix("torch."),
+            "cuda_graph_batch_sizes": runner.graphs.batch_sizes if runner.graphs else [],
+            "cuda_graph_token_counts": runner.graphs.token_counts if runner.graphs else [],
+            **speculation_stats(self.speculator),
+        } | self.launch_policy.stats()
