@@ -39,6 +39,8 @@ ENGINE_GAUGES = (
     "pipeline_engine_waiting_requests",
     "pipeline_engine_free_kv_blocks",
     "pipeline_engine_kv_blocks",
+    "pipeline_engine_spec_acceptance_rate",
+    "pipeline_engine_spec_mean_accepted_tokens",
 )
 ENGINE_SCRAPE_TIMEOUT_S = 2.0
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"

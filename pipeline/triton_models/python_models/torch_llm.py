@@ -49,6 +49,22 @@ METRICS = {  # engine stats key -> (metric family, description)
     "num_preemptions": ("pipeline_engine_preemptions", "sequences preempted since start"),
     "num_free_blocks": ("pipeline_engine_free_kv_blocks", "free paged-KV blocks now"),
     "num_total_blocks": ("pipeline_engine_kv_blocks", "paged-KV blocks in the engine's cache"),
+    "spec_num_drafted_tokens": (
+        "pipeline_engine_spec_draft_tokens",
+        "draft tokens verified since start (speculative decoding)",
+    ),
+    "spec_num_accepted_tokens": (
+        "pipeline_engine_spec_accepted_tokens",
+        "draft tokens the target accepted since start (speculative decoding)",
+    ),
+    "spec_acceptance_rate": (
+        "pipeline_engine_spec_acceptance_rate",
+        "accepted / verified draft tokens since start (speculative decoding)",
+    ),
+    "spec_mean_accepted_tokens": (
+        "pipeline_engine_spec_mean_accepted_tokens",
+        "drafts accepted per request and verify step since start (its tokens: one more)",
+    ),
 }
 HEALTH_METRICS = {  # per instance: each has its own handle on the engine
     "is_ready": (

@@ -1,6 +1,8 @@
 """Speculative decoding's host side without a model: draft lookup, the verify step's record and
 packing, acceptance and rollback, the adaptive draft count and the settings' checks."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -12,8 +14,9 @@ from pipeline.engine.scheduling.scheduler import Scheduler
 from pipeline.engine.scheduling.spec_tokens import accepted_tokens, rows_of
 from pipeline.engine.spec.acceptance import Acceptance
 from pipeline.engine.spec.prompt_lookup import lookup_drafts
-from pipeline.engine.spec_config import spec_config
+from pipeline.engine.spec_config import SpecConfig, spec_config
 from pipeline.errors import ConfigError
+from pipeline.specs.deploy import SpecDecodeOptions
 from tests.unit.engine.fake_sequences import make_seq, step
 
 BLOCK_SIZE = 4
@@ -119,3 +122,8 @@ def test_bad_settings_name_every_field():
         spec_config({"method": "draft_model"}, "x")
     with pytest.raises(ConfigError, match="unknown keys \\['k'\\]"):
         spec_config({"k": 3}, "x")
+
+
+def test_the_deploy_options_are_the_engines_settings():
+    options = dataclasses.asdict(SpecDecodeOptions(method="draft_model", draft_engine_dir="/d"))
+    assert spec_config(options, "x") == SpecConfig(method="draft_model", draft_engine_dir="/d")

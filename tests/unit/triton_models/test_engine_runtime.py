@@ -3,28 +3,44 @@ real writer's config.pbtxt parameters, read back as the python model reads them,
 bench and the tuner pass to their in-process engine."""
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from pipeline.engine.engine_config import RuntimeOptions
+from pipeline.specs.deploy import SpecDecodeOptions
 from pipeline.triton_models import engine_runtime as er
 from tests.conftest import make_spec
 from tests.unit.triton_repo.repo_helpers import read_config, write_repo
 
 CASES = {
-    "defaults": ((), ("guaranteed_no_evict", None, True, None)),
+    "defaults": ((), ("guaranteed_no_evict", None, True, None, None)),
     "every knob set": (
         (
             "deploy.batch_scheduler_policy=max_utilization",
             "deploy.torch.num_kv_blocks=64",
             "deploy.torch.enable_chunked_prefill=false",
             "deploy.torch.num_scheduler_steps=4",
+            "deploy.torch.spec.method=prompt_lookup",
+            "deploy.torch.spec.num_draft_tokens=3",
         ),
-        ("max_utilization", 64, False, 4),
+        (
+            "max_utilization",
+            64,
+            False,
+            4,
+            dataclasses.asdict(SpecDecodeOptions(method="prompt_lookup", num_draft_tokens=3)),
+        ),
     ),
 }
-OPTIONS = ("scheduler_policy", "num_kv_blocks", "enable_chunked_prefill", "num_scheduler_steps")
+OPTIONS = (
+    "scheduler_policy",
+    "num_kv_blocks",
+    "enable_chunked_prefill",
+    "num_scheduler_steps",
+    "speculation",
+)
 
 
 @pytest.mark.parametrize("case", CASES)
