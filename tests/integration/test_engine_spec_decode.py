@@ -101,6 +101,25 @@ def test_prompt_lookup_greedy_equals_without(smollm_engine_dir, prompt_ids, base
     assert 0 < after["spec_acceptance_rate"] < 1
 
 
+def test_overlap_and_several_steps_a_launch_between_verify_steps(
+    smollm_engine_dir, prompt_ids, baseline_greedy
+):
+    # steps without drafts keep overlap scheduling and 3 steps a launch; a step with drafts
+    # reads the launch in flight first and runs alone (adaptive: drafts come and go)
+    engine = LLMEngine.from_engine_dir(
+        smollm_engine_dir,
+        device="cpu",
+        overlap_scheduling=True,
+        num_scheduler_steps=3,
+        speculation={"method": "prompt_lookup", "num_draft_tokens": 4},
+    )
+    outputs = engine.generate(prompt_ids, SamplingParams(max_tokens=NUM_NEW_TOKENS))
+    assert [o.token_ids for o in outputs] == baseline_greedy
+    stats = engine.stats()
+    assert stats["spec_num_accepted_tokens"] > 0
+    assert stats["num_free_blocks"] == stats["num_total_blocks"]
+
+
 def test_draft_equal_to_target_accepts_every_draft(smollm_engine_dir, prompt_ids, baseline_greedy):
     engine = spec_engine(
         smollm_engine_dir,

@@ -1,6 +1,5 @@
 """The synchronous engine: requests in, tokens out, one scheduled step at a time."""
 
-import dataclasses
 import json
 import logging
 import uuid
@@ -62,9 +61,6 @@ class LLMEngine:
     state). Not thread-safe: AsyncLLMEngine drives it from one thread."""
 
     def __init__(self, config: EngineConfig):
-        if config.speculation.enabled:  # a step's drafts need the step before's tokens on the
-            # host: one step a launch, read before the next is scheduled (spec/speculator.py)
-            config = dataclasses.replace(config, overlap_scheduling=False, num_scheduler_steps=1)
         tokenizer_dir = config.engine_dir / "tokenizer"
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         self.eos_token_ids = model_eos_token_ids(tokenizer_dir, self.tokenizer)
@@ -189,20 +185,33 @@ class LLMEngine:
             admit()
         deltas, self._cancelled = self._cancelled, []
         if self.speculator is not None:
-            with phase("engine.propose"):
-                self.speculator.propose(self.scheduler.running)
+            self._speculate(deltas)
         with phase("engine.schedule"):
             batch = self.scheduler.schedule()
         launched = self._launch_or_isolate(batch, deltas) if batch else None
         policy.queued()
-        finished, self._in_flight = (
-            (self._in_flight, launched) if self.overlap_scheduling else (launched, None)
-        )
+        # a verify step's tokens are read at once: the next step's drafts follow them
+        overlap = self.overlap_scheduling and (launched is None or launched.drafts is None)
+        finished, self._in_flight = (self._in_flight, launched) if overlap else (launched, None)
         if finished is not None:
             with phase("engine.postprocess"):
                 self._update(finished, deltas)
         policy.end_step(launched is not None, finished is not None, self._in_flight is not None)
         return deltas
+
+    def _speculate(self, deltas: list[StreamDelta]) -> None:
+        """Drafts for the requests that speculate next (spec/speculator.py); the launch in
+        flight, if any, is read first, since a request's drafts follow its newest token. A step
+        without drafts leaves overlap scheduling and several steps a launch as they were."""
+        planned = self.speculator.plan(self.scheduler.running)
+        if not planned:
+            return
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            with phase("engine.postprocess"):
+                self._update(in_flight, deltas)
+        with phase("engine.propose"):
+            self.speculator.propose(planned)
 
     def _launch_or_isolate(
         self, batch: SchedulerOutput, deltas: list[StreamDelta]

@@ -1,5 +1,5 @@
 """The engine's side of speculative decoding: before each schedule, drafts for the decoding
-requests that may speculate; after a verify step, the acceptance counts.
+requests that may speculate (plan, then propose); after a verify step, the acceptance counts.
 
 Which requests speculate: those decoding (their prompt done, nothing pending), whose request
 allows it (SamplingParams.speculate) and whose sampling has no per-position state the verify
@@ -47,19 +47,23 @@ class Speculator:
         self._drafted: list[Sequence] = []  # whose draft_token_ids the last propose() set
         self._num_rows = self._num_drafts = self._num_accepted = 0
 
-    def propose(self, running: list[Sequence]) -> None:
-        """Set each running sequence's draft_token_ids for the next schedule ([] for none)."""
+    def plan(self, running: list[Sequence]) -> list[tuple[Sequence, int]]:
+        """The decoding sequences that draft next, and how many tokens each at most; clears
+        the drafts of the last schedule. Empty: a plain step (the batch is too large, or no
+        request may or wants to draft), which keeps overlap scheduling and several steps a
+        launch; otherwise the engine first reads the launch in flight, as drafts follow a
+        request's newest token."""
         for seq in self._drafted:
             seq.draft_token_ids = []
         self._drafted = []
         for seq in [s for s in self._acceptance if s.is_finished]:
             del self._acceptance[seq]
             self.proposer.drop(seq)
-        decoding = [s for s in running if s.num_uncomputed_tokens == 1 and not s.num_pending_tokens]
         spec = self.spec
+        decoding = [s for s in running if s.num_uncomputed_tokens == 1]
         if spec.max_batch_size and len(decoding) > spec.max_batch_size:
-            return
-        seqs, counts = [], []
+            return []
+        planned = []
         for seq in decoding:
             if not can_speculate(seq):
                 continue
@@ -69,9 +73,19 @@ class Speculator:
             k = spec.num_draft_tokens
             if spec.adaptive:
                 k = acceptance.num_drafts(k, spec.draft_token_cost, spec.probe_interval)
+            if k > 0:
+                planned.append((seq, k))
+        return planned
+
+    def propose(self, planned: list[tuple[Sequence, int]]) -> None:
+        """Set the draft_token_ids of the planned sequences still decoding, with every token on
+        the host. A request the proposer finds nothing for counts it as a rejected draft, so
+        the adaptive mode stops holding steps back for it."""
+        seqs, counts = [], []
+        for seq, k in planned:
             # the target's own token follows the drafts: at most max_tokens - 1 of them
             k = min(k, seq.params.max_tokens - seq.num_completion_tokens - 1)
-            if k > 0:
+            if k > 0 and not seq.is_finished and not seq.num_pending_tokens:
                 seqs.append(seq)
                 counts.append(k)
         if not seqs:
@@ -80,6 +94,8 @@ class Speculator:
             if drafts:
                 seq.draft_token_ids = drafts
                 self._drafted.append(seq)
+            else:
+                self._acceptance[seq].observe(1, 0)
 
     def observe(self, sampled: SampledTokens, tokens: list[int]) -> None:
         """A verify step's tokens are on the host: count what each drafted row kept."""

@@ -13,7 +13,8 @@ from pipeline.engine.scheduling.sampled_tokens import SampledTokens
 from pipeline.engine.scheduling.scheduler import Scheduler
 from pipeline.engine.scheduling.spec_tokens import accepted_tokens, rows_of
 from pipeline.engine.spec.acceptance import Acceptance
-from pipeline.engine.spec.prompt_lookup import lookup_drafts
+from pipeline.engine.spec.prompt_lookup import PromptLookupProposer, lookup_drafts
+from pipeline.engine.spec.speculator import Speculator
 from pipeline.engine.spec_config import SpecConfig, spec_config
 from pipeline.errors import ConfigError
 from pipeline.specs.deploy import SpecDecodeOptions
@@ -127,3 +128,20 @@ def test_bad_settings_name_every_field():
 def test_the_deploy_options_are_the_engines_settings():
     options = dataclasses.asdict(SpecDecodeOptions(method="draft_model", draft_engine_dir="/d"))
     assert spec_config(options, "x") == SpecConfig(method="draft_model", draft_engine_dir="/d")
+
+
+def test_no_drafts_above_the_batch_limit_and_a_miss_counts_as_a_rejection():
+    s = decoding()
+    a, b = s.running
+    a.token_ids += [9, 7, 7, 5]  # a's tail (7, 5) occurred before: drafts 9, 7, ...
+    a.num_computed_tokens = a.num_tokens - 1
+    spec = SpecConfig(method="prompt_lookup", num_draft_tokens=2, max_batch_size=1)
+    assert Speculator(spec, PromptLookupProposer(3, 1)).plan(s.running) == []  # 2 decoding
+    speculator = Speculator(dataclasses.replace(spec, max_batch_size=2), PromptLookupProposer(2, 2))
+    planned = speculator.plan(s.running)
+    assert planned == [(a, 2), (b, 2)]
+    speculator.propose(planned)
+    assert a.draft_token_ids == [9, 7] and b.draft_token_ids == []  # b's (7, 5) is new
+    assert speculator._acceptance[b].rate < 1
+    speculator.plan(s.running)  # the next schedule's drafts replace these
+    assert a.draft_token_ids == []
