@@ -25,8 +25,8 @@ class SpecConfig:
     draft_token_cost: float = 0.1
     probe_interval: int = 16
     # no drafts in a step whose decoding requests are more than this: a large batch is compute-
-    # bound, so extra verified tokens cost as much as decode steps (TensorRT-LLM's
-    # DecodingBaseConfig.max_concurrency); 0 = no limit
+    # bound, so extra verified tokens cost as much as decode steps (vLLM's
+    # speculative_disable_by_batch_size); 0 = no limit
     max_batch_size: int = 32
     # prompt_lookup: the longest and shortest n-gram matched (the longest that matches wins)
     max_ngram: int = 3
