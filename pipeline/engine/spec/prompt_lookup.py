@@ -14,15 +14,19 @@ from pipeline.engine.scheduling.sequence import Sequence
 
 
 def lookup_drafts(tokens: np.ndarray, num_drafts: int, max_ngram: int, min_ngram: int) -> list[int]:
-    """Up to num_drafts tokens that followed the latest earlier occurrence of the longest
-    suffix of `tokens` of max_ngram..min_ngram tokens; [] when none occurs."""
+    """Up to num_drafts tokens that followed an earlier occurrence of the longest suffix of
+    `tokens` of max_ngram..min_ngram tokens (the latest with num_drafts tokens after it, else
+    the earliest); [] when none occurs."""
     length = len(tokens)
     for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
         # windows starting at 0 .. length - n - 1: each has at least one token after it
         windows = sliding_window_view(tokens[:-1], n)
         hits = np.flatnonzero((windows == tokens[length - n :]).all(axis=1))
         if len(hits):
-            start = int(hits[-1]) + n
+            # the latest match followed by num_drafts tokens, else the earliest (the most
+            # tokens): in a repeating tail the latest match is followed by one token only
+            full = hits[hits + n + num_drafts <= length]
+            start = int(full[-1] if len(full) else hits[0]) + n
             return tokens[start : start + num_drafts].tolist()
     return []
 

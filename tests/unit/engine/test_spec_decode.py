@@ -31,6 +31,8 @@ def test_lookup_takes_the_longest_ngram_and_its_latest_match():
     assert lookup_drafts(tokens, 2, 2, 1) == [4, 5]
     assert lookup_drafts(np.array([4, 5, 6]), 3, 3, 1) == []  # nothing earlier
     assert lookup_drafts(np.array([7, 8, 7]), 5, 3, 1) == [8, 7]  # as many as there are
+    # a repeating tail: the latest match is followed by one token, the earliest by more
+    assert lookup_drafts(np.array([4, 5, 5, 5, 5, 5, 5]), 3, 2, 1) == [5, 5, 5]
 
 
 def test_accepted_tokens_are_the_agreeing_prefix_and_the_targets_next():
