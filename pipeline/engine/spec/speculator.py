@@ -133,7 +133,15 @@ def speculation_stats(speculator: Speculator | None) -> dict:
     """The engine's speculation stats (zeros when it does not speculate)."""
     if speculator is not None:
         return speculator.stats()
-    return Speculator(SpecConfig(), PromptLookupProposer(1, 1)).stats()
+    return {
+        "spec_method": "none",
+        "spec_num_draft_tokens": 0,
+        "spec_num_verify_rows": 0,
+        "spec_num_drafted_tokens": 0,
+        "spec_num_accepted_tokens": 0,
+        "spec_acceptance_rate": 0.0,
+        "spec_mean_accepted_tokens": 0.0,
+    }
 
 
 def make_speculator(config: EngineConfig) -> Speculator | None:
