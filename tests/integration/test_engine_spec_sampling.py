@@ -1,7 +1,8 @@
-"""Speculative decoding keeps the target's distribution when sampling: 10,000 seeded requests of a
-small random Llama, whose second and third tokens come from verify steps (drafts accepted with
-the target's probability of them, a rejected position resampled), are drawn as often as the
-target's own distribution says (chi-square, alpha = 0.001; fixed seeds: deterministic)."""
+"""Speculative decoding on a small random Llama. Sampling keeps the target's distribution:
+10,000 seeded requests, whose second and third tokens come from verify steps (drafts accepted
+with the target's probability of them, a rejected position resampled), are drawn as often as
+the target's own distribution says (chi-square, alpha = 0.001; fixed seeds: deterministic).
+Tensor- and pipeline-parallel engines verify drafts as one rank does."""
 
 import numpy as np
 import pytest
@@ -34,19 +35,28 @@ NUM_SAMPLES = 10_000
 ALPHA = 0.001
 
 
+def engine_dir(root, tp: int, pp: int):
+    ckpt, out = root / f"ckpt-tp{tp}-pp{pp}", root / f"engine-tp{tp}-pp{pp}"
+    ckpt.mkdir()
+    out.mkdir()
+    convert(root / "hf", ckpt, "float32", tp, pp)
+    build_engine_dir(BUILD, ckpt, root / "hf", out)
+    return out
+
+
 @pytest.fixture(scope="module")
-def tiny_engine_dir(tmp_path_factory):
+def tiny_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny_spec")
     torch.manual_seed(0)
     LlamaForCausalLM(LlamaConfig(**TINY)).eval().save_pretrained(root / "hf")
     tokenizer = Tokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, "t0"))
     PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="t1").save_pretrained(root / "hf")
-    ckpt, out = root / "ckpt", root / "engine"
-    ckpt.mkdir()
-    out.mkdir()
-    convert(root / "hf", ckpt, "float32", 1, 1)
-    build_engine_dir(BUILD, ckpt, root / "hf", out)
-    return out
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny_engine_dir(tiny_root):
+    return engine_dir(tiny_root, 1, 1)
 
 
 def target_marginals(engine: LLMEngine, prompt: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -100,3 +110,23 @@ def test_sampled_tokens_follow_the_target_distribution(tiny_engine_dir, method):
     # the same seeds give the same tokens again
     again = engine.generate([prompt] * 50, params[:50])
     assert [o.token_ids for o in again] == [o.token_ids for o in outputs[:50]]
+
+
+@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2)])
+def test_split_engines_verify_drafts_like_one_rank(tiny_root, tiny_engine_dir, tp, pp):
+    # the verify step's logits rows travel as a step's sampled rows: to the other TP ranks
+    # (the sampled tokens broadcast) and between pipeline stages (the logits sent back)
+    prompts = [[*PROMPT, *PROMPT], [3, 9, 3, 9, 3], PROMPT]
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    one_rank = LLMEngine.from_engine_dir(tiny_engine_dir, device="cpu")
+    want = [o.token_ids for o in one_rank.generate(prompts, params)]
+    split = LLMEngine.from_engine_dir(
+        engine_dir(tiny_root, tp, pp),
+        device="cpu",
+        speculation={"method": "prompt_lookup", "num_draft_tokens": 3, "adaptive": False},
+    )
+    try:
+        assert [o.token_ids for o in split.generate(prompts, params)] == want
+        assert split.stats()["spec_num_drafted_tokens"] > 0
+    finally:
+        split.close()
