@@ -25,7 +25,7 @@ SPECULATIVE_MODES = (
 )
 # modes whose engines the deployed tensorrt_llm model could not run: their decoding_mode,
 # medusa_choices / eagle_choices / lookahead_* parameters (tensorrtllm_backend's
-# all_models/inflight_batcher_llm/tensorrt_llm/config.pbtxt) are not written by deploy.
+# docs/model_config.md, the release for TensorRT-LLM 1.2) are not written by deploy.
 # draft_tokens_external is served: its requests carry draft_input_ids, or decode as usual
 UNSERVED_SPECULATIVE_MODES = ("lookahead_decoding", "medusa", "explicit_draft_tokens", "eagle")
 LORA_MODULES = (
