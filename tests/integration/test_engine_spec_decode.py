@@ -202,3 +202,22 @@ def test_adaptive_mode_stops_drafting_what_is_rejected(smollm_engine_dir, tmp_pa
     fixed_stats, adaptive_stats = fixed.stats(), adaptive.stats()
     assert adaptive_stats["spec_num_drafted_tokens"] < fixed_stats["spec_num_drafted_tokens"]
     assert adaptive_stats["spec_acceptance_rate"] > fixed_stats["spec_acceptance_rate"]
+
+
+def test_penalties_and_log_probabilities_share_verify_steps(
+    smollm_engine_dir, baseline, prompt_ids
+):
+    # these requests do not draft, but their rows sample among the verify steps' rows
+    params = [
+        SamplingParams(max_tokens=NUM_NEW_TOKENS),
+        SamplingParams(max_tokens=NUM_NEW_TOKENS, repetition_penalty=1.3, logprobs=0),
+        SamplingParams(max_tokens=NUM_NEW_TOKENS, temperature=0.8, seed=11, logprobs=0),
+        SamplingParams(max_tokens=NUM_NEW_TOKENS, min_tokens=NUM_NEW_TOKENS),
+    ]
+    want = baseline.generate(prompt_ids, params)
+    engine = spec_engine(smollm_engine_dir, method="prompt_lookup", num_draft_tokens=4)
+    got = engine.generate(prompt_ids, params)
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    for a, b in zip(got[1:3], want[1:3], strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert engine.stats()["spec_num_accepted_tokens"] > 0
