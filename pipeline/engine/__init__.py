@@ -30,7 +30,10 @@ Rooms, each importing only those below it (a test holds the order):
   the start-up probe;
 - execution/: the ModelRunner and what runs a launch: packing (step_inputs), CUDA graphs,
   micro-batches, the other ranks' channel and worker entry point, weights loading;
-- engine_config.py: an engine dir's config.json and the runtime knobs, checked;
+- engine_config.py: an engine dir's config.json and the runtime knobs, checked (speculative
+  decoding's in spec_config.py);
+- spec/: speculative decoding: the proposers (prompt lookup, a draft model's runner) and the
+  engine's side of it (which requests draft, acceptance counts, adaptive draft counts);
 - models/ -> layers/ -> quant/ -> kernels/: the model, its layers, quantized linears, kernels;
 - parallel/: the rank mapping, collectives, pipeline links, worker processes;
 - scheduling/: the scheduler, block manager, sequences and the contract types the runner

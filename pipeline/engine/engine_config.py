@@ -14,6 +14,7 @@ from pipeline.checkpoint.sharding import check_mapping
 from pipeline.engine.layers.rotary import SUPPORTED_SCALINGS, scaling_type
 from pipeline.engine.parallel.tensor_parallel import ALL_REDUCE_CHOICES
 from pipeline.engine.scheduling.scheduler import POLICIES
+from pipeline.engine.spec_config import SpecConfig, spec_config
 from pipeline.engine_json import EngineJson
 from pipeline.errors import ArtifactError, ConfigError
 
@@ -132,6 +133,8 @@ class RuntimeOptions:
     enable_prefix_caching: bool | None = None
     # GiB of (pinned) host memory each rank keeps evicted prefix blocks in; 0: no host tier
     host_kv_cache_gb: float = 0.0
+    # speculative decoding (spec_config.py): a SpecConfig or its fields as a dict; None: off
+    speculation: SpecConfig | dict | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +163,7 @@ class EngineConfig:
     gpu_weight_budget_gb: float | None = None  # None: every layer resident
     enable_prefix_caching: bool = False
     host_kv_cache_gb: float = 0.0
+    speculation: SpecConfig = SpecConfig()
 
 
 def resolve_device(device: str) -> torch.device:
@@ -302,4 +306,5 @@ def _engine_config(
         gpu_weight_budget_gb=weight_budget,
         enable_prefix_caching=prefix_caching,
         host_kv_cache_gb=opts.host_kv_cache_gb,
+        speculation=spec_config(opts.speculation, where),
     )

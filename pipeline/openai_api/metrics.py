@@ -42,6 +42,8 @@ ENGINE_GAUGES = (
     "pipeline_engine_prefix_cache_queried_tokens",
     "pipeline_engine_prefix_cache_hit_tokens",
     "pipeline_engine_host_kv_hit_blocks",
+    "pipeline_engine_spec_acceptance_rate",
+    "pipeline_engine_spec_mean_accepted_tokens",
 )
 ENGINE_SCRAPE_TIMEOUT_S = 2.0
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"

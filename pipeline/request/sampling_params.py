@@ -99,6 +99,9 @@ class SamplingParams:
     # (token id, bias) added to that token's logit before penalties and sampling (OpenAI's
     # logit_bias; TensorRT-LLM's embedding_bias, sparse); sorted by token id
     logit_bias: tuple[tuple[int, float], ...] = ()
+    # False: this request never verifies draft tokens (when the engine speculates); its tokens
+    # are the same either way for greedy requests, and equally distributed for sampled ones
+    speculate: bool = True
     # any penalty set (derived; the sampler reads it for every sequence of every launch)
     has_penalties: bool = field(init=False, repr=False, compare=False)
 

@@ -2,6 +2,29 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
+class SpecDecodeOptions:
+    """Speculative decoding in the torch engine (docs/guide/speculative.md; the engine checks
+    them: pipeline/engine/spec_config.py)."""
+
+    # none | prompt_lookup (drafts copied from the request's own tokens) | draft_model
+    method: str = "none"
+    num_draft_tokens: int = 4  # k: drafts a request verifies per step at most (1-16)
+    # shorten k per request while its drafts are rejected (a draft is kept while its estimated
+    # acceptance is at least draft_token_cost, the cost of one more verified token in decode
+    # steps); at none, one draft every probe_interval steps measures again
+    adaptive: bool = True
+    draft_token_cost: float = 0.1
+    probe_interval: int = 16
+    # no drafts in a step with more decoding requests than this (0: no limit): large batches
+    # are compute-bound and gain nothing
+    max_batch_size: int = 32
+    max_ngram: int = 3  # prompt_lookup: longest and shortest n-gram looked up
+    min_ngram: int = 1
+    draft_engine_dir: str = ""  # draft_model: a torch engine dir (same tokenizer), absolute
+    draft_num_kv_blocks: int = 0  # draft_model: its KV blocks; 0 = what memory allows
+
+
+@dataclass(frozen=True, slots=True)
 class TorchDeployOptions:
     """Runtime knobs of the torch engine hosted by the `tensorrt_llm` python-backend model; only
     backend=torch reads them."""
@@ -43,6 +66,7 @@ class TorchDeployOptions:
     enable_prefix_caching: bool | None = None
     # GiB of pinned host memory (each rank) holding prefix blocks evicted from the GPU; 0 = off
     host_kv_cache_gb: float = 0.0
+    spec: SpecDecodeOptions = field(default_factory=SpecDecodeOptions)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,8 @@ schedule alike. The deploy spec's 0 ("auto", "from the build limits") is the eng
 Imported by the python model inside tritonserver: nothing here may need more than the stdlib.
 """
 
+import dataclasses
+import json
 from collections.abc import Callable, Mapping
 
 
@@ -22,6 +24,10 @@ def _optional_flag(text: str) -> bool | None:
     return {"true": True, "false": False}.get(text)  # "0": the engine decides
 
 
+def _json(text: str) -> dict | None:
+    return json.loads(text) or None  # 0: off
+
+
 # config.pbtxt parameter -> (LLMEngine runtime option, how the python model parses its string)
 PARAMETERS: dict[str, tuple[str, Callable[[str], object]]] = {
     "batch_scheduler_policy": ("scheduler_policy", str),
@@ -30,6 +36,7 @@ PARAMETERS: dict[str, tuple[str, Callable[[str], object]]] = {
     "num_scheduler_steps": ("num_scheduler_steps", _count),
     "enable_prefix_caching": ("enable_prefix_caching", _optional_flag),
     "host_kv_cache_gb": ("host_kv_cache_gb", float),
+    "speculation": ("speculation", _json),
 }
 
 
@@ -43,16 +50,26 @@ def engine_runtime(deploy, num_kv_blocks: int = 0) -> dict:
         "num_scheduler_steps": deploy.torch.num_scheduler_steps or None,
         "enable_prefix_caching": deploy.torch.enable_prefix_caching,
         "host_kv_cache_gb": float(deploy.torch.host_kv_cache_gb),
+        "speculation": _speculation(deploy.torch.spec),
     }
+
+
+def _speculation(spec) -> dict | None:
+    """deploy.torch.spec as the engine's speculation option (None: off)."""
+    return None if spec.method == "none" else dataclasses.asdict(spec)
 
 
 def runtime_parameters(deploy) -> dict[str, object]:
     """engine_runtime(deploy) as the served model's parameters (None written as 0)."""
     runtime = engine_runtime(deploy)
     return {
-        name: 0 if runtime[option] is None else runtime[option]
+        name: 0 if runtime[option] is None else _text(runtime[option])
         for name, (option, _) in PARAMETERS.items()
     }
+
+
+def _text(value: object) -> object:
+    return json.dumps(value) if isinstance(value, dict) else value
 
 
 def runtime_from_parameters(params: Mapping[str, str]) -> dict:

@@ -23,6 +23,11 @@ SPECULATIVE_MODES = (
     "explicit_draft_tokens",
     "eagle",
 )
+# modes whose engines the deployed tensorrt_llm model could not run: their decoding_mode,
+# medusa_choices / eagle_choices / lookahead_* parameters (tensorrtllm_backend's
+# docs/model_config.md, the release for TensorRT-LLM 1.2) are not written by deploy.
+# draft_tokens_external is served: its requests carry draft_input_ids, or decode as usual
+UNSERVED_SPECULATIVE_MODES = ("lookahead_decoding", "medusa", "explicit_draft_tokens", "eagle")
 LORA_MODULES = (
     "attn_qkv",
     "attn_q",
@@ -211,6 +216,14 @@ def speculative_decoding(f: BuildFacts) -> list[str]:
         out.append(
             f"build.trtllm.max_draft_len={o.max_draft_len}: only used with a "
             f"speculative_decoding_mode; set one or max_draft_len=0"
+        )
+    if o.speculative_decoding_mode in UNSERVED_SPECULATIVE_MODES:
+        out.append(
+            f"build.trtllm.speculative_decoding_mode={o.speculative_decoding_mode}: deploy "
+            f"cannot serve it (the tensorrt_llm model gets no decoding_mode, medusa_choices, "
+            f"eagle_choices or lookahead_* parameters); use draft_tokens_external (drafts sent "
+            f"as draft_input_ids), or backend=torch with deploy.torch.spec.method="
+            f"prompt_lookup|draft_model"
         )
     if o.speculative_decoding_mode == "eagle":
         if b.max_batch_size > 512:

@@ -23,6 +23,7 @@ from pipeline.engine.scheduling.sampled_tokens import SampledTokens
 from pipeline.engine.scheduling.scheduler import Scheduler
 from pipeline.engine.scheduling.scheduler_output import SchedulerOutput
 from pipeline.engine.scheduling.sequence import Sequence
+from pipeline.engine.spec.speculator import make_speculator, speculation_stats
 from pipeline.request.limits import RequestLimits
 from pipeline.request.outputs import RequestOutput, StreamDelta
 from pipeline.request.sampling_params import SamplingParams
@@ -71,6 +72,7 @@ class LLMEngine:
             install_engine_configs(config.engine_dir, config.device.index or 0)
         self.model_runner = ModelRunner(config, weights)
         del weights  # the model holds what it needs (possibly repacked or on the GPU)
+        self.speculator = make_speculator(config)
         runner = self.model_runner
         self.launch_policy = LaunchPolicy(runner.num_scheduler_steps, runner.max_scheduler_steps)
         block_manager = (
@@ -194,18 +196,34 @@ class LLMEngine:
         if admit is not None:
             admit()
         deltas, self._cancelled = self._cancelled, []
+        if self.speculator is not None:
+            self._speculate(deltas)
         with phase("engine.schedule"):
             batch = self.scheduler.schedule()
         launched = self._launch_or_isolate(batch, deltas) if batch else None
         policy.queued()
-        finished, self._in_flight = (
-            (self._in_flight, launched) if self.overlap_scheduling else (launched, None)
-        )
+        # a verify step's tokens are read at once: the next step's drafts follow them
+        overlap = self.overlap_scheduling and (launched is None or launched.drafts is None)
+        finished, self._in_flight = (self._in_flight, launched) if overlap else (launched, None)
         if finished is not None:
             with phase("engine.postprocess"):
                 self._update(finished, deltas)
         policy.end_step(launched is not None, finished is not None, self._in_flight is not None)
         return deltas
+
+    def _speculate(self, deltas: list[StreamDelta]) -> None:
+        """Drafts for the requests that speculate next (spec/speculator.py); the launch in
+        flight, if any, is read first, since a request's drafts follow its newest token. A step
+        without drafts leaves overlap scheduling and several steps a launch as they were."""
+        planned = self.speculator.plan(self.scheduler.running)
+        if not planned:
+            return
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            with phase("engine.postprocess"):
+                self._update(in_flight, deltas)
+        with phase("engine.propose"):
+            self.speculator.propose(planned)
 
     def _launch_or_isolate(
         self, batch: SchedulerOutput, deltas: list[StreamDelta]
@@ -262,6 +280,8 @@ class LLMEngine:
             tokens = self.launch_policy.read_tokens(sampled)
         except Exception as exc:  # the device failed: no launch's tokens can be trusted now
             raise EngineFailure(f"engine: reading sampled tokens failed: {exc!r}") from exc
+        if self.speculator is not None and sampled.drafts is not None:
+            self.speculator.observe(sampled, tokens)
         for seq, num_new, num_taken, reason, error in self.scheduler.update_from_output(
             sampled, tokens
         ):
@@ -320,6 +340,8 @@ class LLMEngine:
 
     def close(self) -> None:
         """Stop the worker ranks of a tensor / pipeline parallel engine (nothing for one rank)."""
+        if self.speculator is not None:
+            self.speculator.close()
         self.model_runner.close()
 
     def decode(self, token_ids: list[int]) -> str:
@@ -352,5 +374,6 @@ class LLMEngine:
             "kv_cache_dtype": str(runner.kv_dtype).removeprefix("torch."),
             "cuda_graph_batch_sizes": runner.graphs.batch_sizes if runner.graphs else [],
             "cuda_graph_token_counts": runner.graphs.token_counts if runner.graphs else [],
+            **speculation_stats(self.speculator),
         } | self.launch_policy.stats()
         return stats | prefix_cache_stats(blocks)

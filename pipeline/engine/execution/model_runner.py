@@ -30,6 +30,7 @@ from pipeline.engine.execution.layer_streamer import LayerStreamer
 from pipeline.engine.execution.phase_range import phase
 from pipeline.engine.execution.rank_groups import RankGroups, join_ranks
 from pipeline.engine.execution.scoring import stage_prompt_logits
+from pipeline.engine.execution.spec_step import verified_rows, with_verify_rows
 from pipeline.engine.execution.step_inputs import (
     PackedStep,
     StepHeader,
@@ -152,7 +153,10 @@ class ModelRunner:
                 + bs * (3 * ahead + self.max_blocks_per_seq + 1)
                 + 1
             )
-            self._tokens_ring = PinnedRing(bs * self.max_scheduler_steps)
+            # a speculative step returns a token for each of a row's 1 + k positions
+            spec = config.speculation
+            rows = 1 + spec.num_draft_tokens if spec.enabled else 1
+            self._tokens_ring = PinnedRing(bs * max(self.max_scheduler_steps, rows))
         logger.info(
             "model runner: %s %s, %d KV blocks x %d tokens (%s, %.2f GiB), linears %s, "
             "Triton kernels %s, CUDA graphs: decode %s, mixed %s, torch.compile %s, "
@@ -249,6 +253,11 @@ class ModelRunner:
             pack_step(batch.rows(part), num_steps, self.block_size, self.scratch_slot, num_last)
             for part in slices
         ]
+        if batch.draft_token_ids is not None:  # speculative decoding: logits at every draft
+            packed = [
+                with_verify_rows(step, batch.rows(part))
+                for step, part in zip(packed, slices, strict=True)
+            ]
         parts = [p for step in packed for p in step.parts]
         num = sum(len(p) for p in parts)
         # unsafe: an empty tuple is a float64 array to numpy; every value is an integer
@@ -323,11 +332,16 @@ class ModelRunner:
         steps = [_cat([tokens[m][j] for m in sampling_batches]) for j in range(launch_steps)]
         self._last_sampled = steps[-1]
         tokens = _cat(steps)  # [steps * S], step-major
+        drafts = None
+        if batch.draft_token_ids is not None:  # a verify step: [R] tokens, row after row
+            seqs, drafts = verified_rows(batch)
         if not is_cuda:
-            return SampledTokens(seqs, tokens, None, launch_steps)
+            return SampledTokens(seqs, tokens, None, launch_steps, drafts=drafts)
         host = self._tokens_ring.take(tokens.numel())
         host.copy_(tokens, non_blocking=True)
-        return SampledTokens(seqs, host, self._tokens_ring.copied(), launch_steps, schedule_at)
+        return SampledTokens(
+            seqs, host, self._tokens_ring.copied(), launch_steps, schedule_at, drafts
+        )
 
     @torch.inference_mode()
     def follow(self) -> None:

@@ -17,6 +17,9 @@ class SampledTokens:
     num_steps: int  # tokens each sequence sampled: token j of row r is tokens[j * S + r]
     # passes when the launch has only its reserve steps left: when to schedule the next one
     schedule_at: torch.cuda.Event | None = None
+    # speculative decoding (one step): each row's verified drafts; tokens then holds, row after
+    # row, the target's token at each of its 1 + len(drafts) positions (spec_tokens.py)
+    drafts: list[tuple[int, ...]] | None = None
 
     def tolist(self) -> list[int]:
         if self.tokens is None:

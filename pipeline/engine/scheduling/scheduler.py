@@ -28,6 +28,7 @@ from pipeline.engine.scheduling.block_manager import BlockManager
 from pipeline.engine.scheduling.sampled_tokens import SampledTokens
 from pipeline.engine.scheduling.scheduler_output import SchedulerOutput, scheduler_output
 from pipeline.engine.scheduling.sequence import Sequence, SequenceStatus
+from pipeline.engine.scheduling.spec_tokens import accepted_tokens, rows_of
 
 logger = logging.getLogger(__name__)
 
@@ -191,6 +192,8 @@ class Scheduler:
         sequence's up to a stop, and finish it there (its blocks freed). A sequence that ended
         (or was cancelled) since the launch was queued drops them; one whose stop rules fail on
         them fails alone."""
+        if sampled.drafts is not None:
+            return self._update_from_verify(sampled, tokens)
         num_seqs, num_steps = len(sampled.seqs), sampled.num_steps
         updates = []
         for row, seq in enumerate(sampled.seqs):
@@ -210,6 +213,35 @@ class Scheduler:
             updates.append((seq, seq.num_tokens - num_before, num_taken, reason, None))
         return updates
 
+    def _update_from_verify(
+        self, sampled: SampledTokens, tokens: list[int]
+    ) -> list[SequenceUpdate]:
+        """A speculative step's tokens: each row appends its accepted drafts and the target's
+        next token, and the K/V written at its rejected drafts' positions is given up (those
+        slots are written again by the steps that follow)."""
+        updates = []
+        for seq, drafts, targets in zip(
+            sampled.seqs, sampled.drafts, rows_of(sampled.drafts, tokens), strict=True
+        ):
+            seq.num_pending_tokens -= 1
+            if seq.is_finished:
+                continue
+            emitted, num_accepted = accepted_tokens(drafts, targets)
+            if seq.status == SequenceStatus.RUNNING:  # (a preempted one recomputes anyway)
+                seq.num_computed_tokens -= len(drafts) - num_accepted
+            num_before = seq.num_tokens
+            try:
+                num_taken, reason = seq.append_tokens(emitted)
+            except Exception as exc:  # noqa: BLE001 - its own stop rules: fail it alone
+                logger.warning("request %s failed on its tokens: %r", seq.request_id, exc)
+                self.finish(seq, "error")
+                updates.append((seq, 0, 0, "error", f"{type(exc).__name__}: {exc}"))
+                continue
+            if reason is not None:
+                self.finish(seq, reason)
+            updates.append((seq, seq.num_tokens - num_before, num_taken, reason, None))
+        return updates
+
     def _num_tokens_to_run(self, seq: Sequence, budget: int) -> int:
         # wait for the host to see its pending tokens (overlap scheduling): a step can read only
         # the newest from the device, and a preempted sequence would recompute them all
@@ -217,6 +249,8 @@ class Scheduler:
         if seq.num_pending_tokens and (remaining > 1 or seq.needs_host_tokens or seq.is_ending):
             return 0
         if remaining <= budget:
+            if remaining == 1 and seq.draft_token_ids:  # its newest token and the drafts
+                return min(budget, 1 + len(seq.draft_token_ids))
             return remaining
         # a recomputed sequence may exceed max_num_tokens: it is chunked even when chunking is off
         if self.enable_chunked_prefill or remaining > self.max_num_tokens:

@@ -68,6 +68,7 @@ class SchedulerOutput:
             _read_only(qs - qs[0]),
             self.input_ids[qs[0] : qs[-1]],
             self.samples[part],
+            draft_token_ids=None if self.draft_token_ids is None else self.draft_token_ids[part],
         )
 
 
@@ -111,6 +112,9 @@ def scheduler_output(
         ids[query_start[row] : query_start[row + 1]] = seqs[row].token_ids[
             start : start + num_tokens[row]
         ]
+    drafts = None
+    if any(seq.draft_token_ids for seq in seqs):  # speculative decoding: drafts are host tokens
+        drafts, num_known = _with_drafts(seqs, lens, ends, num_known, num_pending, query_start, ids)
     width = int(num_blocks.max()) if num_seqs else 0
     return SchedulerOutput(
         tuple(seqs),
@@ -124,7 +128,37 @@ def scheduler_output(
         _read_only(query_start),
         _read_only(ids),
         _read_only(ends == num_known + num_pending),
+        draft_token_ids=drafts,
     )
+
+
+def _with_drafts(
+    seqs: list[Sequence],
+    lens: np.ndarray,
+    ends: np.ndarray,
+    num_known: np.ndarray,
+    num_pending: np.ndarray,
+    query_start: np.ndarray,
+    ids: np.ndarray,
+) -> tuple[tuple[tuple[int, ...], ...], np.ndarray]:
+    """The drafts each row feeds (the tokens it runs past its known and pending ones) and the
+    host's tokens counted with them; writes a drafted row's inputs (its newest tokens, then its
+    drafts) into ids."""
+    num_drafts = np.maximum(ends - num_known - num_pending, 0)
+    drafts = []
+    for row, n in enumerate(num_drafts.tolist()):
+        if not n:
+            drafts.append(())
+            continue
+        seq, end = seqs[row], int(query_start[row + 1])
+        row_drafts = tuple(seq.draft_token_ids[:n])
+        drafts.append(row_drafts)
+        ids[end - int(lens[row]) : end - n] = seq.token_ids[int(ends[row]) - int(lens[row]) :]
+        ids[end - n : end] = row_drafts
+    known = num_known + num_drafts
+    known.flags.writeable = False
+    # None when the budget left no row its drafts: a plain step
+    return (tuple(drafts) if num_drafts.any() else None), known
 
 
 @dataclass(frozen=True, slots=True)

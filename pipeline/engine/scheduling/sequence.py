@@ -48,6 +48,9 @@ class Sequence:
         # a bad sequence of 2+ tokens bans its last token only after the others: the sampler
         # needs this sequence's latest token on the host
         self.needs_host_tokens = any(len(bad) > 1 for bad in params.bad_sequences)
+        # speculative decoding: tokens proposed to follow token_ids, which the next step feeds
+        # after the newest token when the scheduler gives it room (set before each schedule)
+        self.draft_token_ids: list[int] = []
         self.num_preemptions = 0
         # prefix caching (prefix_cache.py): what besides its tokens changes its K/V (a LoRA
         # adapter's id), its full blocks' hash chain so far, how many of the blocks it holds are

@@ -69,6 +69,22 @@ METRICS = {  # engine stats key -> (metric family, description)
         "pipeline_engine_host_kv_hit_blocks",
         "prefix-cache blocks copied back from the host tier since start",
     ),
+    "spec_num_drafted_tokens": (
+        "pipeline_engine_spec_draft_tokens",
+        "draft tokens verified since start (speculative decoding)",
+    ),
+    "spec_num_accepted_tokens": (
+        "pipeline_engine_spec_accepted_tokens",
+        "draft tokens the target accepted since start (speculative decoding)",
+    ),
+    "spec_acceptance_rate": (
+        "pipeline_engine_spec_acceptance_rate",
+        "accepted / verified draft tokens since start (speculative decoding)",
+    ),
+    "spec_mean_accepted_tokens": (
+        "pipeline_engine_spec_mean_accepted_tokens",
+        "drafts accepted per request and verify step since start (its tokens: one more)",
+    ),
 }
 HEALTH_METRICS = {  # per instance: each has its own handle on the engine
     "is_ready": (

@@ -3,17 +3,19 @@ real writer's config.pbtxt parameters, read back as the python model reads them,
 bench and the tuner pass to their in-process engine."""
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from pipeline.engine.engine_config import RuntimeOptions
+from pipeline.specs.deploy import SpecDecodeOptions
 from pipeline.triton_models import engine_runtime as er
 from tests.conftest import make_spec
 from tests.unit.triton_repo.repo_helpers import read_config, write_repo
 
 CASES = {
-    "defaults": ((), ("guaranteed_no_evict", None, True, None, None, 0.0)),
+    "defaults": ((), ("guaranteed_no_evict", None, True, None, None, 0.0, None)),
     "every knob set": (
         (
             "deploy.batch_scheduler_policy=max_utilization",
@@ -22,8 +24,18 @@ CASES = {
             "deploy.torch.num_scheduler_steps=4",
             "deploy.torch.enable_prefix_caching=false",
             "deploy.torch.host_kv_cache_gb=2.5",
+            "deploy.torch.spec.method=prompt_lookup",
+            "deploy.torch.spec.num_draft_tokens=3",
         ),
-        ("max_utilization", 64, False, 4, False, 2.5),
+        (
+            "max_utilization",
+            64,
+            False,
+            4,
+            False,
+            2.5,
+            dataclasses.asdict(SpecDecodeOptions(method="prompt_lookup", num_draft_tokens=3)),
+        ),
     ),
 }
 OPTIONS = (
@@ -33,6 +45,7 @@ OPTIONS = (
     "num_scheduler_steps",
     "enable_prefix_caching",
     "host_kv_cache_gb",
+    "speculation",
 )
 
 

@@ -280,7 +280,7 @@ def test_upstream_sampling_inputs_reach_the_engine():
             "embedding_bias_weights=<[1, 2] float32> (no embedding bias",
         ),
         ({"prompt_embedding_table": np.ones((1, 2, 4), np.float16)}, "prompt_embedding_table"),
-        ({"draft_input_ids": [[3, 4]]}, "draft_input_ids=<[1, 2] int64> (no speculative"),
+        ({"draft_input_ids": [[3, 4]]}, "draft_input_ids=<[1, 2] int64> (no client draft tokens"),
         ({"lookahead_window_size": [[3]]}, "lookahead_window_size=3 (no speculative decoding"),
         ({"encoder_output_lengths": [[3]]}, "encoder_output_lengths=3 (no encoder-decoder"),
         ({"runtime_top_p_decay": [[0.5]]}, "runtime_top_p_decay=0.5 (no top-p decay"),

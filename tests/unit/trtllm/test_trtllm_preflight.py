@@ -221,6 +221,16 @@ CASES = [
         90,
         "build.trtllm.max_draft_len=300: EAGLE supports at most 256",
     ),
+    *(
+        (
+            f"unserved-{mode}",
+            [f"build.trtllm.speculative_decoding_mode={mode}", "build.trtllm.max_draft_len=4"],
+            {},
+            90,
+            f"build.trtllm.speculative_decoding_mode={mode}: deploy cannot serve it",
+        )
+        for mode in ("medusa", "eagle", "explicit_draft_tokens", "lookahead_decoding")
+    ),
     # plugins
     (
         "user-buffer-needs-reduce-fusion",
@@ -352,6 +362,17 @@ def test_default_config_and_checkpoint_pass(tmp_path):
         preflight.violations(facts_from_checkpoint(spec, write_checkpoint(tmp_path / "c"), 90))
         == []
     )
+
+
+def test_a_draft_target_engine_passes(tmp_path):
+    # its requests carry draft_input_ids (tensorrt_llm's input), or decode as usual
+    spec = trtllm_spec(
+        tmp_path,
+        "build.trtllm.speculative_decoding_mode=draft_tokens_external",
+        "build.trtllm.max_draft_len=4",
+    )
+    ckpt = write_checkpoint(tmp_path / "c")
+    assert preflight.violations(facts_from_checkpoint(spec, ckpt, 90)) == []
 
 
 def test_linear_rope_factor_extends_context(tmp_path):

@@ -1,0 +1,1 @@
+"""Speculative decoding: proposers of draft tokens and the engine's driver of them."""
