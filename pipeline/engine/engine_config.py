@@ -16,6 +16,7 @@ from pipeline.engine.parallel.tensor_parallel import ALL_REDUCE_CHOICES
 from pipeline.engine.scheduling.scheduler import POLICIES
 from pipeline.engine_json import EngineJson
 from pipeline.errors import ArtifactError, ConfigError
+from pipeline.lora.options import LoraOptions
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -123,6 +124,12 @@ class RuntimeOptions:
     # "module:function" (engine_dir, rank, device) -> tensors of that rank, instead of
     # rank<N>.safetensors (synthetic weights of a benchmark)
     weights_loader: str | None = None
+    # LoRA adapters (pipeline/engine/lora): a dir of PEFT adapter dirs, one per adapter name
+    # (None: no adapters); their largest rank, the device's adapter slots, the HF modules adapted
+    lora_dir: str | None = None
+    lora_max_rank: int = 64
+    lora_max_loras: int = 8
+    lora_target_modules: tuple[str, ...] | None = None  # None: all seven linears
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +155,7 @@ class EngineConfig:
     all_reduce: str = "auto"
     collective_timeout_s: float = 600.0
     weights_loader: str | None = None
+    lora: LoraOptions | None = None
 
 
 def resolve_device(device: str) -> torch.device:
@@ -260,4 +268,13 @@ def _engine_config(
         all_reduce=opts.all_reduce,
         collective_timeout_s=opts.collective_timeout_s,
         weights_loader=opts.weights_loader,
+        lora=None
+        if opts.lora_dir is None
+        else LoraOptions.checked(
+            opts.lora_dir,
+            opts.lora_max_rank,
+            opts.lora_max_loras,
+            opts.lora_target_modules,
+            where,
+        ),
     )

@@ -38,6 +38,7 @@ from pipeline.engine.execution.step_inputs import (
 from pipeline.engine.layers.batch_metadata import BatchMetadata
 from pipeline.engine.layers.linear import kernel_counts
 from pipeline.engine.layers.sampler import Sampler, sampling_tensors
+from pipeline.engine.lora.manager import LoraManager
 from pipeline.engine.models import MODELS
 from pipeline.engine.parallel.mapping import Mapping, rank_device
 from pipeline.engine.parallel.tensor_parallel import SINGLE
@@ -84,6 +85,18 @@ class ModelRunner:
             self.model = MODELS[m.architecture](
                 m, weights, config.dtype, self.device, config.max_seq_len, self.mapping, self.tp
             )
+        self.lora = None  # LoRA adapters over the base model (before graphs capture them)
+        if config.lora is not None:
+            with kernels.plain_pytorch(not config.triton_kernels or config.compile):
+                self.lora = LoraManager(
+                    config.lora,
+                    self.model,
+                    m,
+                    self.mapping,
+                    config.dtype,
+                    self.device,
+                    max(config.max_batch_size, config.max_num_tokens),
+                )
         if self.ranks:  # every rank has its weights (a CPU barrier before any NCCL work)
             self.ranks.agree_min(0)
         _, kv_heads = self.mapping.local_heads(m.num_heads, m.num_kv_heads)
@@ -197,6 +210,8 @@ class ModelRunner:
     ) -> torch.Tensor:
         # -> last stage: logits [S, vocab] float32 of the rows that sample; else [T, 2, hidden]
         is_last = self.model.is_last_stage
+        if self.lora is not None:
+            self.lora.batch.set_step(meta.lora_slots)
         with phase("engine.forward"):
             if self.graphs is not None and self.graphs.can_run(meta):
                 out = self.graphs.replay(inputs, meta)
@@ -226,8 +241,18 @@ class ModelRunner:
         if self.mapping.pp_size > 1:
             tokens = batch.num_tokens.tolist()
             slices = split_micro_batches(tokens, micro_batches(sum(tokens), self.mapping.pp_size))
+        lora_slots = None
+        if self.lora is not None and batch.lora_ids is not None:
+            lora_slots = self.lora.slots_for(batch.lora_ids)
         packed = [
-            pack_step(batch.rows(part), num_steps, self.block_size, self.scratch_slot, num_last)
+            pack_step(
+                batch.rows(part),
+                num_steps,
+                self.block_size,
+                self.scratch_slot,
+                num_last,
+                None if lora_slots is None else lora_slots[part],
+            )
             for part in slices
         ]
         parts = [p for step in packed for p in step.parts]
@@ -351,6 +376,8 @@ class ModelRunner:
         return self._prompt_logits(ids)
 
     def _prompt_logits(self, ids: torch.Tensor) -> torch.Tensor | None:
+        if self.lora is not None:  # the base model's logits
+            self.lora.batch.set_step(None)
         layers, _, kv_heads, head_dim = self.kv_layout
         return stage_prompt_logits(
             self.model, self.stage, ids, self.device, layers, kv_heads, head_dim, self.kv_dtype

@@ -19,11 +19,15 @@ preempted and each is then scheduled alone, one a step, until a launch that samp
 one that fails alone is the cause, and only it is failed (LLMEngine). The others pause meanwhile.
 """
 
+import dataclasses
 import logging
 import time
 from collections import deque
 
+import numpy as np
+
 from pipeline.engine.scheduling.block_manager import BlockManager
+from pipeline.engine.scheduling.lora_admission import lora_admits
 from pipeline.engine.scheduling.sampled_tokens import SampledTokens
 from pipeline.engine.scheduling.scheduler_output import SchedulerOutput, scheduler_output
 from pipeline.engine.scheduling.sequence import Sequence, SequenceStatus
@@ -51,6 +55,7 @@ class Scheduler:
         policy: str,
         enable_chunked_prefill: bool,
         num_lookahead_tokens: int = 0,
+        max_loras: int = 0,
     ):
         assert policy in POLICIES, policy
         self.block_manager = block_manager
@@ -59,6 +64,7 @@ class Scheduler:
         self.is_no_evict = policy == "guaranteed_no_evict"
         self.enable_chunked_prefill = enable_chunked_prefill
         self.num_lookahead_tokens = num_lookahead_tokens
+        self.max_loras = max_loras  # distinct adapters the running batch may hold (0: none)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
@@ -78,7 +84,11 @@ class Scheduler:
             self._schedule_suspect(seqs, num_tokens)
         if not seqs:
             self._schedule_batch(seqs, num_tokens)
-        return scheduler_output(seqs, num_tokens, self.block_manager.tables)
+        batch = scheduler_output(seqs, num_tokens, self.block_manager.tables)
+        if self.max_loras:
+            lora_ids = np.fromiter((s.lora_id for s in seqs), np.int64, len(seqs))
+            batch = dataclasses.replace(batch, lora_ids=lora_ids)
+        return batch
 
     def _schedule_batch(self, scheduled: list[Sequence], scheduled_tokens: list[int]) -> None:
         budget, suspects = self.max_num_tokens, self.suspects
@@ -120,6 +130,8 @@ class Scheduler:
         needed = seq.kv_tokens_after(num_tokens, self.num_lookahead_tokens)
         if self.is_no_evict:
             needed = max(needed, seq.max_kv_tokens)
+        if self.max_loras and not lora_admits(self.running, seq, self.max_loras):
+            return 0
         if num_tokens == 0 or not self.block_manager.grow(seq, needed):
             return 0
         self.waiting.popleft()

@@ -68,6 +68,7 @@ class SchedulerOutput:
             _read_only(qs - qs[0]),
             self.input_ids[qs[0] : qs[-1]],
             self.samples[part],
+            lora_ids=None if self.lora_ids is None else self.lora_ids[part],
         )
 
 

@@ -49,6 +49,8 @@ class Sequence:
         # needs this sequence's latest token on the host
         self.needs_host_tokens = any(len(bad) > 1 for bad in params.bad_sequences)
         self.num_preemptions = 0
+        # the engine's id of params.lora_name's adapter (0: none); a prefix cache keys on it too
+        self.lora_id = 0
         self.finish_reason: str | None = None
         self.generator: torch.Generator | None = None
         # [2, V] on the device, made and updated by the sampler (layers/penalties.py)
