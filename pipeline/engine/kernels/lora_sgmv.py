@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
+from pipeline.engine.kernels.dot_operands import dot_dtype, dot_precision
+
 
 @triton.jit
 def _shrink_kernel(
@@ -31,6 +33,7 @@ def _shrink_kernel(
     RANK: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    DOT: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -57,7 +60,7 @@ def _shrink_kernel(
             mask=is_k[:, None],
             other=0.0,
         )
-        acc += tl.dot(x, a, input_precision=PRECISION)
+        acc += tl.dot(x.to(DOT), a.to(DOT), input_precision=PRECISION)
     tl.store(xa_ptr + rows[:, None] * stride_xa + ranks[None, :], acc, mask=is_row[:, None])
 
 
@@ -78,6 +81,7 @@ def _expand_kernel(
     BLOCK_W: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    DOT: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -103,7 +107,7 @@ def _expand_kernel(
         mask=is_row[:, None] & is_w[None, :],
         other=0.0,
     ).to(b.dtype)  # rounded to the weights' dtype, as the plain path's bf16 GEMMs round it
-    delta = tl.dot(xa, b, input_precision=PRECISION)
+    delta = tl.dot(xa.to(DOT), b.to(DOT), input_precision=PRECISION)
     at = y_ptr + rows[:, None] * stride_y + cols[None, :]
     is_out = is_row[:, None] & is_col[None, :]
     y = tl.load(at, mask=is_out, other=0.0)
@@ -136,14 +140,15 @@ def add_lora(
     if num_tokens == 0 or num_slots == 1:
         return y
     assert x.stride(1) == 1 and y.stride(1) == 1 and lora_a.is_contiguous()
-    precision = "ieee" if x.dtype == torch.float32 else "tf32"
+    dot = dot_dtype(x)
+    precision = dot_precision(dot)
     block_m = 16 if num_tokens <= 64 else 64
     tiles = triton.cdiv(num_tokens, block_m)
     xa = torch.empty(num_tokens, width, dtype=torch.float32, device=x.device)
     _shrink_kernel[(tiles, num_slots - 1, width // rank)](
         x, lora_a, xa, order, counts, starts, num_in,
         x.stride(0), lora_a.stride(0), lora_a.stride(1), xa.stride(0),
-        RANK=rank, BLOCK_M=block_m, BLOCK_K=64, PRECISION=precision,
+        RANK=rank, BLOCK_M=block_m, BLOCK_K=64, DOT=dot, PRECISION=precision,
     )  # fmt: skip
     num_out = y.shape[1]
     block_n = 64
@@ -151,6 +156,6 @@ def add_lora(
         xa, lora_b, y, order, counts, starts, num_out, width,
         xa.stride(0), lora_b.stride(0), lora_b.stride(1), y.stride(0),
         BLOCK_W=triton.next_power_of_2(width), BLOCK_M=block_m, BLOCK_N=block_n,
-        PRECISION=precision,
+        DOT=dot, PRECISION=precision,
     )  # fmt: skip
     return y
