@@ -16,6 +16,10 @@ import triton.language as tl
 
 from pipeline.engine.kernels.dot_operands import dot_dtype, dot_precision
 
+# the shrink's K per program: a decode step's few rows split `in` over many programs
+SMALL_K_CHUNK = 256
+LARGE_K_CHUNK = 2048
+
 
 @triton.jit
 def _shrink_kernel(
@@ -26,9 +30,11 @@ def _shrink_kernel(
     counts_ptr,
     starts_ptr,
     num_in,
+    k_chunk,
     stride_x,
     stride_as,
     stride_ar,
+    stride_split,
     stride_xa,
     RANK: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -38,7 +44,9 @@ def _shrink_kernel(
 ):
     pid_m = tl.program_id(0)
     slot = tl.program_id(1) + 1
-    part = tl.program_id(2)
+    num_parts = tl.num_programs(2) // tl.cdiv(num_in, k_chunk)
+    part = tl.program_id(2) % num_parts
+    split = tl.program_id(2) // num_parts
     count = tl.load(counts_ptr + slot)
     if pid_m * BLOCK_M >= count:
         return
@@ -47,7 +55,7 @@ def _shrink_kernel(
     rows = tl.load(order_ptr + tl.load(starts_ptr + slot) + offs, mask=is_row, other=0)
     ranks = part * RANK + tl.arange(0, RANK)
     acc = tl.zeros((BLOCK_M, RANK), dtype=tl.float32)
-    for k0 in range(0, num_in, BLOCK_K):
+    for k0 in range(split * k_chunk, tl.minimum(num_in, (split + 1) * k_chunk), BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         is_k = ks < num_in
         x = tl.load(
@@ -61,7 +69,8 @@ def _shrink_kernel(
             other=0.0,
         )
         acc += tl.dot(x.to(DOT), a.to(DOT), input_precision=PRECISION)
-    tl.store(xa_ptr + rows[:, None] * stride_xa + ranks[None, :], acc, mask=is_row[:, None])
+    at = xa_ptr + split * stride_split + rows[:, None] * stride_xa + ranks[None, :]
+    tl.store(at, acc, mask=is_row[:, None])
 
 
 @triton.jit
@@ -74,6 +83,8 @@ def _expand_kernel(
     starts_ptr,
     num_out,
     width,
+    num_splits,
+    stride_split,
     stride_xa,
     stride_bn,
     stride_bs,
@@ -102,11 +113,14 @@ def _expand_kernel(
         mask=is_w[:, None] & is_col[None, :],
         other=0.0,
     )
-    xa = tl.load(
-        xa_ptr + rows[:, None] * stride_xa + ws[None, :],
-        mask=is_row[:, None] & is_w[None, :],
-        other=0.0,
-    ).to(b.dtype)  # rounded to the weights' dtype, as the plain path's bf16 GEMMs round it
+    xa = tl.zeros((BLOCK_M, BLOCK_W), dtype=tl.float32)
+    for split in range(num_splits):  # the shrink's split-K partial sums, in a fixed order
+        xa += tl.load(
+            xa_ptr + split * stride_split + rows[:, None] * stride_xa + ws[None, :],
+            mask=is_row[:, None] & is_w[None, :],
+            other=0.0,
+        )
+    xa = xa.to(b.dtype)  # rounded to the weights' dtype, as the plain path's bf16 GEMMs round it
     delta = tl.dot(xa.to(DOT), b.to(DOT), input_precision=PRECISION)
     at = y_ptr + rows[:, None] * stride_y + cols[None, :]
     is_out = is_row[:, None] & is_col[None, :]
@@ -144,17 +158,20 @@ def add_lora(
     precision = dot_precision(dot)
     block_m = 16 if num_tokens <= 64 else 64
     tiles = triton.cdiv(num_tokens, block_m)
-    xa = torch.empty(num_tokens, width, dtype=torch.float32, device=x.device)
-    _shrink_kernel[(tiles, num_slots - 1, width // rank)](
-        x, lora_a, xa, order, counts, starts, num_in,
-        x.stride(0), lora_a.stride(0), lora_a.stride(1), xa.stride(0),
+    # few tokens: split K over programs, or one program's loop over all of `in` is the wait
+    k_chunk = SMALL_K_CHUNK if num_tokens <= 64 else LARGE_K_CHUNK
+    num_splits = triton.cdiv(num_in, k_chunk)
+    xa = torch.empty(num_splits, num_tokens, width, dtype=torch.float32, device=x.device)
+    _shrink_kernel[(tiles, num_slots - 1, width // rank * num_splits)](
+        x, lora_a, xa, order, counts, starts, num_in, k_chunk,
+        x.stride(0), lora_a.stride(0), lora_a.stride(1), xa.stride(0), xa.stride(1),
         RANK=rank, BLOCK_M=block_m, BLOCK_K=64, DOT=dot, PRECISION=precision,
     )  # fmt: skip
     num_out = y.shape[1]
     block_n = 64
     _expand_kernel[(tiles, triton.cdiv(num_out, block_n), num_slots - 1)](
-        xa, lora_b, y, order, counts, starts, num_out, width,
-        xa.stride(0), lora_b.stride(0), lora_b.stride(1), y.stride(0),
+        xa, lora_b, y, order, counts, starts, num_out, width, num_splits,
+        xa.stride(0), xa.stride(1), lora_b.stride(0), lora_b.stride(1), y.stride(0),
         BLOCK_W=triton.next_power_of_2(width), BLOCK_M=block_m, BLOCK_N=block_n,
         DOT=dot, PRECISION=precision,
     )  # fmt: skip
