@@ -2,7 +2,7 @@
 
 Tokens are sorted by slot once a forward (`segments`); a program takes a tile of one slot's
 tokens and runs tl.dot on them (Punica's SGMV; vLLM's lora_shrink / lora_expand ops grid the
-same way: tiles x slots, a tile past its slot's token count exits). Slot 0 is no adapter: its
+same way: tiles x slots in use, a tile past its slot's token count exits). Slot 0 is no adapter: its
 tokens are skipped. Grids depend on the token count only, so CUDA graphs replay them with each
 step's slots. The plain-PyTorch twin is engine/lora/layer.py's lora_delta.
 
@@ -29,6 +29,7 @@ def _shrink_kernel(
     order_ptr,
     counts_ptr,
     starts_ptr,
+    active_ptr,
     num_in,
     k_chunk,
     stride_x,
@@ -43,7 +44,7 @@ def _shrink_kernel(
     PRECISION: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
-    slot = tl.program_id(1) + 1
+    slot = tl.load(active_ptr + tl.program_id(1))
     num_parts = tl.num_programs(2) // tl.cdiv(num_in, k_chunk)
     part = tl.program_id(2) % num_parts
     split = tl.program_id(2) // num_parts
@@ -81,6 +82,7 @@ def _expand_kernel(
     order_ptr,
     counts_ptr,
     starts_ptr,
+    active_ptr,
     num_out,
     width,
     num_splits,
@@ -97,7 +99,7 @@ def _expand_kernel(
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    slot = tl.program_id(2) + 1
+    slot = tl.load(active_ptr + tl.program_id(2))
     count = tl.load(counts_ptr + slot)
     if pid_m * BLOCK_M >= count:
         return
@@ -130,12 +132,15 @@ def _expand_kernel(
 
 def segments(
     slots: torch.Tensor, num_slots: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # slots [T] int64 -> (token rows sorted by slot [T], tokens per slot [S], first [S])
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    # slots [T] int64 -> (token rows sorted by slot [T], tokens per slot [S], first [S],
+    # adapter slots with tokens first [S - 1]: T tokens use at most T of them, so a grid of
+    # min(T, S - 1) programs a tile covers every adapter a batch of T can hold)
     order = torch.argsort(slots, stable=True)
     slot_ids = torch.arange(num_slots, device=slots.device)
     counts = (slots[:, None] == slot_ids).sum(0)
-    return order, counts, torch.cumsum(counts, 0) - counts
+    active = torch.argsort((counts[1:] == 0).to(torch.int32), stable=True) + 1
+    return order, counts, torch.cumsum(counts, 0) - counts, active
 
 
 def add_lora(
@@ -147,6 +152,7 @@ def add_lora(
     order: torch.Tensor,
     counts: torch.Tensor,
     starts: torch.Tensor,
+    active: torch.Tensor,
 ) -> torch.Tensor:
     # y [T, out] += each token's delta, in place (rank: R, the width of a part); returns y
     num_tokens, num_in = x.shape
@@ -162,15 +168,16 @@ def add_lora(
     k_chunk = SMALL_K_CHUNK if num_tokens <= 64 else LARGE_K_CHUNK
     num_splits = triton.cdiv(num_in, k_chunk)
     xa = torch.empty(num_splits, num_tokens, width, dtype=torch.float32, device=x.device)
-    _shrink_kernel[(tiles, num_slots - 1, width // rank * num_splits)](
-        x, lora_a, xa, order, counts, starts, num_in, k_chunk,
+    num_active = min(num_slots - 1, num_tokens)
+    _shrink_kernel[(tiles, num_active, width // rank * num_splits)](
+        x, lora_a, xa, order, counts, starts, active, num_in, k_chunk,
         x.stride(0), lora_a.stride(0), lora_a.stride(1), xa.stride(0), xa.stride(1),
         RANK=rank, BLOCK_M=block_m, BLOCK_K=64, DOT=dot, PRECISION=precision,
     )  # fmt: skip
     num_out = y.shape[1]
     block_n = 64
-    _expand_kernel[(tiles, triton.cdiv(num_out, block_n), num_slots - 1)](
-        xa, lora_b, y, order, counts, starts, num_out, width, num_splits,
+    _expand_kernel[(tiles, triton.cdiv(num_out, block_n), num_active)](
+        xa, lora_b, y, order, counts, starts, active, num_out, width, num_splits,
         xa.stride(0), xa.stride(1), lora_b.stride(0), lora_b.stride(1), y.stride(0),
         BLOCK_W=triton.next_power_of_2(width), BLOCK_M=block_m, BLOCK_N=block_n,
         DOT=dot, PRECISION=precision,
