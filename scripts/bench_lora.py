@@ -90,8 +90,10 @@ def offline(engine: LLMEngine, prompts: list[list[int]], names: list, work: Work
     return {"out_tok_s": num_out / wall_s, "wall_s": wall_s, "num_out_tokens": num_out}
 
 
-def decode(engine: LLMEngine, vocab: int, work: Workload, name: str | None) -> float:
-    """Batch-1 decode tok/s (after the first token), median of 3."""
+def decode(
+    engine: LLMEngine, vocab: int, work: Workload, name: str | None
+) -> tuple[float, list[int]]:
+    """Batch-1 decode tok/s (after the first token), median of 3; its greedy tokens."""
     params = SamplingParams(max_tokens=work.output_len, ignore_eos=True, lora_name=name)
     rates = []
     for _ in range(3):
@@ -99,7 +101,7 @@ def decode(engine: LLMEngine, vocab: int, work: Workload, name: str | None) -> f
         first = min(engine.num_scheduler_steps, len(out.token_ids))
         span = out.finish_time_s - out.first_token_time_s
         rates.append((len(out.token_ids) - first) / span)
-    return statistics.median(rates)
+    return statistics.median(rates), out.token_ids
 
 
 def slot_bytes(engine: LLMEngine) -> int:
@@ -137,8 +139,9 @@ def run(args: argparse.Namespace, tmp: Path) -> dict:
 
     engine = engine_for()
     engine.generate(prompts_for(vocab, work, 4, seed=1), SamplingParams(max_tokens=4))  # warm
+    decode_tok_s, base_tokens = decode(engine, vocab, work, None)
     result["base"] = {
-        "decode_tok_s": decode(engine, vocab, work, None),
+        "decode_tok_s": decode_tok_s,
         **offline(engine, prompts, [None], work),
     }
     print("base", json.dumps(result["base"]), flush=True)
@@ -154,13 +157,18 @@ def run(args: argparse.Namespace, tmp: Path) -> dict:
         [prompts[0]] * len(names), [SamplingParams(max_tokens=2, lora_name=n) for n in names]
     )
     sync(device)
+    decode_tok_s, tokens = decode(engine, vocab, work, names[0])
+    decode_base_tok_s, lora_base_tokens = decode(engine, vocab, work, None)
     result["lora"] = {
         "engine_load_s": load_s,
         "adapter_load_s_mean": statistics.mean(lora.load_s.values()),
         "adapter_device_mib": slot_bytes(engine) / 2**20,
         "adapter_host_mib": statistics.mean(a.nbytes for a in lora.adapters.values()) / 2**20,
-        "decode_tok_s": decode(engine, vocab, work, names[0]),
-        "decode_base_tok_s": decode(engine, vocab, work, None),
+        "decode_tok_s": decode_tok_s,
+        "decode_base_tok_s": decode_base_tok_s,
+        # no adapter asked: the base engine's greedy tokens; an adapter changes them
+        "base_tokens_equal": lora_base_tokens == base_tokens,
+        "adapter_tokens_differ": tokens != base_tokens,
         **offline(engine, prompts, names, work),
         "offline_base_only": offline(engine, prompts, [None], work),
         "kernel": "sgmv (Triton)" if lora.batch.sgmv is not None else "plain PyTorch",
@@ -204,7 +212,9 @@ def markdown(r: dict) -> str:
             "",
             f"Adapter load (read, check, convert): {on['adapter_load_s_mean']:.2f} s each; "
             f"memory per adapter: {on['adapter_device_mib']:.1f} MiB in its device slot, "
-            f"{on['adapter_host_mib']:.1f} MiB host copy.",
+            f"{on['adapter_host_mib']:.1f} MiB host copy. Greedy tokens without an adapter "
+            f"equal the base engine's: {on['base_tokens_equal']}; an adapter changes them: "
+            f"{on['adapter_tokens_differ']}.",
         ]
     )
 
