@@ -8,6 +8,7 @@ Hugging Face's Llama names; TENSORRT_LLM_MODULES gives TensorRT-LLM's names for 
 
 import json
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,3 +127,30 @@ def check_target_modules(modules: list[str] | tuple[str, ...], where: str) -> tu
             f"{list(TARGET_MODULES)}"
         )
     return tuple(m for m in TARGET_MODULES if m in modules)  # in the engine's order
+
+
+# where a deployed repository keeps its adapters: under the tensorrt_llm model's directory
+REPOSITORY_DIR = "lora"
+
+
+def repository_adapters(repo_dir: Path) -> Path:
+    """The adapter dir of a published repository (deploy.repo_dir)."""
+    return Path(repo_dir) / "tensorrt_llm" / REPOSITORY_DIR
+
+
+def task_id(name: str) -> int:
+    """An adapter's lora_task_id (the tensorrtllm backend's input): crc32 of its name, so a
+    client knows it from the name alone and it never changes."""
+    return zlib.crc32(name.encode())
+
+
+def name_for_task(root: Path | None, lora_task_id: int) -> str:
+    """The adapter under root whose task id this is; ValueError naming the known ones."""
+    names = {task_id(name): name for name in adapter_dirs(root)}
+    if lora_task_id in names:
+        return names[lora_task_id]
+    known = ", ".join(f"{i} ({n})" for i, n in sorted(names.items())) or "none"
+    raise ValueError(
+        f"lora_task_id={lora_task_id} names no adapter of this model (known: {known}); send "
+        f"the task id of a deployed adapter (crc32 of its name)"
+    )

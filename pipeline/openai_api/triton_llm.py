@@ -19,6 +19,7 @@ import grpc
 import numpy as np
 from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 
+from pipeline.lora.adapters import task_id
 from pipeline.request.errors import ENGINE_UNAVAILABLE, SHUTTING_DOWN
 from pipeline.request.sampling_params import SamplingParams
 
@@ -89,6 +90,8 @@ def request_arrays(
             arrays[name] = np.array([[getattr(params, name)]], np.int32)
     if params.logprobs is not None:
         arrays["return_log_probs"] = np.array([[True]], np.bool_)
+    if params.lora_name is not None:  # the served model finds the adapter by its task id
+        arrays["lora_task_id"] = np.array([[task_id(params.lora_name)]], np.uint64)
     return arrays
 
 
