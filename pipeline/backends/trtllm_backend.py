@@ -113,7 +113,7 @@ class TrtllmBackend:
         target = ServingTarget(
             self._options.trtllm_version, self._options.container_image, sm, self._hardware
         )
-        text = tensorrt_llm_config(engine, self._spec.deploy, target, built_sm)
+        text = tensorrt_llm_config(engine, self._spec.deploy, target, built_sm, self._spec.lora)
         model_dir = Path(model_dir)
         (model_dir / "1").mkdir(parents=True, exist_ok=True)
         # Triton needs a version dir; the engine itself stays where gpt_model_path points

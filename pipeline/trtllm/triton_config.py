@@ -13,7 +13,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.engine_json import EngineJson
 from pipeline.errors import ConfigError
+from pipeline.lora.trtllm import cache_parameters as lora_cache_parameters
+from pipeline.lora.trtllm import engine_problems as lora_engine_problems
 from pipeline.specs.deploy import DeploySpec
+from pipeline.specs.lora import LoraSpec
 from pipeline.trtllm.triton_io import INPUTS, OUTPUTS
 
 MODEL_NAME = "tensorrt_llm"
@@ -126,10 +129,16 @@ def _add_tensors(config: mc.ModelConfig, logits_type: str) -> None:
 
 
 def tensorrt_llm_config(
-    engine: EngineJson, deploy: DeploySpec, target: ServingTarget, built_sm: int | None = None
+    engine: EngineJson,
+    deploy: DeploySpec,
+    target: ServingTarget,
+    built_sm: int | None = None,
+    lora: LoraSpec | None = None,
 ) -> str:
     """config.pbtxt text of the `tensorrt_llm` model; ConfigError listing every refusal reason."""
     problems = _engine_problems(engine, deploy, target, built_sm) + _deploy_problems(deploy, engine)
+    lora = lora or LoraSpec()
+    problems += lora_engine_problems(engine, lora)
     if problems:
         raise ConfigError(
             "deploy: backend=trtllm cannot serve this engine: "
@@ -158,6 +167,7 @@ def tensorrt_llm_config(
     }
     if deploy.trtllm.max_tokens_in_paged_kv_cache > 0:
         params["max_tokens_in_paged_kv_cache"] = str(deploy.trtllm.max_tokens_in_paged_kv_cache)
+    params |= lora_cache_parameters(lora)
     for key, value in params.items():
         config.parameters[key].string_value = value
     header = (
