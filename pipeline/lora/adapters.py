@@ -3,7 +3,7 @@ pickles), read and checked without torch, so the serving side can list them.
 
 An adapters dir holds one sub-directory per adapter, named for the adapter. Target modules use
 Hugging Face's Llama names; TENSORRT_LLM_MODULES gives TensorRT-LLM's names for them
-(tensorrt_llm/lora_helper.py of TensorRT-LLM 1.2: attn_q ... mlp_4h_to_h).
+(TensorRT-LLM 1.2 tensorrt_llm/lora_helper.py, get_default_trtllm_modules_to_hf_modules).
 """
 
 import json
