@@ -88,12 +88,12 @@ class Frontend:
     async def models(self, request: Request) -> Response:
         check_api_key(request, self.api_key)
         cards = [self._card(), *(self._card(name) for name in adapter_dirs(self.lora_dir))]
-        return JSONResponse(ModelList(data=cards).model_dump())
+        return JSONResponse(ModelList(data=cards).model_dump(exclude_none=True))
 
     async def model_card(self, request: Request) -> Response:
         check_api_key(request, self.api_key)
         adapter = self._check_model(request.path_params["model"], "model")
-        return JSONResponse(self._card(adapter).model_dump())
+        return JSONResponse(self._card(adapter).model_dump(exclude_none=True))
 
     async def tokenize(self, request: Request) -> Response:
         """vLLM's /tokenize: a prompt, or chat messages through the template."""

@@ -199,8 +199,8 @@ def _lora_name(arrays: dict[str, np.ndarray], lora_dir: str | None) -> str | Non
         return None
     if lora_dir is None:
         raise ValueError(
-            f"lora_task_id={lora_task_id}: this model serves no LoRA adapters (deploy it with "
-            f"lora.adapters)"
+            f"not supported by backend=torch: lora_task_id={lora_task_id} (no LoRA adapters: "
+            f"deploy the model with lora.adapters, or leave it out)"
         )
     return name_for_task(Path(lora_dir), int(lora_task_id))
 

@@ -6,10 +6,12 @@ from pathlib import Path
 
 
 def lora_parameters(spec) -> dict[str, object]:
-    """The LoraSpec `spec` as parameters; lora_dir is relative to the model's dir ("" when the
-    model serves no adapters)."""
+    """The LoraSpec `spec` as parameters (none when the model serves no adapters); lora_dir is
+    relative to the model's dir."""
+    if not spec.adapters:
+        return {}
     return {
-        "lora_dir": "lora" if spec.adapters else "",
+        "lora_dir": "lora",
         "lora_max_rank": spec.max_rank,
         "lora_max_loras": spec.max_loras,
         "lora_target_modules": " ".join(spec.target_modules),
