@@ -38,7 +38,7 @@ from pipeline.engine.execution.step_inputs import (
 from pipeline.engine.layers.batch_metadata import BatchMetadata
 from pipeline.engine.layers.linear import kernel_counts
 from pipeline.engine.layers.sampler import Sampler, sampling_tensors
-from pipeline.engine.lora.manager import LoraManager
+from pipeline.engine.lora.manager import attach_lora
 from pipeline.engine.models import MODELS
 from pipeline.engine.parallel.mapping import Mapping, rank_device
 from pipeline.engine.parallel.tensor_parallel import SINGLE
@@ -85,18 +85,8 @@ class ModelRunner:
             self.model = MODELS[m.architecture](
                 m, weights, config.dtype, self.device, config.max_seq_len, self.mapping, self.tp
             )
-        self.lora = None  # LoRA adapters over the base model (before graphs capture them)
-        if config.lora is not None:
-            with kernels.plain_pytorch(not config.triton_kernels or config.compile):
-                self.lora = LoraManager(
-                    config.lora,
-                    self.model,
-                    m,
-                    self.mapping,
-                    config.dtype,
-                    self.device,
-                    max(config.max_batch_size, config.max_num_tokens),
-                )
+        # LoRA adapters over the base model (before the graphs capture it); None: none
+        self.lora = attach_lora(config, self.model, self.mapping, self.device)
         if self.ranks:  # every rank has its weights (a CPU barrier before any NCCL work)
             self.ranks.agree_min(0)
         _, kv_heads = self.mapping.local_heads(m.num_heads, m.num_kv_heads)
@@ -241,9 +231,7 @@ class ModelRunner:
         if self.mapping.pp_size > 1:
             tokens = batch.num_tokens.tolist()
             slices = split_micro_batches(tokens, micro_batches(sum(tokens), self.mapping.pp_size))
-        lora_slots = None
-        if self.lora is not None and batch.lora_ids is not None:
-            lora_slots = self.lora.slots_for(batch.lora_ids)
+        lora = None if batch.lora_ids is None else self.lora.slots_for(batch.lora_ids)
         packed = [
             pack_step(
                 batch.rows(part),
@@ -251,7 +239,7 @@ class ModelRunner:
                 self.block_size,
                 self.scratch_slot,
                 num_last,
-                None if lora_slots is None else lora_slots[part],
+                None if lora is None else lora[part],
             )
             for part in slices
         ]

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from pipeline.engine import kernels
-from pipeline.engine.engine_config import ModelConfig
+from pipeline.engine.engine_config import EngineConfig, ModelConfig
 from pipeline.engine.lora.layer import (
     LINEAR_PATHS,
     LoraBatch,
@@ -172,3 +172,16 @@ class LoraManager:
         for linears, parts_of in zip(self.layers, weights.layers, strict=True):
             for linear, module in linears.items():
                 module.load_slot(slot, parts_of.get(linear, []))
+
+
+def attach_lora(
+    config: EngineConfig, model: nn.Module, mapping: Mapping, device: torch.device
+) -> LoraManager | None:
+    """The engine's adapters over `model` (its linears wrapped), or None without lora_dir."""
+    if config.lora is None:
+        return None
+    with kernels.plain_pytorch(not config.triton_kernels or config.compile):
+        num_rows = max(config.max_batch_size, config.max_num_tokens)
+        return LoraManager(
+            config.lora, model, config.model, mapping, config.dtype, device, num_rows
+        )
