@@ -184,6 +184,7 @@ class TorchBackend:
         self._build = spec.build
         self._deploy = spec.deploy
         self._device = spec.backend.device
+        self._lora = spec.lora
 
     def check_available(self) -> None:
         try:
@@ -204,5 +205,10 @@ class TorchBackend:
         from pipeline.triton_repo import torch_llm_model
 
         return torch_llm_model.write(
-            engine_dir, tokenizer_dir, model_dir, deploy=self._deploy, device=self._device
+            engine_dir,
+            tokenizer_dir,
+            model_dir,
+            deploy=self._deploy,
+            device=self._device,
+            lora=self._lora,
         )

@@ -113,8 +113,8 @@ class TrtllmBackend:
         target = ServingTarget(
             self._options.trtllm_version, self._options.container_image, sm, self._hardware
         )
-        budget = self._spec.build.gpu_weight_budget_gb
-        text = tensorrt_llm_config(engine, self._spec.deploy, target, built_sm, budget)
+        budget, lora = self._spec.build.gpu_weight_budget_gb, self._spec.lora
+        text = tensorrt_llm_config(engine, self._spec.deploy, target, built_sm, budget, lora)
         model_dir = Path(model_dir)
         (model_dir / "1").mkdir(parents=True, exist_ok=True)
         # Triton needs a version dir; the engine itself stays where gpt_model_path points

@@ -17,6 +17,7 @@ from pipeline.engine.scheduling.scheduler import POLICIES
 from pipeline.engine.spec_config import SpecConfig, spec_config
 from pipeline.engine_json import EngineJson
 from pipeline.errors import ArtifactError, ConfigError
+from pipeline.lora.options import LoraOptions
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -135,6 +136,12 @@ class RuntimeOptions:
     host_kv_cache_gb: float = 0.0
     # speculative decoding (spec_config.py): a SpecConfig or its fields as a dict; None: off
     speculation: SpecConfig | dict | None = None
+    # LoRA adapters (pipeline/engine/lora): a dir of PEFT adapter dirs, one per adapter name
+    # (None: no adapters); their largest rank, the device's adapter slots, the HF modules adapted
+    lora_dir: str | None = None
+    lora_max_rank: int = 64
+    lora_max_loras: int = 8
+    lora_target_modules: tuple[str, ...] | None = None  # None: all seven linears
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +171,7 @@ class EngineConfig:
     enable_prefix_caching: bool = False
     host_kv_cache_gb: float = 0.0
     speculation: SpecConfig = SpecConfig()
+    lora: LoraOptions | None = None
 
 
 def resolve_device(device: str) -> torch.device:
@@ -307,4 +315,13 @@ def _engine_config(
         enable_prefix_caching=prefix_caching,
         host_kv_cache_gb=opts.host_kv_cache_gb,
         speculation=spec_config(opts.speculation, where),
+        lora=None
+        if opts.lora_dir is None
+        else LoraOptions.checked(
+            opts.lora_dir,
+            opts.lora_max_rank,
+            opts.lora_max_loras,
+            opts.lora_target_modules,
+            where,
+        ),
     )

@@ -35,6 +35,7 @@ class FrontendRecipe:
     grpc_url: str
     engine_metrics_url: str
     api_key: str = field(repr=False)  # "" = none asked for
+    lora_dir: str = ""  # the repository's LoRA adapters, served as models of their own ("": none)
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -73,6 +74,7 @@ class FrontendRecipe:
             self.created,
             admission,
             metrics,
+            self.lora_dir,
         )
 
 

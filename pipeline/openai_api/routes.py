@@ -13,6 +13,8 @@ import asyncio
 import json
 import time
 from contextlib import aclosing
+from dataclasses import replace
+from pathlib import Path
 
 import anyio
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -22,6 +24,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingR
 
 import pipeline
 from pipeline.client.metrics import engines_ready
+from pipeline.lora.adapters import adapter_dirs
 from pipeline.openai_api import choices
 from pipeline.openai_api.admission import Admission, check_api_key, read_body
 from pipeline.openai_api.errors import RETRY_AFTER_S, APIError, bad_request
@@ -59,6 +62,7 @@ class Frontend:
         created: int,
         admission: Admission | None = None,
         metrics: FrontendMetrics | None = None,
+        lora_dir: str = "",
     ):
         """created: the model card's time (the same in every process). admission, metrics:
         shared with the other frontend processes on the port (workers); None: this process's
@@ -71,6 +75,9 @@ class Frontend:
         self.metrics = metrics or FrontendMetrics(self.admission, engine_metrics_url)
         self.created = created
         self._openapi = openapi_document()
+        # LoRA adapters, each a model of its own: the dir is read at each ask, so an adapter
+        # copied into the repository is served without a restart
+        self.lora_dir = Path(lora_dir) if lora_dir else None
 
     async def completions(self, request: Request) -> Response:
         return await self._generate(request, is_chat=False)
@@ -80,12 +87,13 @@ class Frontend:
 
     async def models(self, request: Request) -> Response:
         check_api_key(request, self.api_key)
-        return JSONResponse(ModelList(data=[self._card()]).model_dump())
+        cards = [self._card(), *(self._card(name) for name in adapter_dirs(self.lora_dir))]
+        return JSONResponse(ModelList(data=cards).model_dump(exclude_none=True))
 
     async def model_card(self, request: Request) -> Response:
         check_api_key(request, self.api_key)
-        self._check_model(request.path_params["model"], "model")
-        return JSONResponse(self._card().model_dump())
+        adapter = self._check_model(request.path_params["model"], "model")
+        return JSONResponse(self._card(adapter).model_dump(exclude_none=True))
 
     async def tokenize(self, request: Request) -> Response:
         """vLLM's /tokenize: a prompt, or chat messages through the template."""
@@ -139,44 +147,55 @@ class Frontend:
         exposition = await anyio.to_thread.run_sync(self.metrics.exposition)
         return Response(exposition, media_type=CONTENT_TYPE_LATEST)
 
-    def _card(self) -> ModelCard:
+    def _card(self, adapter: str | None = None) -> ModelCard:
+        """The base model's card, or an adapter's (its dir as root, the base as parent)."""
         return ModelCard(
-            id=self.model.name,
+            id=adapter or self.model.name,
             created=self.created,
             owned_by="llm-pipeline",
-            root=str(self.model.tokenizer_dir),
+            root=str(self.model.tokenizer_dir if adapter is None else self.lora_dir / adapter),
             max_model_len=self.model.limits.max_seq_len,
+            parent=None if adapter is None else self.model.name,
         )
 
-    def _check_model(self, name: str, param: str) -> None:
-        if name != self.model.name:
-            raise APIError(
-                404,
-                f"The model `{name}` does not exist; this server serves `{self.model.name}` "
-                f"(GET /v1/models)",
-                param,
-                "model_not_found",
-            )
+    def _check_model(self, name: str, param: str) -> str | None:
+        """The adapter `name` asks for (None: the base model); 404 naming every model served."""
+        if name == self.model.name:
+            return None
+        adapters = adapter_dirs(self.lora_dir)
+        if name in adapters:
+            return name
+        served = ", ".join(f"`{n}`" for n in [self.model.name, *adapters])
+        raise APIError(
+            404,
+            f"The model `{name}` does not exist; this server serves {served} (GET /v1/models)",
+            param,
+            "model_not_found",
+        )
 
     async def _generate(self, request: Request, is_chat: bool) -> Response:
         start = time.perf_counter()
         check_api_key(request, self.api_key)
         body = await read_body(request, self.settings.max_request_bytes)
         parsed = parse(ChatCompletionRequest if is_chat else CompletionRequest, body)
-        self._check_model(parsed.model, "model")
+        adapter = self._check_model(parsed.model, "model")
         if is_chat:
             prompts, param = [self._chat_prompt(parsed)], "messages"
             max_tokens = parsed.requested_max_tokens()
         else:
             prompts, param, max_tokens = self._prompts(parsed.prompt), "prompt", parsed.max_tokens
         plan = choices.plan(parsed, prompts, max_tokens, self.model, self.settings, param)
+        if adapter is not None:
+            plan.choices[:] = [
+                replace(c, params=replace(c.params, lora_name=adapter)) for c in plan.choices
+            ]
         ticket = self.admission.take_now(len(plan.choices))
         if ticket is None:  # it waits in the queue, unless its client leaves first
             ticket = await _unless_client_leaves(
                 request, self.admission.take(len(plan.choices), parsed.priority)
             )
         self.metrics.queue_wait.observe(ticket.waited_s)
-        shape = Shape(is_chat, self.model.name)
+        shape = Shape(is_chat, adapter or self.model.name)
         is_echoed = getattr(parsed, "echo", False)
         echoes = [self.model.echo(c.prompt) if is_echoed else "" for c in plan.choices]
         pieces = merged(

@@ -77,6 +77,7 @@ class ModelCard(BaseModel):
     # that needs the tokenizer can load, and the engine's context length
     root: str
     max_model_len: int
+    parent: str | None = None  # vLLM's: a LoRA adapter's base model id (left out for the base)
 
 
 class ModelList(BaseModel):

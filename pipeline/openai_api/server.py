@@ -14,6 +14,7 @@ from pathlib import Path
 import uvicorn
 
 from pipeline.errors import StageError
+from pipeline.lora.adapters import repository_adapters
 from pipeline.openai_api.app import build_app
 from pipeline.openai_api.recipe import (
     FrontendRecipe,
@@ -105,6 +106,7 @@ def frontend_server(
         grpc_url=grpc_url,
         engine_metrics_url=metrics_url,
         api_key=api_key,
+        lora_dir=str(repository_adapters(deploy.repo_dir).resolve()) if facts.get("lora") else "",
     )
     if recipe.num_workers == 1:
         return OpenAIServer(recipe)

@@ -18,6 +18,7 @@ import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from pipeline.lora.adapters import task_id
 from pipeline.openai_api.grpc_tensors import output_list
 from pipeline.request.errors import ENGINE_UNAVAILABLE, SHUTTING_DOWN
 from pipeline.request.sampling_params import SamplingParams
@@ -92,6 +93,8 @@ def request_arrays(
             arrays[name] = np.array([[getattr(params, name)]], np.int32)
     if params.logprobs is not None:
         arrays["return_log_probs"] = np.array([[True]], np.bool_)
+    if params.lora_name is not None:  # the served model finds the adapter by its task id
+        arrays["lora_task_id"] = np.array([[task_id(params.lora_name)]], np.uint64)
     return arrays
 
 

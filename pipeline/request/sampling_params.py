@@ -10,6 +10,7 @@ vocabulary by RequestLimits, which knows it.
 import math
 from dataclasses import dataclass, field
 
+from pipeline.lora.adapters import NAME as LORA_NAME
 from pipeline.triton_models.input_checks import ALLOWED, LOGIT_BIAS
 
 MAX_INT32 = 2**31 - 1
@@ -64,6 +65,8 @@ def _problems(p: "SamplingParams") -> list[str]:
     for name in ("min_tokens", "prompt_ignore_length"):
         if not 0 <= getattr(p, name) <= MAX_INT32:
             problems.append(f"{name}={getattr(p, name)} must be in [0, {MAX_INT32}]")
+    if p.lora_name is not None and not LORA_NAME.match(p.lora_name):
+        problems.append(f"lora_name={p.lora_name!r} is not an adapter name ({LORA_NAME.pattern})")
     if p.logprobs not in (None, 0):
         problems.append(
             f"logprobs={p.logprobs}: only the sampled token's log probability is returned "
@@ -102,6 +105,7 @@ class SamplingParams:
     # False: this request never verifies draft tokens (when the engine speculates); its tokens
     # are the same either way for greedy requests, and equally distributed for sampled ones
     speculate: bool = True
+    lora_name: str | None = None  # the LoRA adapter to generate with (None: the base model)
     # any penalty set (derived; the sampler reads it for every sequence of every launch)
     has_penalties: bool = field(init=False, repr=False, compare=False)
 

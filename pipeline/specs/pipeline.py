@@ -8,6 +8,7 @@ from pipeline.specs.backend import BackendSpec
 from pipeline.specs.bench import BenchSpec
 from pipeline.specs.build import BuildSpec
 from pipeline.specs.deploy import DeploySpec
+from pipeline.specs.lora import LoraSpec
 from pipeline.specs.model import ModelSpec
 from pipeline.specs.parallel import ParallelSpec
 from pipeline.specs.quant import QuantSpec
@@ -29,6 +30,7 @@ class PipelineSpec:
     serve: ServeSpec = ServeSpec()  # frontends beside tritonserver (serve, demo)
     tune: TuneSpec = TuneSpec()  # measured-feedback search (tune)
     study: StudySpec = StudySpec()  # batch x parallelism study (study)
+    lora: LoraSpec = LoraSpec()  # LoRA adapters served over the base model (deploy, serve)
     workdir: str = "artifacts"  # artifacts live under <workdir>/<model>/<stage>-<config hash>/
     # target GPU for precision checks: auto | cpu | a100 | l40s | h100 | h200 | b200 ...
     hardware: str = "auto"

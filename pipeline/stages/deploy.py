@@ -12,6 +12,8 @@ from pathlib import Path
 
 from pipeline.artifacts import Manifest, StageRequest, produce_artifact, verify_outputs
 from pipeline.backends import load_backend
+from pipeline.lora.deployed import check_adapters, copy_adapters
+from pipeline.lora.fetch import fetch_adapters
 from pipeline.specs.pipeline import PipelineSpec
 from pipeline.stages import build, forced
 from pipeline.triton_repo import repo_writer
@@ -51,6 +53,7 @@ def run(spec: PipelineSpec) -> Path:
     engine_dir = build.run(spec)
     tokenizer_dir = Path(Manifest.read(engine_dir).extra["tokenizer_dir"]).resolve()
     repo_config = {k: v for k, v in asdict(spec.deploy).items() if k not in SERVER_KEYS}
+    adapters = fetch_adapters(spec.lora, Path(spec.workdir), spec.model.name)
     request = StageRequest(
         workdir=Path(spec.workdir),
         model=spec.model.name,
@@ -59,22 +62,26 @@ def run(spec: PipelineSpec) -> Path:
             "deploy": repo_config,
             "backend": asdict(spec.backend),
             "container_image": spec.build.trtllm.container_image,
+            "lora": asdict(spec.lora),
         },
-        upstream={"engine": engine_dir},
+        upstream={"engine": engine_dir, **{f"lora-{n}": p for n, p in adapters.items()}},
         fingerprint_extra=_sources_digest(),
         force=forced(spec, "deploy"),
     )
 
     def produce(out_dir: Path) -> dict:
         verify_outputs(engine_dir)
+        check_adapters(adapters, engine_dir, spec.lora)
         facts = repo_writer.write_repository(
             backend, engine_dir, tokenizer_dir, out_dir / REPOSITORY, spec.deploy
         )
+        copy_adapters(adapters, out_dir / REPOSITORY / "tensorrt_llm")
         return {
             "backend": backend.name,
             "engine_dir": str(Path(engine_dir).resolve()),
             "tokenizer_dir": str(tokenizer_dir),
             "repository": REPOSITORY,
+            "lora": sorted(adapters),  # deployed adapters (the server reads its dir for more)
             **facts,
         }
 

@@ -9,10 +9,12 @@ ensemble needs no preprocessing step: one python-stub hop less on each request's
 
 import copy
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pipeline.lora.adapters import name_for_task
 from pipeline.request import SamplingParams
 from pipeline.triton_models.input_checks import check_inputs, decode_utf8
 from pipeline.triton_models.torch_unsupported import refuse_unsupported
@@ -189,10 +191,25 @@ def _logit_bias(arrays: dict[str, np.ndarray]) -> tuple[tuple[int, float], ...]:
     return tuple((int(t), float(bias[t])) for t in np.flatnonzero(bias))
 
 
+def _lora_name(arrays: dict[str, np.ndarray], lora_dir: str | None) -> str | None:
+    """The adapter lora_task_id names (the repository's adapter dir, read again each time, so
+    an adapter copied in while serving is found); None without one."""
+    lora_task_id = _scalar(arrays, "lora_task_id")
+    if lora_task_id is None:
+        return None
+    if lora_dir is None:
+        raise ValueError(
+            f"not supported by backend=torch: lora_task_id={lora_task_id} (no LoRA adapters: "
+            f"deploy the model with lora.adapters, or leave it out)"
+        )
+    return name_for_task(Path(lora_dir), int(lora_task_id))
+
+
 def from_arrays(
     arrays: dict[str, np.ndarray],
     default_exclude_input: bool,
     encoder: TextEncoder | None = None,
+    lora_dir: str | None = None,
 ) -> LLMRequest:
     """Raises ValueError (sent back as the request's error) for inputs the engine can't take.
     encoder: tokenizes text inputs; a text prompt's end_id/pad_id default to its tokenizer's."""
@@ -223,6 +240,7 @@ def from_arrays(
         min_p=float(_scalar(arrays, "min_p", 0.0)),
         logit_bias=_logit_bias(arrays),
         logprobs=0 if _scalar(arrays, "return_log_probs", False) else None,
+        lora_name=_lora_name(arrays, lora_dir),
         **_sampling(arrays),
     )
     return LLMRequest(

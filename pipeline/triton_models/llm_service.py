@@ -123,6 +123,7 @@ class LLMService:
         self.async_engine = EngineSupervisor(start_engine, max_restarts, restart_window_s)
         self._block_size = engine_block_size(Path(engine_dir))
         self.exclude_input_in_output = exclude_input_in_output
+        self.lora_dir = runtime.get("lora_dir")  # lora_task_id -> the adapter of that name
         self.detokenizer = (
             None if tokenizer_dir is None else Detokenizer(tokenizer_dir, skip_special_tokens)
         )
@@ -162,7 +163,7 @@ class LLMService:
         the engine is gone. received_at: perf_counter() when the caller took the request (the
         submit hop's start; default now)."""
         received_at = time.perf_counter() if received_at is None else received_at
-        request = from_arrays(arrays, self.exclude_input_in_output, self.encoder)
+        request = from_arrays(arrays, self.exclude_input_in_output, self.encoder, self.lora_dir)
         if wants_text and self.detokenizer is None:
             raise ValueError("text_output needs the model's tokenizer_dir parameter")
         submitted = []  # num_return_sequences: one engine request each, answered apart

@@ -18,9 +18,9 @@ ABSENT_FEATURES = {
     "prompt_vocab_size": "no prompt tables (p-tuning)",
     "prompt_table_extra_ids": "no prompt tables (p-tuning)",
     "prompt_table_extra_id": "no prompt tables (p-tuning)",
-    "lora_task_id": "no LoRA adapters",
-    "lora_weights": "no LoRA adapters",
-    "lora_config": "no LoRA adapters",
+    # adapters are deployed with the model (lora.adapters) and named by lora_task_id
+    "lora_weights": "no LoRA weights in requests (deploy the adapter, send its lora_task_id)",
+    "lora_config": "no LoRA weights in requests (deploy the adapter, send its lora_task_id)",
     "guided_decoding_guide_type": "no guided decoding",
     "guided_decoding_guide": "no guided decoding",
     "encoder_input_features": "no encoder-decoder models",

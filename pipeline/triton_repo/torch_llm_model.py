@@ -13,8 +13,10 @@ from pathlib import Path
 import pipeline
 from pipeline.errors import ConfigError
 from pipeline.specs.deploy import DeploySpec
+from pipeline.specs.lora import LoraSpec
 from pipeline.triton_models import SERVED
 from pipeline.triton_models.engine_runtime import runtime_parameters
+from pipeline.triton_models.lora_parameters import lora_parameters
 from pipeline.triton_repo import interface as io
 from pipeline.triton_repo import model_config as mcfg
 from pipeline.triton_repo.engine_info import EngineInfo, triton_max_batch_size
@@ -60,7 +62,9 @@ def _check_restarts(deploy: DeploySpec) -> None:
         )
 
 
-def model_config(engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, device: str):
+def model_config(
+    engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, device: str, lora: LoraSpec
+):
     _check_restarts(deploy)
     engine = EngineInfo.read(engine_dir)
     max_batch_size = triton_max_batch_size(deploy, engine)
@@ -85,6 +89,7 @@ def model_config(engine_dir: Path, tokenizer_dir: Path, deploy: DeploySpec, devi
             "device": device,
             "exclude_input_in_output": deploy.exclude_input_in_output,
             **runtime_parameters(deploy),  # the engine's, as the direct bench runs it
+            **lora_parameters(lora),
             "num_threads": deploy.torch.num_threads,
             "coalesce_stream": deploy.torch.coalesce_stream,
             "max_response_rate": deploy.torch.max_response_rate,
@@ -106,10 +111,17 @@ def write(
     *,
     deploy: DeploySpec | None = None,
     device: str = "auto",
+    lora: LoraSpec | None = None,
 ) -> str:
     """Write model_dir/{config.pbtxt, 1/model.py}; return the config text."""
     text = mcfg.render(
-        model_config(Path(engine_dir), Path(tokenizer_dir), deploy or DeploySpec(), device)
+        model_config(
+            Path(engine_dir),
+            Path(tokenizer_dir),
+            deploy or DeploySpec(),
+            device,
+            lora or LoraSpec(),
+        )
     )
     version_dir = Path(model_dir) / "1"
     version_dir.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.engine_json import EngineJson
 from pipeline.errors import ConfigError
+from pipeline.lora.trtllm import cache_parameters as lora_cache_parameters
+from pipeline.lora.trtllm import engine_problems as lora_engine_problems
 from pipeline.specs.deploy import DeploySpec
+from pipeline.specs.lora import LoraSpec
 from pipeline.trtllm.memory_settings import deploy_problems, kv_cache_reuse, memory_params
 from pipeline.trtllm.triton_io import INPUTS, OUTPUTS
 
@@ -134,11 +137,14 @@ def tensorrt_llm_config(
     target: ServingTarget,
     built_sm: int | None = None,
     gpu_weight_budget_gb: float | None = None,
+    lora: LoraSpec | None = None,
 ) -> str:
     """config.pbtxt text of the `tensorrt_llm` model; ConfigError listing every refusal reason.
     gpu_weight_budget_gb: build.gpu_weight_budget_gb (gpu_weights_percent)."""
     problems = _engine_problems(engine, deploy, target, built_sm) + _deploy_problems(deploy, engine)
     problems += deploy_problems(engine, deploy, gpu_weight_budget_gb)
+    lora = lora or LoraSpec()
+    problems += lora_engine_problems(engine, lora)
     if problems:
         raise ConfigError(
             "deploy: backend=trtllm cannot serve this engine: "
@@ -168,6 +174,7 @@ def tensorrt_llm_config(
     if deploy.trtllm.max_tokens_in_paged_kv_cache > 0:
         params["max_tokens_in_paged_kv_cache"] = str(deploy.trtllm.max_tokens_in_paged_kv_cache)
     params |= memory_params(engine, deploy, gpu_weight_budget_gb)
+    params |= lora_cache_parameters(lora)
     for key, value in params.items():
         config.parameters[key].string_value = value
     header = (

@@ -17,6 +17,7 @@ from pipeline.engine.execution.model_runner import ModelRunner
 from pipeline.engine.execution.phase_range import phase
 from pipeline.engine.execution.weights import load_rank_weights
 from pipeline.engine.kernels.tuned_configs import install_engine_configs
+from pipeline.engine.lora.manager import UnknownAdapter
 from pipeline.engine.scheduling.block_manager import BlockManager
 from pipeline.engine.scheduling.prefix_cache import PrefixCachingBlockManager, prefix_cache_stats
 from pipeline.engine.scheduling.sampled_tokens import SampledTokens
@@ -99,6 +100,7 @@ class LLMEngine:
             config.scheduler_policy,
             config.enable_chunked_prefill,
             num_lookahead_tokens=runner.max_scheduler_steps - 1,
+            max_loras=config.lora.max_loras if config.lora else 0,
         )
         self.limits = RequestLimits(
             max_input_len=config.max_input_len,
@@ -160,9 +162,25 @@ class LLMEngine:
             raise ValueError(f"request: id {request_id!r} is already in flight")
         self.validate_request(prompt_token_ids, params)
         seq = Sequence(request_id, prompt_token_ids, params, self.eos_token_ids, arrival_time_s)
+        seq.lora_id = self.lora_id(params.lora_name)
+        seq.kv_extra_key = seq.lora_id or None  # an adapter's K/V differ from the base model's
         self._requests[request_id] = seq
         self.scheduler.add(seq)
         return seq
+
+    def lora_id(self, name: str | None) -> int:
+        """The engine's id of adapter `name` (0 for None); UnknownAdapter (a ValueError) naming
+        the known ones when neither the engine nor its adapter dir has it."""
+        lora = self.model_runner.lora
+        if name is not None and lora is None:
+            raise UnknownAdapter(
+                f"lora adapter {name!r}: this engine serves no adapters (start it with lora_dir)"
+            )
+        return 0 if lora is None else lora.resolve(name)
+
+    def lora_names(self) -> list[str]:
+        lora = self.model_runner.lora
+        return [] if lora is None else lora.names()
 
     def has_unfinished(self) -> bool:
         return (

@@ -41,6 +41,7 @@ from pipeline.engine.execution.step_inputs import (
 from pipeline.engine.layers.batch_metadata import BatchMetadata
 from pipeline.engine.layers.linear import kernel_counts
 from pipeline.engine.layers.sampler import Sampler, sampling_tensors
+from pipeline.engine.lora.manager import attach_lora
 from pipeline.engine.models import MODELS
 from pipeline.engine.parallel.mapping import Mapping, rank_device
 from pipeline.engine.parallel.tensor_parallel import SINGLE
@@ -98,6 +99,8 @@ class ModelRunner:
             )
         if self.streamer is not None:
             self.streamer.attach(self.model)
+        # LoRA adapters over the base model (before the graphs capture it); None: none
+        self.lora = attach_lora(config, self.model, self.mapping, self.device)
         if self.ranks:  # every rank has its weights (a CPU barrier before any NCCL work)
             self.ranks.agree_min(0)
         _, kv_heads = self.mapping.local_heads(m.num_heads, m.num_kv_heads)
@@ -220,6 +223,8 @@ class ModelRunner:
     ) -> torch.Tensor:
         # -> last stage: logits [S, vocab] float32 of the rows that sample; else [T, 2, hidden]
         is_last = self.model.is_last_stage
+        if self.lora is not None:
+            self.lora.batch.set_step(meta.lora_slots)
         with phase("engine.forward"):
             if self.graphs is not None and self.graphs.can_run(meta):
                 out = self.graphs.replay(inputs, meta)
@@ -249,8 +254,16 @@ class ModelRunner:
         if self.mapping.pp_size > 1:
             tokens = batch.num_tokens.tolist()
             slices = split_micro_batches(tokens, micro_batches(sum(tokens), self.mapping.pp_size))
+        lora = None if batch.lora_ids is None else self.lora.slots_for(batch.lora_ids)
         packed = [
-            pack_step(batch.rows(part), num_steps, self.block_size, self.scratch_slot, num_last)
+            pack_step(
+                batch.rows(part),
+                num_steps,
+                self.block_size,
+                self.scratch_slot,
+                num_last,
+                None if lora is None else lora[part],
+            )
             for part in slices
         ]
         if batch.draft_token_ids is not None:  # speculative decoding: logits at every draft
@@ -390,6 +403,8 @@ class ModelRunner:
         return self._prompt_logits(ids)
 
     def _prompt_logits(self, ids: torch.Tensor) -> torch.Tensor | None:
+        if self.lora is not None:  # the base model's logits
+            self.lora.batch.set_step(None)
         layers, _, kv_heads, head_dim = self.kv_layout
         return stage_prompt_logits(
             self.model, self.stage, ids, self.device, layers, kv_heads, head_dim, self.kv_dtype

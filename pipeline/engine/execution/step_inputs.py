@@ -6,7 +6,8 @@ tokens on the device), positions [T], slots [T], context lens [B] (a decode step
 adjacent: its [3, B] rows), logits rows [S] (absent when every token's row samples), query start
 [B + 1], block tables [B * width], pending at / from [P] each (absent when the inputs are a slice
 of the last sampled tokens), then for the num_ahead decode steps of the S sequences that sample:
-their [num_ahead, 3, S] rows, query start [S + 1] and, unless S == B, their block tables.
+their [num_ahead, 3, S] rows, query start [S + 1] and, unless S == B, their block tables; last,
+with LoRA adapters, each token's adapter slot [T] (the steps ahead take their sampling rows').
 Both the header and the parts are typed (StepHeader, StepParts): the fields' order is the
 layout, and the parts' sizes follow from the header (StepHeader.part_sizes).
 """
@@ -36,6 +37,7 @@ class StepHeader(NamedTuple):
     num_pending: int = 0  # P
     table_width: int = 0
     ahead_tables: bool = False  # the steps ahead have block tables of their own (S < B)
+    has_lora: bool = False  # a LoRA slot part: each token's adapter slot
 
     def part_sizes(self) -> "StepParts":
         b, t, s, width = self.num_seqs, self.num_tokens, self.num_sampled, self.table_width
@@ -54,6 +56,7 @@ class StepHeader(NamedTuple):
             ahead * 3 * s,
             s + 1 if ahead else 0,
             s * width if self.ahead_tables else 0,
+            t if self.has_lora else 0,
         )
 
 
@@ -79,6 +82,7 @@ class StepParts(NamedTuple):
     ahead_rows: Part  # [num_ahead, 3, S]: positions, slots, context lens
     ahead_query_start: Part
     ahead_tables: Part
+    lora_slots: Part  # [T]: each token's LoRA slot (0: no adapter)
 
 
 @dataclass(slots=True)
@@ -104,11 +108,12 @@ def pack_step(
     block_size: int,
     scratch_slot: int,
     num_last_sampled: int | None,
+    lora_slots: np.ndarray | None = None,
 ) -> PackedStep:
     """Pack the step of this batch and the num_steps - 1 decode steps of its rows that sample
     after it. A sampling row's block table covers the steps ahead too, so theirs are rows of
     this step's. num_last_sampled: rows of the last launched step's sampled tokens (None: none
-    yet)."""
+    yet). lora_slots: [B] each row's LoRA slot (None: no LoRA part)."""
     bs = block_size
     num_seqs = len(batch)
     lens, starts, limits = batch.num_tokens, batch.num_computed_tokens, batch.max_kv_tokens
@@ -165,6 +170,7 @@ def pack_step(
         len(pending_at),
         table_np.shape[1],
         num_ahead > 0 and num_sampled < num_seqs,
+        lora_slots is not None,
     )
     parts = StepParts(
         batch.input_ids,
@@ -177,6 +183,7 @@ def pack_step(
         () if last_offset >= 0 else pending_at,
         () if last_offset >= 0 else pending_from,
         *ahead,
+        () if lora_slots is None else np.repeat(lora_slots, lens),
     )
     seqs = batch.seqs
     sampling = list(seqs) if num_sampled == num_seqs else [seqs[i] for i in sampled_at.tolist()]
@@ -244,4 +251,9 @@ def unpack_step(
             for rows in parts.ahead_rows.view(num_ahead, 3, num_sampled)
         ]
     logits_rows = None if header.samples_all else parts.logits_rows
+    if header.has_lora:  # the steps ahead decode the rows that sample
+        meta.lora_slots = parts.lora_slots
+        ahead_slots = parts.lora_slots if logits_rows is None else parts.lora_slots[logits_rows]
+        for step in ahead:
+            step.lora_slots = ahead_slots
     return StepInputs(input_ids, meta, logits_rows, ahead, num_tokens, num_sampled)

@@ -17,6 +17,7 @@ class BatchMetadata:
     # a decode step's positions, slot_mapping and context_lens as the rows of one [3, B] tensor,
     # which a CUDA-graph replay copies in one go (None: three tensors of their own)
     decode_rows: torch.Tensor | None = None
+    lora_slots: torch.Tensor | None = None  # [T] int64: each token's LoRA slot (None: none)
 
     @classmethod
     def for_decode(

@@ -24,7 +24,10 @@ import logging
 import time
 from collections import deque
 
+import numpy as np
+
 from pipeline.engine.scheduling.block_manager import BlockManager
+from pipeline.engine.scheduling.lora_admission import lora_admits
 from pipeline.engine.scheduling.sampled_tokens import SampledTokens
 from pipeline.engine.scheduling.scheduler_output import SchedulerOutput, scheduler_output
 from pipeline.engine.scheduling.sequence import Sequence, SequenceStatus
@@ -53,6 +56,7 @@ class Scheduler:
         policy: str,
         enable_chunked_prefill: bool,
         num_lookahead_tokens: int = 0,
+        max_loras: int = 0,
     ):
         assert policy in POLICIES, policy
         self.block_manager = block_manager
@@ -62,6 +66,7 @@ class Scheduler:
         self.enable_chunked_prefill = enable_chunked_prefill
         self.num_lookahead_tokens = num_lookahead_tokens
         self.caches_prefixes = block_manager.caches_prefixes  # prefix_cache.py
+        self.max_loras = max_loras  # distinct adapters the running batch may hold (0: none)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
@@ -86,6 +91,9 @@ class Scheduler:
             copies = self.block_manager.take_copies()
             if copies is not None:
                 batch = dataclasses.replace(batch, blocks_to_copy=copies)
+        if self.max_loras:
+            lora_ids = np.fromiter((s.lora_id for s in seqs), np.int64, len(seqs))
+            batch = dataclasses.replace(batch, lora_ids=lora_ids)
         return batch
 
     def _schedule_batch(self, scheduled: list[Sequence], scheduled_tokens: list[int]) -> None:
@@ -124,6 +132,8 @@ class Scheduler:
     def _admit(self, seq: Sequence, budget: int) -> int:
         """Move the first waiting sequence to the running batch if its next chunk fits:
         the tokens it runs this step, or 0 (it stays waiting)."""
+        if self.max_loras and not lora_admits(self.running, seq, self.max_loras):
+            return 0
         hit = None
         if self.caches_prefixes:  # its cached prefix is computed already
             hit = self.block_manager.find_prefix(seq)

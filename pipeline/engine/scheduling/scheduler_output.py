@@ -69,6 +69,7 @@ class SchedulerOutput:
             self.input_ids[qs[0] : qs[-1]],
             self.samples[part],
             draft_token_ids=None if self.draft_token_ids is None else self.draft_token_ids[part],
+            lora_ids=None if self.lora_ids is None else self.lora_ids[part],
         )
 
 

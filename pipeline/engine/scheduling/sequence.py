@@ -59,6 +59,8 @@ class Sequence:
         self.block_hashes: list[bytes] = []
         self.num_cached_blocks = 0
         self.num_cached_tokens = 0
+        # the engine's id of params.lora_name's adapter (0: none); a prefix cache keys on it too
+        self.lora_id = 0
         self.finish_reason: str | None = None
         self.generator: torch.Generator | None = None
         # [2, V] on the device, made and updated by the sampler (layers/penalties.py)

@@ -129,11 +129,13 @@ class TritonPythonModel:
         from pipeline.triton_models.engine_runtime import runtime_from_parameters
         from pipeline.triton_models.hop_log import HOP_STATS, HOPS
         from pipeline.triton_models.llm_service import LLMService
+        from pipeline.triton_models.lora_parameters import lora_runtime
 
         self.service = LLMService(
             params["engine_dir"],
             device=params["device"],
-            runtime=runtime_from_parameters(params),
+            runtime=runtime_from_parameters(params)
+            | lora_runtime(params, args["model_repository"]),
             exclude_input_in_output=params["exclude_input_in_output"] == "true",
             coalesce_stream=params["coalesce_stream"] == "true",
             max_response_rate=float(params["max_response_rate"]) / num_instances,

@@ -187,3 +187,51 @@ def test_torch_engine_is_refused(tmp_path):
         ArtifactError, match="backend='torch': this engine was built by another backend"
     ):
         read_engine_config(engine)
+
+
+def test_lora_cache_parameters_are_upstreams_and_set_from_lora_cache(tmp_path):
+    # tensorrtllm_backend all_models/inflight_batcher_llm/tensorrt_llm/config.pbtxt names them
+    upstream = {
+        "lora_cache_optimal_adapter_size",
+        "lora_cache_max_adapter_size",
+        "lora_cache_gpu_memory_fraction",
+        "lora_cache_host_memory_bytes",
+    }
+    assert not upstream & set(params(generate(tmp_path / "off", FIXTURE_ENGINE)))
+
+    def lora_engine(config):
+        config["build_config"]["plugin_config"]["lora_plugin"] = "auto"
+        config["build_config"]["lora_config"]["lora_target_modules"] = ["attn_q", "attn_v"]
+        config["build_config"]["lora_config"]["max_lora_rank"] = 16
+
+    engine = engine_copy(tmp_path, lora_engine)
+    lora = (
+        "+lora.adapters.sql=/adapters/sql",
+        "lora.max_rank=16",
+        "lora.target_modules=[q_proj,v_proj]",
+        "lora.cache_gpu_memory_fraction=0.1",
+        "lora.cache_host_memory_bytes=1073741824",
+        "lora.cache_optimal_adapter_size=16",
+        "lora.cache_max_adapter_size=64",
+    )
+    got = params(generate(tmp_path / "on", engine, *lora))
+    assert {k: got[k] for k in upstream} == {
+        "lora_cache_optimal_adapter_size": "16",
+        "lora_cache_max_adapter_size": "64",
+        "lora_cache_gpu_memory_fraction": "0.1",
+        "lora_cache_host_memory_bytes": "1073741824",
+    }
+
+
+def test_lora_adapters_need_an_engine_built_for_them(tmp_path):
+    with pytest.raises(ConfigError, match=r"LoRA plugin; rebuild with build.trtllm.lora_plugin"):
+        generate(tmp_path, FIXTURE_ENGINE, "+lora.adapters.sql=/adapters/sql")
+
+    def rank_8(config):
+        config["build_config"]["plugin_config"]["lora_plugin"] = "auto"
+        config["build_config"]["lora_config"]["max_lora_rank"] = 8
+        config["build_config"]["lora_config"]["lora_target_modules"] = ["attn_q"]
+
+    engine = engine_copy(tmp_path, rank_8)
+    with pytest.raises(ConfigError, match=r"max_lora_rank=8 is below lora.max_rank=64.*adapts no"):
+        generate(tmp_path / "r", engine, "+lora.adapters.sql=/adapters/sql")
