@@ -2,6 +2,21 @@
 
 from dataclasses import dataclass
 
+import numpy as np
+
+# one position's likeliest tokens: (token id, log probability), likeliest first
+TopLogprobs = tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PromptScores:
+    """What the prefill computed of a prompt's positions, for the requests that asked."""
+
+    # each prompt token's log probability given the tokens before it; None for the first
+    logprobs: list[float | None] | None = None  # params.prompt_logprobs set
+    top_logprobs: list[TopLogprobs] | None = None  # its N likeliest alternatives (first: ())
+    context_logits: np.ndarray | None = None  # [prompt_len, V] float32 (return_context_logits)
+
 
 @dataclass(frozen=True, slots=True)
 class StreamDelta:
@@ -11,6 +26,9 @@ class StreamDelta:
     finish_reason: str | None = None  # "stop" | "length" | "cancelled" | "error" once finished
     error: str | None = None  # why the request failed (finish_reason "error")
     logprobs: list[float] | None = None  # of token_ids, when the request asked (params.logprobs)
+    top_logprobs: list[TopLogprobs] | None = None  # of token_ids (params.logprobs > 0)
+    prompt: PromptScores | None = None  # on the request's first delta (params.scores_prompt)
+    generation_logits: np.ndarray | None = None  # [len(token_ids), V] float32
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,3 +42,6 @@ class RequestOutput:
     first_token_time_s: float | None
     finish_time_s: float | None
     logprobs: list[float] | None = None  # of token_ids, when the request asked (params.logprobs)
+    top_logprobs: list[TopLogprobs] | None = None  # of token_ids (params.logprobs > 0)
+    prompt: PromptScores | None = None  # params.prompt_logprobs / return_context_logits
+    generation_logits: np.ndarray | None = None  # [len(token_ids), V] float32
