@@ -19,6 +19,19 @@ class PromptScores:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestMetrics:
+    """One request's times (time.perf_counter(): CLOCK_MONOTONIC, the clock TensorRT-LLM's
+    steady_clock timestamps read on Linux) and KV-cache blocks, for return_perf_metrics."""
+
+    arrival_time_s: float  # the request reached the engine
+    first_scheduled_time_s: float  # first admitted to the running batch
+    first_token_time_s: float  # its first token on the host
+    last_token_time_s: float  # its last token on the host
+    num_total_blocks: int  # KV-cache blocks its tokens took
+    num_reused_blocks: int = 0  # of them, found in the cache (no prefix cache: 0)
+
+
+@dataclass(frozen=True, slots=True)
 class StreamDelta:
     request_id: str
     token_ids: list[int]  # generated this step (empty when the step ended on eos or a cancel)
@@ -29,6 +42,7 @@ class StreamDelta:
     top_logprobs: list[TopLogprobs] | None = None  # of token_ids (params.logprobs > 0)
     prompt: PromptScores | None = None  # on the request's first delta (params.scores_prompt)
     generation_logits: np.ndarray | None = None  # [len(token_ids), V] float32
+    metrics: RequestMetrics | None = None  # on the final delta (params.return_perf_metrics)
 
 
 @dataclass(frozen=True, slots=True)

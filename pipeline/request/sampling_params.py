@@ -107,6 +107,7 @@ class SamplingParams:
     # (TensorRT-LLM's return_context_logits / return_generation_logits)
     return_context_logits: bool = False
     return_generation_logits: bool = False
+    return_perf_metrics: bool = False  # its times and KV-cache blocks on its final delta
     # (token id, bias) added to that token's logit before penalties and sampling (OpenAI's
     # logit_bias; TensorRT-LLM's embedding_bias, sparse); sorted by token id
     logit_bias: tuple[tuple[int, float], ...] = ()

@@ -13,6 +13,7 @@ import numpy as np
 from pipeline.request import StreamDelta
 from pipeline.triton_models.detokenizer import TextStream
 from pipeline.triton_models.llm_request import LLMRequest
+from pipeline.triton_models.output_scores import OutputScores, ScoresSoFar
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,7 @@ class OutputChunk:
     sequence_index: int = 0  # which of the request's num_return_sequences
     num_input_tokens: int | None = None  # the prompt's, when the request asked
     is_output_counted: bool = False  # the request asked for num_output_tokens
+    scores: OutputScores | None = None  # top log probabilities, logits, perf metrics (asked)
 
 
 @dataclass(slots=True)
@@ -51,6 +53,7 @@ class LiveRequest:
     is_sending: bool = False  # its last response is still in its lane
     is_gone: bool = False  # its caller hung up or failed: nothing more goes out
     error: str | None = None  # the engine failed this request
+    scores: ScoresSoFar | None = None  # made by the first delta that brings any
 
     def take(self, delta: StreamDelta, now: float) -> None:
         if not self.first_token_at and delta.token_ids:
@@ -61,6 +64,14 @@ class LiveRequest:
                 self.logprobs = []
             self.logprobs.extend(delta.logprobs)
             self.cum_logprob += sum(delta.logprobs)
+        if self.scores is not None or (
+            delta.top_logprobs is not None
+            or delta.prompt is not None
+            or delta.generation_logits is not None
+            or delta.metrics is not None
+        ):
+            self.scores = self.scores or ScoresSoFar()
+            self.scores.take(delta)
         self.is_finished = delta.finished
         self.error = delta.error
         if delta.finished:
@@ -92,4 +103,5 @@ class LiveRequest:
             self.sequence_index,
             len(self.request.prompt_token_ids) if self.request.wants_num_input_tokens else None,
             self.request.wants_num_output_tokens,
+            None if self.scores is None else self.scores.chunk(self.request.is_streaming),
         )

@@ -45,8 +45,8 @@ def hf_logprobs(model, tokens: list[int]) -> torch.Tensor:
 
 def assert_close(got, want) -> None:
     # relative 1e-4, with a floor for values near 0 (float32 summation order)
-    assert np.allclose(np.asarray(got, np.float64), np.asarray(want), rtol=REL, atol=1e-5), (
-        np.max(np.abs(np.asarray(got) - np.asarray(want)))
+    assert np.allclose(np.asarray(got, np.float64), np.asarray(want), rtol=REL, atol=1e-5), np.max(
+        np.abs(np.asarray(got) - np.asarray(want))
     )
 
 

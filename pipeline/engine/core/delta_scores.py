@@ -1,17 +1,25 @@
-"""The scores a step's delta carries beside its tokens, for the requests that asked: the new
-tokens' top log probabilities and logits, and on the first delta the prompt's scores."""
+"""What a step's delta carries beside its tokens, for the requests that asked: the new tokens'
+top log probabilities and logits, on the first delta the prompt's scores, and on the final one
+the request's times and KV-cache blocks."""
 
 import numpy as np
 
 from pipeline.engine.scheduling.sequence import Sequence
+from pipeline.request.outputs import RequestMetrics
 
 _NONE: dict = {}
 
 
-def delta_scores(seq: Sequence, num_new: int) -> dict:
-    """StreamDelta's top_logprobs / prompt / generation_logits of seq's newest num_new tokens."""
+def delta_scores(seq: Sequence, num_new: int, block_size: int) -> dict:
+    """StreamDelta's top_logprobs / prompt / generation_logits / metrics of seq's newest num_new
+    tokens."""
     params = seq.params
-    if not (params.logprobs or params.return_generation_logits or seq.prompt_scores):
+    if not (
+        params.logprobs
+        or params.return_generation_logits
+        or params.return_perf_metrics
+        or seq.prompt_scores
+    ):
         return _NONE
     scores = {}
     if seq.top_logprobs is not None:
@@ -22,4 +30,13 @@ def delta_scores(seq: Sequence, num_new: int) -> dict:
     builder = seq.prompt_scores
     if builder is not None and builder.is_complete:
         seq.reported_prompt_scores = scores["prompt"] = builder.take()
+    if params.return_perf_metrics and seq.is_finished:
+        scores["metrics"] = RequestMetrics(
+            seq.arrival_time_s,
+            seq.admitted_time_s,
+            seq.first_token_time_s,
+            seq.finish_time_s,
+            # the K/V of every token but the last, which is never fed back
+            num_total_blocks=-(-min(seq.num_tokens - 1, seq.max_kv_tokens) // block_size),
+        )
     return scores

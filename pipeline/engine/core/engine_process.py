@@ -184,10 +184,9 @@ class _Hub:
                 # plain tuples: a slotted dataclass pickles through Python-level __getstate__,
                 # about ten times the engine's GIL time of a tuple
                 row = (d.request_id, d.token_ids, d.finished, d.finish_reason, d.error, d.logprobs)
-                if d.top_logprobs is not None or d.prompt is not None:  # asked for: their scores
-                    row += (d.top_logprobs, d.prompt, d.generation_logits)
-                elif d.generation_logits is not None:
-                    row += (None, None, d.generation_logits)
+                extra = (d.top_logprobs, d.prompt, d.generation_logits, d.metrics)
+                if any(x is not None for x in extra):  # asked for: scores, logits or metrics
+                    row += extra
                 by_client.setdefault(client, []).append(row)
                 if d.finished:
                     del self._owners[d.request_id]

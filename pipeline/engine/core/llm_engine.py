@@ -280,7 +280,7 @@ class LLMEngine:
                     reason is not None,
                     reason,
                     logprobs=logprobs,
-                    **delta_scores(seq, num_new),
+                    **delta_scores(seq, num_new, self.scheduler.block_manager.block_size),
                 )
             )
 
