@@ -32,6 +32,8 @@ class Answer:
     finish_reasons: list[str | None] = field(default_factory=list)
     token_ids: list[list[int]] = field(default_factory=list)  # with log probabilities only
     logprobs: list[list[float]] = field(default_factory=list)
+    top_logprobs: list[list] = field(default_factory=list)  # each token's likeliest, when asked
+    prompts: list = field(default_factory=list)  # each choice's prompt scores (echo), or None
 
     def __post_init__(self):
         self.texts = [""] * self.num_choices
@@ -39,6 +41,8 @@ class Answer:
         self.finish_reasons = [None] * self.num_choices
         self.token_ids = [[] for _ in range(self.num_choices)]
         self.logprobs = [[] for _ in range(self.num_choices)]
+        self.top_logprobs = [[] for _ in range(self.num_choices)]
+        self.prompts = [None] * self.num_choices
 
     def add(self, index: int, piece: Piece) -> None:
         self.texts[index] += piece.text
@@ -47,6 +51,10 @@ class Answer:
         if piece.logprobs is not None:
             self.token_ids[index] += piece.token_ids
             self.logprobs[index] += piece.logprobs
+        if piece.top_logprobs is not None:
+            self.top_logprobs[index] += piece.top_logprobs
+        if piece.prompt is not None:
+            self.prompts[index] = piece.prompt
 
     @property
     def num_completion_tokens(self) -> int:
@@ -78,7 +86,7 @@ class Shape:
                 content = {"text": text}
             part = None
             if logprobs is not None:
-                part = logprobs.part(answer.token_ids[i], answer.logprobs[i], 0)
+                part = logprobs.choice_part(i, answer)
             choices.append({"index": i, **content, "logprobs": part, "finish_reason": reason})
         return {
             **self._head(is_chunk=False),

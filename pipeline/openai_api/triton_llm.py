@@ -19,6 +19,12 @@ import grpc
 import numpy as np
 from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 
+from pipeline.openai_api.response_scores import (
+    PROMPT_LOG_PROBS,
+    TOP_LOG_PROBS,
+    ResponseScores,
+    response_scores,
+)
 from pipeline.request.errors import ENGINE_UNAVAILABLE, SHUTTING_DOWN
 from pipeline.request.sampling_params import SamplingParams
 
@@ -89,6 +95,10 @@ def request_arrays(
             arrays[name] = np.array([[getattr(params, name)]], np.int32)
     if params.logprobs is not None:
         arrays["return_log_probs"] = np.array([[True]], np.bool_)
+    if params.logprobs:
+        arrays["num_top_log_probs"] = np.array([[params.logprobs]], np.int32)
+    if params.prompt_logprobs is not None:
+        arrays["num_prompt_log_probs"] = np.array([[params.prompt_logprobs]], np.int32)
     return arrays
 
 
@@ -101,6 +111,10 @@ def _infer_request(model: str, arrays: dict[str, np.ndarray]) -> service_pb2.Mod
     request.outputs.add(name="output_ids")
     if "return_log_probs" in arrays:
         request.outputs.add(name=LOG_PROBS)
+    for name in TOP_LOG_PROBS if "num_top_log_probs" in arrays else ():
+        request.outputs.add(name=name)
+    for name in PROMPT_LOG_PROBS if "num_prompt_log_probs" in arrays else ():
+        request.outputs.add(name=name)
     return request
 
 
@@ -137,10 +151,10 @@ class TritonLLM:
 
     async def stream(
         self, prompt_ids: list[int], params: SamplingParams
-    ) -> AsyncIterator[tuple[list[int], list[float] | None, bool]]:
-        """(new token ids, their log probabilities when params.logprobs asks, is_final) for
-        each response, up to the final one. Closing this generator before the final response
-        cancels the request in the engine."""
+    ) -> AsyncIterator[tuple[list[int], list[float] | None, bool, ResponseScores | None]]:
+        """(new token ids, their log probabilities when params.logprobs asks, is_final, the
+        likeliest tokens' and the prompt's when asked) for each response, up to the final one.
+        Closing this generator before the final response cancels the request in the engine."""
         request = _infer_request(self.model, request_arrays(prompt_ids, params, self.vocab_size))
         done = asyncio.Event()
 
@@ -163,6 +177,7 @@ class TritonLLM:
                     [] if ids is None else ids.reshape(-1).tolist(),
                     None if logprobs is None else logprobs.reshape(-1).tolist(),
                     is_final,
+                    response_scores(outputs, params),
                 )
                 if is_final:
                     return
