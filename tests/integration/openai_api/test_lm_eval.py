@@ -115,7 +115,6 @@ def test_served_loglikelihoods_equal_lm_evals_hf_model(api, tokenizer, model_nam
             row.append(loglik)
         served.append(row)
     assert served == [pytest.approx(want, rel=REL) for want in logliks(hf_items)]
-    assert sum(max(range(3), key=row.__getitem__) == a for row, (_, _, a) in zip(served, ITEMS)) > 4
 
 
 def test_lm_eval_local_completions_equals_its_hf_model(
