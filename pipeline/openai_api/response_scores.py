@@ -39,17 +39,15 @@ def response_scores(outputs, params: SamplingParams) -> ResponseScores | None:
     top = None
     values, ids = (outputs.as_numpy(name) for name in TOP_LOG_PROBS)
     if params.logprobs and values is not None:
-        n = values.shape[-2]
-        top = _tops(values.reshape(n, -1), ids.reshape(n, -1), params.logprobs)
+        shape = values.shape[-2:]  # [n, N]; an empty response's n is 0
+        top = _tops(values.reshape(shape), ids.reshape(shape), params.logprobs)
     prompt = prompt_top = None
     logprobs = outputs.as_numpy(PROMPT_LOG_PROBS[0])
     if logprobs is not None:
         prompt = [None, *logprobs.reshape(-1)[1:].tolist()]
         values, ids = (outputs.as_numpy(name) for name in PROMPT_LOG_PROBS[1:])
         if params.prompt_logprobs and values is not None:
-            p = len(prompt)
-            prompt_top = [
-                (),
-                *_tops(values.reshape(p, -1), ids.reshape(p, -1), params.prompt_logprobs)[1:],
-            ]
+            shape = values.shape[-2:]  # [P, N]
+            tops = _tops(values.reshape(shape), ids.reshape(shape), params.prompt_logprobs)
+            prompt_top = [(), *tops[1:]]
     return ResponseScores(top, prompt, prompt_top)

@@ -77,56 +77,75 @@ def logliks(items: list[dict]) -> list[list[float]]:
     return [[resp[0][0] for resp in item["resps"]] for item in items]
 
 
+def requests_of_the_task() -> list[tuple[str, str]]:
+    """The (context, continuation) pairs the task's multiple_choice docs make: each choice after
+    lm-eval's default target_delimiter " "."""
+    return [
+        (f"Question: What is the capital of {country}?\nAnswer:", f" {choice}")
+        for country, choices, _ in ITEMS
+        for choice in choices
+    ]
+
+
 @pytest.fixture(scope="module")
-def hf_items(task_dir, smollm_hf_dir):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_DATASETS_OFFLINE", "1")
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        return samples(task_dir, "hf", f"pretrained={smollm_hf_dir},dtype=float32,device=cpu")
+def hf_logliks(smollm_hf_dir) -> list[float]:
+    """lm-eval's hf model (HFLM) in-process on the same weights."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    lm = HFLM(pretrained=str(smollm_hf_dir), dtype="float32", device="cpu", batch_size=1)
+    instances = [
+        Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(requests_of_the_task())
+    ]
+    return [loglik for loglik, _ in lm.loglikelihood(instances)]
 
 
-def test_served_loglikelihoods_equal_lm_evals_hf_model(api, tokenizer, model_name, hf_items):
-    """The requests lm-eval's local-completions model sends for each (context, continuation),
-    read by its own parser (LocalCompletionsAPI.parse_logprobs)."""
+def test_served_loglikelihoods_equal_lm_evals_hf_model(api, tokenizer, model_name, hf_logliks):
+    """The requests lm-eval's local-completions model sends for each (context, continuation)
+    (LocalCompletionsAPI._create_payload), read by its own parser (parse_logprobs)."""
     from lm_eval.models.openai_completions import LocalCompletionsAPI
 
     served = []
-    for item in hf_items:
-        row = []
-        for context, continuation in item["arguments"]:
-            body = {
-                "model": model_name,
-                "prompt": context + continuation,
-                "temperature": 0,
-                "max_tokens": 1,
-                "logprobs": 1,
-                "seed": 1234,
-                "echo": True,
-            }
-            response = requests.post(
-                f"{api.url}/v1/completions",
-                json=body,
-                headers={"Authorization": f"Bearer {API_KEY}"},
-                timeout=120,
-            )
-            assert response.status_code == 200, response.text
-            ctxlen = len(tokenizer(context, add_special_tokens=False).input_ids)
-            ((loglik, _),) = LocalCompletionsAPI.parse_logprobs(response.json(), ctxlens=[ctxlen])
-            row.append(loglik)
-        served.append(row)
-    assert served == [pytest.approx(want, rel=REL) for want in logliks(hf_items)]
+    for context, continuation in requests_of_the_task():
+        body = {
+            "model": model_name,
+            "prompt": context + continuation,
+            "temperature": 0,
+            "max_tokens": 1,
+            "logprobs": 1,
+            "seed": 1234,
+            "echo": True,
+        }
+        response = requests.post(
+            f"{api.url}/v1/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {API_KEY}"},
+            timeout=120,
+        )
+        assert response.status_code == 200, response.text
+        ctxlen = len(tokenizer(context, add_special_tokens=False).input_ids)
+        ((loglik, _),) = LocalCompletionsAPI.parse_logprobs(response.json(), ctxlens=[ctxlen])
+        served.append(loglik)
+    assert served == pytest.approx(hf_logliks, rel=REL)
+    assert len(set(served)) == len(served)  # every choice scored on its own
 
 
 def test_lm_eval_local_completions_equals_its_hf_model(
-    api, facts, model_name, task_dir, hf_items, offline
+    api, facts, model_name, task_dir, smollm_hf_dir, hf_logliks, offline
 ):
+    """lm-eval's whole run (simple_evaluate) over the local task, both models."""
     pytest.importorskip("tenacity", reason="lm-eval's API models need lm-eval[api] (tenacity)")
+    try:
+        import datasets  # noqa: F401 - lm-eval's tasks load their data with it
+    except ImportError as exc:
+        pytest.skip(f"lm-eval's tasks need the datasets package, which does not import: {exc}")
     model_args = (
         f"model={model_name},base_url={api.url}/v1/completions,"
         f"tokenizer={facts['tokenizer_dir']},tokenizer_backend=huggingface,"
         "tokenized_requests=False,max_retries=1"
     )
     served = samples(task_dir, "local-completions", model_args)
-    assert [item["doc_id"] for item in served] == [item["doc_id"] for item in hf_items]
-    want = logliks(hf_items)
-    assert logliks(served) == [pytest.approx(row, rel=REL) for row in want]
+    hf = samples(task_dir, "hf", f"pretrained={smollm_hf_dir},dtype=float32,device=cpu")
+    assert [item["doc_id"] for item in served] == [item["doc_id"] for item in hf]
+    assert logliks(served) == [pytest.approx(row, rel=REL) for row in logliks(hf)]
+    assert [x for row in logliks(hf) for x in row] == pytest.approx(hf_logliks, rel=REL)
