@@ -184,9 +184,13 @@ class _Hub:
                 # plain tuples: a slotted dataclass pickles through Python-level __getstate__,
                 # about ten times the engine's GIL time of a tuple
                 row = (d.request_id, d.token_ids, d.finished, d.finish_reason, d.error, d.logprobs)
-                extra = (d.top_logprobs, d.prompt, d.generation_logits, d.metrics)
-                if any(x is not None for x in extra):  # asked for: scores, logits or metrics
-                    row += extra
+                if not (  # asked for: scores, logits or metrics
+                    d.top_logprobs is None
+                    and d.prompt is None
+                    and d.generation_logits is None
+                    and d.metrics is None
+                ):
+                    row += (d.top_logprobs, d.prompt, d.generation_logits, d.metrics)
                 by_client.setdefault(client, []).append(row)
                 if d.finished:
                     del self._owners[d.request_id]
