@@ -5,7 +5,7 @@ the request's times and KV-cache blocks."""
 import numpy as np
 
 from pipeline.engine.scheduling.sequence import Sequence
-from pipeline.request.outputs import RequestMetrics
+from pipeline.request.outputs import RequestMetrics, StreamDelta
 
 _NONE: dict = {}
 
@@ -40,3 +40,12 @@ def delta_scores(seq: Sequence, num_new: int, block_size: int) -> dict:
             num_total_blocks=-(-min(seq.num_tokens - 1, seq.max_kv_tokens) // block_size),
         )
     return scores
+
+
+def delta_row(d: StreamDelta) -> tuple:
+    """The delta as the plain tuple StreamDelta(*row) rebuilds; its scores only when the request
+    asked for some."""
+    row = (d.request_id, d.token_ids, d.finished, d.finish_reason, d.error, d.logprobs)
+    if d.top_logprobs is None and d.prompt is None and d.generation_logits is None:
+        return row if d.metrics is None else (*row, None, None, None, d.metrics)
+    return (*row, d.top_logprobs, d.prompt, d.generation_logits, d.metrics)
