@@ -27,8 +27,8 @@ class Choice:
     index: int
     prompt: Prompt
     params: SamplingParams
-    # max_tokens=0 (OpenAI's legacy completions): the prompt alone, scored by one engine step
-    # whose token is dropped (as vLLM answers it)
+    # max_tokens=0 with echo (OpenAI's legacy completions): the prompt alone, scored by one
+    # engine step whose token is dropped (as vLLM answers it)
     is_prompt_only: bool = False
 
 
@@ -56,7 +56,8 @@ def plan(
     stops = request.stop_strings()
     stop_sequences = model.stop_sequences(stops)
     check_logprobs(request, model)
-    is_prompt_only = max_tokens == 0 and prompt_param == "prompt"
+    # max_tokens=0 asks for the echoed prompt alone (without echo it asks for nothing: 400)
+    is_prompt_only = max_tokens == 0 and getattr(request, "echo", False)
     if is_prompt_only:
         max_tokens = 1
     choices = []
