@@ -11,7 +11,7 @@ With greedy decoding they are n equal choices, as vLLM answers.
 import re
 from dataclasses import dataclass
 
-from pipeline.openai_api.errors import bad_request
+from pipeline.openai_api.errors import bad_request, unsupported
 from pipeline.openai_api.served_model import Prompt, ServedModel
 from pipeline.request.sampling_params import SamplingParams
 from pipeline.specs.serve import OpenAISpec
@@ -27,6 +27,9 @@ class Choice:
     index: int
     prompt: Prompt
     params: SamplingParams
+    # max_tokens=0 with echo (OpenAI's legacy completions): the prompt alone, scored by one
+    # engine step whose token is dropped (as vLLM answers it)
+    is_prompt_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,11 @@ def plan(
         )
     stops = request.stop_strings()
     stop_sequences = model.stop_sequences(stops)
+    check_logprobs(request, model)
+    # max_tokens=0 asks for the echoed prompt alone (without echo it asks for nothing: 400)
+    is_prompt_only = max_tokens == 0 and getattr(request, "echo", False)
+    if is_prompt_only:
+        max_tokens = 1
     choices = []
     for prompt in prompts:
         wanted = max_tokens
@@ -73,9 +81,21 @@ def plan(
             skip = len(prompt.token_ids) if model.can_skip_prompt_in_penalties else 0
             params = _sampling_params(request, wanted, seed, end_id, stop_sequences, skip)
             model.check(prompt, params, prompt_param)
-            choices.append(Choice(len(choices), prompt, params))
+            choices.append(Choice(len(choices), prompt, params, is_prompt_only))
     num_prompt_tokens = sum(len(p.token_ids) for p in prompts)
     return Plan(choices, stops, num_prompt_tokens)
+
+
+def check_logprobs(request, model: ServedModel) -> None:
+    """Top alternatives and the prompt's log probabilities come from the torch model's own
+    outputs; the tensorrtllm backend returns the sampled tokens' only."""
+    if model.has_top_logprobs or not request.wants_logprobs:
+        return
+    param = "top_logprobs" if hasattr(request, "top_logprobs") else "logprobs"
+    if request.num_top_logprobs:
+        raise unsupported(param, "backend=trtllm returns the sampled token's only; send 0")
+    if request.wants_prompt_logprobs:
+        raise unsupported("echo", "with logprobs: backend=trtllm returns no prompt's")
 
 
 def _sampling_params(
@@ -103,7 +123,8 @@ def _sampling_params(
             repetition_penalty=request.repetition_penalty,
             prompt_ignore_length=prompt_ignore_length,
             min_tokens=request.min_tokens,
-            logprobs=0 if request.wants_logprobs else None,  # the sampled token's
+            logprobs=request.num_top_logprobs if request.wants_logprobs else None,
+            prompt_logprobs=request.num_top_logprobs if request.wants_prompt_logprobs else None,
         )
     except ValueError as exc:
         match = _PROBLEM_NAME.search(str(exc))

@@ -11,6 +11,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 
 from pipeline.openai_api.choices import Choice
+from pipeline.openai_api.response_scores import ResponseScores
 from pipeline.openai_api.stop_strings import StopChecker
 from pipeline.openai_api.triton_llm import TritonLLM
 from pipeline.triton_models.detokenizer import Detokenizer
@@ -26,6 +27,8 @@ class Piece:
     token_ids: tuple[int, ...] = ()
     logprobs: tuple[float, ...] | None = None
     num_cached_tokens: int = 0  # on the last piece: prompt tokens the prefix cache held
+    top_logprobs: tuple | None = None  # each token's likeliest ((id, logprob), ...), when asked
+    prompt: ResponseScores | None = None  # the prompt's log probabilities, on its first piece
 
 
 async def choice_pieces(
@@ -38,6 +41,8 @@ async def choice_pieces(
     max_tokens = choice.params.max_tokens
     ids: list[int] = []  # not yet in a piece
     logprobs: list[float] | None = None if choice.params.logprobs is None else []
+    tops: list | None = [] if choice.params.logprobs else None
+    prompt: list = []  # the prompt's scores, until a piece carries them
 
     def piece(text: str, finish_reason: str | None = None) -> Piece:
         out = Piece(
@@ -47,19 +52,31 @@ async def choice_pieces(
             tuple(ids),
             None if logprobs is None else tuple(logprobs),
             num_cached_tokens,
+            None if tops is None else tuple(tops),
+            prompt.pop() if prompt else None,
         )
         ids.clear()
-        if logprobs is not None:
-            logprobs.clear()
+        for kept in (logprobs, tops):
+            if kept is not None:
+                kept.clear()
         return out
 
     async with aclosing(llm.stream(choice.prompt.token_ids, choice.params)) as chunks:
-        async for token_ids, token_logprobs, is_final, cached in chunks:
-            num_tokens += len(token_ids)
+        async for token_ids, token_logprobs, is_final, cached, scores in chunks:
             num_cached_tokens = cached  # the last piece's (piece() reads it)
+            if scores is not None and scores.prompt_logprobs is not None:
+                prompt.append(scores)
+            if choice.is_prompt_only:  # its one token is not part of the answer
+                if is_final:
+                    yield piece("", "length")
+                    return
+                continue
+            num_tokens += len(token_ids)
             ids.extend(token_ids)
             if logprobs is not None and token_logprobs is not None:
                 logprobs.extend(token_logprobs)
+            if tops is not None and scores is not None and scores.top_logprobs is not None:
+                tops.extend(scores.top_logprobs)
             sent = checker.add(text.add(token_ids, is_final), is_final)
             if checker.is_stopped:
                 yield piece(sent, "stop")

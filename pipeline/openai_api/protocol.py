@@ -14,7 +14,9 @@ from pipeline.openai_api.errors import APIError, bad_request, unsupported
 # stop strings a request may give (OpenAI allows 4, vLLM any number): each is matched against
 # the text as it streams and sent to the engine as a stop word, so their number stays bounded
 MAX_STOP_SEQUENCES = 64
-_ONLY_SAMPLED = "the engine returns the sampled token's log probability only; send {name}=0"
+# the most likeliest tokens a position's log probabilities may list (OpenAI's chat limit; its
+# legacy completions allow 5, vLLM's default 20 for both)
+MAX_TOP_LOGPROBS = 20
 _TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict"})
 
 
@@ -118,12 +120,23 @@ class CompletionRequest(_GenerationRequest):
     def wants_logprobs(self) -> bool:
         return self.logprobs is not None
 
+    @property
+    def num_top_logprobs(self) -> int:
+        return self.logprobs or 0
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        """echo with logprobs: the prompt's tokens come back with theirs (the first has none)."""
+        return self.echo and self.logprobs is not None
+
     def refusals(self) -> list[APIError]:
         refused = super().refusals()
-        if self.logprobs:
-            refused.append(unsupported("logprobs", _ONLY_SAMPLED.format(name="logprobs")))
-        if self.logprobs is not None and self.echo:
-            refused.append(unsupported("echo", "with logprobs: the prompt's are not returned"))
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            refused.append(
+                bad_request(
+                    f"logprobs={self.logprobs} must be in [0, {MAX_TOP_LOGPROBS}]", "logprobs"
+                )
+            )
         if self.best_of not in (None, self.n):
             refused.append(unsupported("best_of", "the engine does not rank choices; use n"))
         if self.suffix:
@@ -153,10 +166,23 @@ class ChatCompletionRequest(_GenerationRequest):
     def wants_logprobs(self) -> bool:
         return self.logprobs
 
+    @property
+    def num_top_logprobs(self) -> int:
+        return self.top_logprobs or 0
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        return False
+
     def refusals(self) -> list[APIError]:
         refused = super().refusals()
-        if self.top_logprobs:
-            refused.append(unsupported("top_logprobs", _ONLY_SAMPLED.format(name="top_logprobs")))
+        if self.top_logprobs is not None and not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            refused.append(
+                bad_request(
+                    f"top_logprobs={self.top_logprobs} must be in [0, {MAX_TOP_LOGPROBS}]",
+                    "top_logprobs",
+                )
+            )
         elif self.top_logprobs is not None and not self.logprobs:
             refused.append(bad_request("top_logprobs: needs logprobs=true", "top_logprobs"))
         for name in ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls"):

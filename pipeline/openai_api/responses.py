@@ -30,6 +30,8 @@ class Answer:
     token_ids: list[list[int]] = field(default_factory=list)  # with log probabilities only
     logprobs: list[list[float]] = field(default_factory=list)
     cached_tokens: list[int] = field(default_factory=list)  # each choice's prompt's, when known
+    top_logprobs: list[list] = field(default_factory=list)  # each token's likeliest, when asked
+    prompts: list = field(default_factory=list)  # each choice's prompt scores (echo), or None
 
     def __post_init__(self):
         self.texts = [""] * self.num_choices
@@ -38,6 +40,8 @@ class Answer:
         self.token_ids = [[] for _ in range(self.num_choices)]
         self.logprobs = [[] for _ in range(self.num_choices)]
         self.cached_tokens = [0] * self.num_choices
+        self.top_logprobs = [[] for _ in range(self.num_choices)]
+        self.prompts = [None] * self.num_choices
 
     def add(self, index: int, piece: Piece) -> None:
         self.texts[index] += piece.text
@@ -47,6 +51,10 @@ class Answer:
             self.token_ids[index] += piece.token_ids
             self.logprobs[index] += piece.logprobs
         self.cached_tokens[index] = piece.num_cached_tokens or self.cached_tokens[index]
+        if piece.top_logprobs is not None:
+            self.top_logprobs[index] += piece.top_logprobs
+        if piece.prompt is not None:
+            self.prompts[index] = piece.prompt
 
     def num_cached_tokens(self, prompts: list) -> int:
         """Prompt tokens the prefix cache held, each prompt once (as usage counts prompts):
@@ -89,7 +97,7 @@ class Shape:
                 content = {"text": text}
             part = None
             if logprobs is not None:
-                part = logprobs.part(answer.token_ids[i], answer.logprobs[i], 0)
+                part = logprobs.choice_part(i, answer)
             choices.append({"index": i, **content, "logprobs": part, "finish_reason": reason})
         return {
             **self._head(is_chunk=False),

@@ -214,7 +214,8 @@ class Frontend:
             first_at = time.perf_counter()
             self.metrics.ttft.observe(first_at - start)
             if parsed.stream:
-                options, writer = parsed.stream_options, self._logprobs_writer(parsed, is_chat)
+                options = parsed.stream_options
+                writer = self._logprobs_writer(parsed, is_chat, plan)
                 times = (start, first_at)
                 events = self._events(shape, plan, first, pieces, echoes, options, writer, times)
                 is_streamed = True  # Starlette runs finish() after the stream, client gone or not
@@ -229,7 +230,7 @@ class Frontend:
             answer.add(*first)
             await _unless_client_leaves(request, _gather(pieces, answer))
             self._count(plan.num_prompt_tokens, answer, (start, first_at))
-            writer = self._logprobs_writer(parsed, is_chat)
+            writer = self._logprobs_writer(parsed, is_chat, plan)
             cached = answer.num_cached_tokens([c.prompt for c in plan.choices])
             return JSONResponse(shape.whole(answer, plan.num_prompt_tokens, writer, cached))
         finally:
@@ -256,8 +257,11 @@ class Frontend:
             return [self.model.encode_prompt(p, f"prompt.{i}") for i, p in enumerate(prompt)]
         return [self.model.token_prompt(p, f"prompt.{i}") for i, p in enumerate(prompt)]
 
-    def _logprobs_writer(self, parsed, is_chat: bool) -> LogprobsWriter | None:
-        return LogprobsWriter(self.model.detokenizer, is_chat) if parsed.wants_logprobs else None
+    def _logprobs_writer(self, parsed, is_chat: bool, plan) -> LogprobsWriter | None:
+        if not parsed.wants_logprobs:
+            return None
+        prompts = [c.prompt.token_ids for c in plan.choices]
+        return LogprobsWriter(self.model.detokenizer, is_chat, prompts)
 
     async def _events(self, shape, plan, first, pieces, echoes, options, writer, times):
         include_usage = bool(options and options.include_usage)
@@ -277,15 +281,22 @@ class Frontend:
                     if continuous
                     else None
                 )
-                part = None
+                part = echoed = None  # echoed: the prompt's log probabilities, with its text
+                if writer is not None and piece.prompt is not None and not has_started[index]:
+                    echoed = writer.prompt_part(index, piece.prompt)
+                    offsets[index] = writer.text_len(echoed)
                 if writer is not None and piece.token_ids:
-                    part = writer.part(piece.token_ids, piece.logprobs, offsets[index])
+                    part = writer.part(
+                        piece.token_ids, piece.logprobs, offsets[index], piece.top_logprobs
+                    )
                     offsets[index] += writer.text_len(part)
                 if not has_started[index]:
                     has_started[index] = True
                     if shape.is_chat or echoes[index]:
                         pending.append(
-                            shape.chunk(index, echoes[index], None, include_usage, True, so_far)
+                            shape.chunk(
+                                index, echoes[index], None, include_usage, True, so_far, echoed
+                            )
                         )
                 if piece.text or part is not None:
                     pending.append(

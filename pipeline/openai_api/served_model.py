@@ -72,6 +72,8 @@ class ServedModel:
         self.name, self.limits, self.tokenizer_dir = name, limits, tokenizer_dir
         sends_end_id = backend != "torch"
         self.can_skip_prompt_in_penalties = backend == "torch"
+        # the torch model's outputs: top log probabilities, the prompt's (section 9.3)
+        self.has_top_logprobs = backend == "torch"
         self.detokenizer = Detokenizer(tokenizer_dir, skip_special_tokens)
         self.tokenizer = self.detokenizer.tokenizer
         self._prompt_encoder = TextEncoder(self.tokenizer, add_special_tokens)

@@ -16,10 +16,16 @@ from collections.abc import AsyncIterator
 
 import grpc
 import numpy as np
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 
 from pipeline.lora.adapters import task_id
 from pipeline.openai_api.grpc_tensors import output_list
+from pipeline.openai_api.response_scores import (
+    PROMPT_LOG_PROBS,
+    TOP_LOG_PROBS,
+    ResponseScores,
+    response_scores,
+)
 from pipeline.request.errors import ENGINE_UNAVAILABLE, SHUTTING_DOWN
 from pipeline.request.sampling_params import SamplingParams
 
@@ -95,6 +101,10 @@ def request_arrays(
         arrays["return_log_probs"] = np.array([[True]], np.bool_)
     if params.lora_name is not None:  # the served model finds the adapter by its task id
         arrays["lora_task_id"] = np.array([[task_id(params.lora_name)]], np.uint64)
+    if params.logprobs:
+        arrays["num_top_log_probs"] = np.array([[params.logprobs]], np.int32)
+    if params.prompt_logprobs is not None:
+        arrays["num_prompt_log_probs"] = np.array([[params.prompt_logprobs]], np.int32)
     return arrays
 
 
@@ -108,6 +118,10 @@ def _infer_request(model: str, arrays: dict[str, np.ndarray]) -> service_pb2.Mod
     request.outputs.add(name=REUSED_BLOCKS)
     if "return_log_probs" in arrays:
         request.outputs.add(name=LOG_PROBS)
+    for name in TOP_LOG_PROBS if "num_top_log_probs" in arrays else ():
+        request.outputs.add(name=name)
+    for name in PROMPT_LOG_PROBS if "num_prompt_log_probs" in arrays else ():
+        request.outputs.add(name=name)
     return request
 
 
@@ -152,15 +166,16 @@ class TritonLLM:
 
     async def stream(
         self, prompt_ids: list[int], params: SamplingParams
-    ) -> AsyncIterator[tuple[list[int], list[float] | None, bool, int]]:
+    ) -> AsyncIterator[tuple[list[int], list[float] | None, bool, int, ResponseScores | None]]:
         """(new token ids, their log probabilities when params.logprobs asks, is_final, prompt
-        tokens the prefix cache held (final response; else 0)) for each response, up to the
-        final one. Closing this generator before the final response cancels the request in the
-        engine."""
+        tokens the prefix cache held (final response; else 0), the likeliest tokens' and the
+        prompt's scores when asked) for each response, up to the final one. Closing this
+        generator before the final response cancels the request in the engine."""
         request = _infer_request(self.model, request_arrays(prompt_ids, params, self.vocab_size))
         # written and read on this coroutine: a request iterator costs a task and an event a call
         call = self._stub.ModelStreamInfer(timeout=self.timeout_s)
         is_final = False
+        scores_asked = bool(params.logprobs) or params.prompt_logprobs is not None
         try:
             await call.write(request)  # the request side stays open until the answer is complete
             while (response := await call.read()) is not grpc.aio.EOF:
@@ -176,6 +191,7 @@ class TritonLLM:
                     logprobs,
                     is_final,
                     reused[0] * self.block_size if reused else 0,
+                    response_scores(InferResult(result), params) if scores_asked else None,
                 )
                 if is_final:
                     return

@@ -2,6 +2,34 @@
 
 from dataclasses import dataclass
 
+import numpy as np
+
+# one position's likeliest tokens: (token id, log probability), likeliest first
+TopLogprobs = tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PromptScores:
+    """What the prefill computed of a prompt's positions, for the requests that asked."""
+
+    # each prompt token's log probability given the tokens before it; None for the first
+    logprobs: list[float | None] | None = None  # params.prompt_logprobs set
+    top_logprobs: list[TopLogprobs] | None = None  # its N likeliest alternatives (first: ())
+    context_logits: np.ndarray | None = None  # [prompt_len, V] float32 (return_context_logits)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMetrics:
+    """One request's times (time.perf_counter(): CLOCK_MONOTONIC, the clock TensorRT-LLM's
+    steady_clock timestamps read on Linux) and KV-cache blocks, for return_perf_metrics."""
+
+    arrival_time_s: float  # the request reached the engine
+    first_scheduled_time_s: float  # first admitted to the running batch
+    first_token_time_s: float  # its first token on the host
+    last_token_time_s: float  # its last token on the host
+    num_total_blocks: int  # KV-cache blocks its tokens took
+    num_reused_blocks: int = 0  # of them, found in the cache (no prefix cache: 0)
+
 
 @dataclass(frozen=True, slots=True)
 class StreamDelta:
@@ -12,6 +40,10 @@ class StreamDelta:
     error: str | None = None  # why the request failed (finish_reason "error")
     logprobs: list[float] | None = None  # of token_ids, when the request asked (params.logprobs)
     num_cached_tokens: int = 0  # on the final delta: prompt tokens the prefix cache held
+    top_logprobs: list[TopLogprobs] | None = None  # of token_ids (params.logprobs > 0)
+    prompt: PromptScores | None = None  # on the request's first delta (params.scores_prompt)
+    generation_logits: np.ndarray | None = None  # [len(token_ids), V] float32
+    metrics: RequestMetrics | None = None  # on the final delta (params.return_perf_metrics)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,3 +58,6 @@ class RequestOutput:
     finish_time_s: float | None
     logprobs: list[float] | None = None  # of token_ids, when the request asked (params.logprobs)
     num_cached_tokens: int = 0  # prompt tokens the prefix cache held (not computed)
+    top_logprobs: list[TopLogprobs] | None = None  # of token_ids (params.logprobs > 0)
+    prompt: PromptScores | None = None  # params.prompt_logprobs / return_context_logits
+    generation_logits: np.ndarray | None = None  # [len(token_ids), V] float32

@@ -1,5 +1,6 @@
 """Per-request generation knobs (names follow the tensorrtllm backend's inputs, and OpenAI's
-where the two agree: presence_penalty, frequency_penalty, min_tokens, logprobs).
+where the two agree: presence_penalty, frequency_penalty, min_tokens, logprobs; vLLM's
+prompt_logprobs).
 
 Every value is checked here, whoever builds the request (the Triton models, a frontend, a
 script): a NaN temperature or a seed past 64 bits must fail the request that carries it, never
@@ -15,6 +16,8 @@ from pipeline.triton_models.input_checks import ALLOWED, LOGIT_BIAS
 
 MAX_INT32 = 2**31 - 1
 MAX_UINT64 = 2**64 - 1
+# top alternatives a position may ask for (OpenAI's chat top_logprobs limit; vLLM's default)
+MAX_LOGPROBS = 20
 # below it a draw is the argmax in float32 anyway, and near 1e-38 logits / temperature overflow
 # to inf and softmax to NaN (vLLM's _SAMPLING_EPS)
 GREEDY_BELOW_TEMPERATURE = 1e-5
@@ -67,11 +70,10 @@ def _problems(p: "SamplingParams") -> list[str]:
             problems.append(f"{name}={getattr(p, name)} must be in [0, {MAX_INT32}]")
     if p.lora_name is not None and not LORA_NAME.match(p.lora_name):
         problems.append(f"lora_name={p.lora_name!r} is not an adapter name ({LORA_NAME.pattern})")
-    if p.logprobs not in (None, 0):
-        problems.append(
-            f"logprobs={p.logprobs}: only the sampled token's log probability is returned "
-            f"(logprobs=0); top alternatives are not"
-        )
+    for name in ("logprobs", "prompt_logprobs"):
+        value = getattr(p, name)
+        if value is not None and not 0 <= value <= MAX_LOGPROBS:
+            problems.append(f"{name}={value} must be in [0, {MAX_LOGPROBS}] or None (off)")
     return problems
 
 
@@ -98,7 +100,17 @@ class SamplingParams:
     frequency_penalty: float = 0.0  # subtracted per occurrence
     prompt_ignore_length: int = 0
     min_tokens: int = 0  # end (and stop token) ids are banned until this many are generated
-    logprobs: int | None = None  # 0: each generated token's log probability (section 9.3)
+    # log probabilities of the raw model distribution (log_softmax of the model's logits, before
+    # biases, bans, penalties and temperature: vLLM's raw_logprobs, OpenAI's): logprobs=N gives
+    # each generated token's and its N likeliest alternatives' (0: the token's only)
+    logprobs: int | None = None
+    # each prompt token's (the first has none) and its N likeliest alternatives'
+    prompt_logprobs: int | None = None
+    # the model's logits (float32) of every prompt position / of each generated token
+    # (TensorRT-LLM's return_context_logits / return_generation_logits)
+    return_context_logits: bool = False
+    return_generation_logits: bool = False
+    return_perf_metrics: bool = False  # its times and KV-cache blocks on its final delta
     # (token id, bias) added to that token's logit before penalties and sampling (OpenAI's
     # logit_bias; TensorRT-LLM's embedding_bias, sparse); sorted by token id
     logit_bias: tuple[tuple[int, float], ...] = ()
@@ -128,6 +140,16 @@ class SamplingParams:
             or self.presence_penalty != 0.0
             or self.frequency_penalty != 0.0,
         )
+
+    @property
+    def scores_tokens(self) -> bool:
+        """The sampler keeps something of each generated token's logits for this request."""
+        return self.logprobs is not None or self.return_generation_logits
+
+    @property
+    def scores_prompt(self) -> bool:
+        """The prefill turns this request's prompt positions into logits."""
+        return self.prompt_logprobs is not None or self.return_context_logits
 
     @property
     def is_greedy(self) -> bool:

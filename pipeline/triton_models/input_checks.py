@@ -81,6 +81,9 @@ ALLOWED = {
     "lora_task_id": Allowed(0, MAX_UINT64),
     "prompt_table_extra_id": Allowed(0, MAX_UINT64),
     "prompt_ignore_length": Allowed(0, MAX_INT32, "prompt tokens presence/frequency skip"),
+    # the torch model's (vLLM's logprobs / prompt_logprobs; SamplingParams.MAX_LOGPROBS)
+    "num_top_log_probs": Allowed(0, 20, "likeliest tokens' log probabilities per output token"),
+    "num_prompt_log_probs": Allowed(-1, 20, "-1 = off; likeliest tokens per prompt token"),
 }
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from pipeline.request import StreamDelta
 from pipeline.triton_models.detokenizer import TextStream
 from pipeline.triton_models.llm_request import LLMRequest
+from pipeline.triton_models.output_scores import OutputScores, ScoresSoFar
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,7 @@ class OutputChunk:
     is_output_counted: bool = False  # the request asked for num_output_tokens
     # the final chunk's: prompt blocks the prefix cache held (kv_cache_reused_blocks)
     num_reused_blocks: int | None = None
+    scores: OutputScores | None = None  # top log probabilities, logits, perf metrics (asked)
 
 
 @dataclass(slots=True)
@@ -55,6 +57,7 @@ class LiveRequest:
     error: str | None = None  # the engine failed this request
     block_size: int = 0  # the engine's tokens a KV block (0: reused blocks not reported)
     num_cached_tokens: int = 0  # prompt tokens the prefix cache held (from the final delta)
+    scores: ScoresSoFar | None = None  # made by the first delta that brings any
 
     def take(self, delta: StreamDelta, now: float) -> None:
         if not self.first_token_at and delta.token_ids:
@@ -65,6 +68,14 @@ class LiveRequest:
                 self.logprobs = []
             self.logprobs.extend(delta.logprobs)
             self.cum_logprob += sum(delta.logprobs)
+        if self.scores is not None or (
+            delta.top_logprobs is not None
+            or delta.prompt is not None
+            or delta.generation_logits is not None
+            or delta.metrics is not None
+        ):
+            self.scores = self.scores or ScoresSoFar()
+            self.scores.take(delta)
         self.is_finished = delta.finished
         self.error = delta.error
         if delta.finished:
@@ -100,4 +111,5 @@ class LiveRequest:
             self.num_cached_tokens // self.block_size
             if self.is_finished and self.block_size
             else None,
+            None if self.scores is None else self.scores.chunk(self.request.is_streaming),
         )

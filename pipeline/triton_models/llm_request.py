@@ -178,6 +178,22 @@ def _sequences(arrays: dict[str, np.ndarray], kind: str, encoder: TextEncoder | 
     return sequences
 
 
+def _scores(arrays: dict[str, np.ndarray]) -> dict:
+    """Log probabilities and logits asked for: upstream's return_* flags, and the torch model's
+    num_top_log_probs (each output token's likeliest alternatives, implying return_log_probs)
+    and num_prompt_log_probs (each prompt token's, with that many alternatives)."""
+    num_top = int(_scalar(arrays, "num_top_log_probs", 0))
+    num_prompt = int(_scalar(arrays, "num_prompt_log_probs", -1))
+    asks_log_probs = bool(_scalar(arrays, "return_log_probs", False)) or num_top > 0
+    return {
+        "logprobs": num_top if asks_log_probs else None,
+        "prompt_logprobs": None if num_prompt < 0 else num_prompt,
+        "return_context_logits": bool(_scalar(arrays, "return_context_logits", False)),
+        "return_generation_logits": bool(_scalar(arrays, "return_generation_logits", False)),
+        "return_perf_metrics": bool(_scalar(arrays, "return_perf_metrics", False)),
+    }
+
+
 def _logit_bias(arrays: dict[str, np.ndarray]) -> tuple[tuple[int, float], ...]:
     """embedding_bias ([V] or [1, V] floats added to the logits, the tensorrtllm backend's) as
     (token id, bias) pairs of its non-zero entries; an empty tensor (preprocessing's [1, 0]
@@ -239,8 +255,8 @@ def from_arrays(
         min_tokens=int(_scalar(arrays, "min_tokens", 0)),
         min_p=float(_scalar(arrays, "min_p", 0.0)),
         logit_bias=_logit_bias(arrays),
-        logprobs=0 if _scalar(arrays, "return_log_probs", False) else None,
         lora_name=_lora_name(arrays, lora_dir),
+        **_scores(arrays),
         **_sampling(arrays),
     )
     return LLMRequest(

@@ -50,12 +50,6 @@ ABSENT_FEATURES = {
 # beam search: decoder_text_input, decoder_input_ids and decoder_input_lengths (an
 # encoder-decoder model's decoder prompt; upstream's preprocessing always sends one), and beam
 # search's early_stopping and beam_search_diversity_rate (as length_penalty).
-# boolean inputs whose true the torch engine cannot honour -> what it lacks
-ABSENT_OUTPUTS = {
-    "return_context_logits": "it returns no logits",
-    "return_generation_logits": "it returns no logits",
-    "return_perf_metrics": "it returns no per-request KV-cache or timing metrics",
-}
 
 
 def _describe(value: np.ndarray) -> str:
@@ -75,10 +69,6 @@ def refuse_unsupported(arrays: dict[str, np.ndarray]) -> None:
             f"beam_width={int(beam_width.reshape(-1)[0])} (it has no beam search; send "
             f"beam_width=1 or leave it out)"
         )
-    for name, lacking in ABSENT_OUTPUTS.items():
-        value = arrays.get(name)
-        if value is not None and value.size and bool(value.reshape(-1)[0]):
-            problems.append(f"{name}=true ({lacking}; send false or leave it out)")
     for name, lacking in ABSENT_FEATURES.items():
         value = arrays.get(name)
         if value is None or not value.size:

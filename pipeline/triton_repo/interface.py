@@ -230,9 +230,24 @@ TORCH_LLM_INPUTS = (
     t("prompt_ignore_length", "INT32", scalar=True, optional=True),
     # ours: min-p sampling (vLLM's min_p; docs/trtllm_reference.md, section 9.2)
     t("min_p", "FP32", scalar=True, optional=True),
+    # ours: the likeliest tokens' log probabilities of each output token (vLLM's logprobs=N)
+    # and of each prompt token (vLLM's prompt_logprobs=N; -1 off); section 9.3
+    t("num_top_log_probs", "INT32", scalar=True, optional=True),
+    t("num_prompt_log_probs", "INT32", scalar=True, optional=True),
+)
+# ours, for num_top_log_probs ([batch, beam, tokens, N], as output_log_probs' [batch, beam,
+# tokens]) and num_prompt_log_probs ([batch, prompt tokens(, N)]; the first position has none: 0)
+TOP_LOG_PROBS_OUTPUTS = (
+    t("output_top_log_probs", "FP32", (-1, -1, -1)),
+    t("output_top_log_prob_ids", "INT32", (-1, -1, -1)),
+    t("prompt_log_probs", "FP32", (-1,)),
+    t("prompt_top_log_probs", "FP32", (-1, -1)),
+    t("prompt_top_log_prob_ids", "INT32", (-1, -1)),
 )
 # upstream's outputs, then ours
-TORCH_LLM_OUTPUTS = with_logits_type((*LLM_OUTPUTS, LLM_TEXT_OUTPUT), LOGITS_TYPES["float32"])
+TORCH_LLM_OUTPUTS = with_logits_type(
+    (*LLM_OUTPUTS, *TOP_LOG_PROBS_OUTPUTS, LLM_TEXT_OUTPUT), LOGITS_TYPES["float32"]
+)
 
 # Ensemble steps: (model, {model input: ensemble tensor}, {model output: ensemble tensor}).
 PREPROCESSING_STEP = (

@@ -63,7 +63,8 @@ def reference(model, prompt: list[int], p: SamplingParams, eos: tuple[int, ...])
         token = int(logits.argmax())
         if token in eos:
             break
-        logprobs.append(logits.log_softmax(-1)[token].item())
+        # log probabilities are of the model's own distribution, before penalties (vLLM's)
+        logprobs.append(out.logits[0, -1].float().log_softmax(-1)[token].item())
         tokens.append(token)
     return tokens[len(prompt) :], logprobs
 
@@ -112,12 +113,12 @@ def test_greedy_log_probs_are_log_softmax_of_transformers_logits(engine, model):
 
 
 @torch.inference_mode()
-def test_sampled_log_probs_are_of_the_tempered_logits(engine, model):
+def test_sampled_log_probs_are_of_the_models_logits(engine, model):
     prompt = engine.tokenizer.encode(PROMPT)
     params = SamplingParams(
         max_tokens=NUM_TOKENS, ignore_eos=True, logprobs=0, temperature=0.7, top_k=20, seed=11
     )
     (out,) = engine.generate([prompt], params)
     logits = model(torch.tensor([prompt + out.token_ids])).logits[0, len(prompt) - 1 : -1]
-    want = (logits / 0.7).log_softmax(-1).gather(1, torch.tensor(out.token_ids)[:, None])[:, 0]
+    want = logits.log_softmax(-1).gather(1, torch.tensor(out.token_ids)[:, None])[:, 0]
     assert out.logprobs == pytest.approx(want.tolist(), abs=2e-3)

@@ -188,13 +188,6 @@ def test_end_to_end_grpc_client_exclude_input_and_refusals(servers, greedy, mode
         ["text_output"],
     )
     assert texts(results) == {0: greedy[0]}
-    for flag, named in [
-        ("return_generation_logits", "return_generation_logits=true"),
-        ("return_context_logits", "return_context_logits=true"),
-        ("return_perf_metrics", "return_perf_metrics=true"),
-    ]:
-        with pytest.raises(InferenceServerException, match=named):
-            stream(servers["decoupled"], model, e2e_inputs(PROMPTS[:1], False, **{flag: True}), [])
     with pytest.raises(InferenceServerException, match="beam_width=2"):
         stream(servers["decoupled"], model, e2e_inputs(PROMPTS[:1], False, beam_width=2), [])
 

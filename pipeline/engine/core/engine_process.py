@@ -35,6 +35,7 @@ from multiprocessing.connection import Client, Connection
 from pathlib import Path
 
 from pipeline.engine.core.async_engine import AsyncLLMEngine
+from pipeline.engine.core.delta_scores import delta_row
 from pipeline.engine.core.engine_probe import check_probe
 from pipeline.engine.core.heap import freeze_loaded
 from pipeline.engine.core.llm_engine import LLMEngine
@@ -183,12 +184,7 @@ class _Hub:
                     continue
                 # plain tuples: a slotted dataclass pickles through Python-level __getstate__,
                 # about ten times the engine's GIL time of a tuple
-                by_client.setdefault(client, []).append(
-                    (
-                        *(d.request_id, d.token_ids, d.finished, d.finish_reason, d.error),
-                        *(d.logprobs, d.num_cached_tokens),
-                    )
-                )
+                by_client.setdefault(client, []).append(delta_row(d))
                 if d.finished:
                     del self._owners[d.request_id]
                     client.requests.discard(d.request_id)

@@ -10,6 +10,7 @@ import torch
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
+from pipeline.engine.core.delta_scores import delta_scores
 from pipeline.engine.core.launch_policy import LaunchPolicy
 from pipeline.engine.core.launch_timer import mean_ms
 from pipeline.engine.engine_config import EngineConfig, load_engine_config
@@ -138,6 +139,11 @@ class LLMEngine:
     def validate_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         """Raise ValueError for a request this engine can never serve (any thread may call it)."""
         self.limits.check(prompt_token_ids, params)
+        if params.scores_prompt and self.model_runner.mapping.world_size > 1:
+            raise ValueError(
+                "request: prompt_logprobs / return_context_logits need an engine of one rank "
+                "(this one has tp_size x pp_size > 1); leave them out"
+            )
 
     def add_request(
         self,
@@ -325,6 +331,7 @@ class LLMEngine:
                     reason,
                     logprobs=logprobs,
                     num_cached_tokens=seq.num_cached_tokens if reason is not None else 0,
+                    **delta_scores(seq, num_new, self.scheduler.block_manager.block_size),
                 )
             )
 

@@ -28,6 +28,7 @@ from pipeline.engine.execution.launch_schedule import (
 from pipeline.engine.execution.launch_steps import launch_steps
 from pipeline.engine.execution.layer_streamer import LayerStreamer
 from pipeline.engine.execution.phase_range import phase
+from pipeline.engine.execution.prompt_scoring import PromptScoring
 from pipeline.engine.execution.rank_groups import RankGroups, join_ranks
 from pipeline.engine.execution.scoring import stage_prompt_logits
 from pipeline.engine.execution.spec_step import verified_rows, with_verify_rows
@@ -125,6 +126,7 @@ class ModelRunner:
         generator.seed()
         self.sampler = Sampler(generator)
         self._last_sampled: torch.Tensor | None = None  # [S] the last launched step's tokens
+        self._scoring: PromptScoring | None = None  # the prompt rows the next forward scores
         self.graphs = None
         if config.compile and self.device.type == "cuda":
             kernels.drop_triton_kernels(self.model)
@@ -229,12 +231,22 @@ class ModelRunner:
             if self.graphs is not None and self.graphs.can_run(meta):
                 out = self.graphs.replay(inputs, meta)
                 if meta.is_decode and is_last:  # the decode graphs end in the logits
+                    self._score_prompts(out, is_logits=True)
                     return out if logits_rows is None else out[logits_rows]
             else:
                 out = self.model(inputs, meta, self.kv_cache)
+            if is_last:
+                self._score_prompts(out, is_logits=False)
             if not is_last or (logits_rows is not None and not logits_rows.numel()):
                 return out
             return self.model.compute_logits(out if logits_rows is None else out[logits_rows])
+
+    def _score_prompts(self, out: torch.Tensor, is_logits: bool) -> None:
+        # the launch's first step scores the prompt rows that asked (prompt_scoring.py)
+        scoring, self._scoring = self._scoring, None
+        if scoring is not None:
+            compute_logits = None if is_logits else self.model.compute_logits
+            scoring.compute(out, compute_logits, self.model.vocab_size)
 
     def _unpack(self, headers: list[StepHeader], packed: torch.Tensor) -> list[StepInputs]:
         sizes = [sum(h.part_sizes()) for h in headers]
@@ -317,6 +329,7 @@ class ModelRunner:
             self.stage.link.settle()
         with phase("engine.prepare"):
             packed, batches = self._pack(batch, plan.num_steps)
+            self._scoring = PromptScoring.plan(batch) if self.ranks is None else None
         sampling_batches = [m for m, step in enumerate(packed) if step.seqs]
         seqs = [seq for m in sampling_batches for seq in packed[m].seqs]
         is_cuda = self.device.type == "cuda"

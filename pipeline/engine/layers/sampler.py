@@ -1,5 +1,6 @@
 """Next-token choice per row: logit biases, banned tokens, penalties, then greedy or temperature /
-top-k / top-p / min-p sampling; the sampled tokens' log probabilities for the rows that ask.
+top-k / top-p / min-p sampling; the log probabilities of the model's distribution (the sampled
+token's and the likeliest ones') for the rows that ask.
 
 A row with a seed draws from its own torch.Generator, so its tokens do not depend on what else
 is in the batch; rows without one share the sampler's generator. Penalties and log probabilities
@@ -30,8 +31,8 @@ class SamplingTensors:
     # biases [B] float32); None when no row has any
     logit_bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     penalties: Penalties | None = None  # rows with penalties or min_tokens
-    # log probabilities of the sampled tokens (all rows, when any asks): the log-softmax of the
-    # logits each was drawn from, after bans, penalties and temperature, before top-k / top-p
+    # log probabilities of the sampled tokens and the likeliest ones (all rows, when any asks):
+    # the log-softmax of the model's logits, before biases, bans, penalties and temperature
     logprobs: LaunchLogprobs | None = None
 
 
@@ -84,10 +85,13 @@ def sampling_tensors(seqs: list, device: torch.device, vocab_size: int) -> Sampl
         penalties=penalties(seqs, device, vocab_size),
         logit_bias=_logit_bias(params, device),
     )
-    if any(p.logprobs is not None for p in params):
-        tensors.logprobs = LaunchLogprobs()
+    if any(p.scores_tokens for p in params):
+        tensors.logprobs = LaunchLogprobs(
+            max(p.logprobs or 0 for p in params),
+            tuple(row for row, p in enumerate(params) if p.return_generation_logits),
+        )
         for row, seq in enumerate(seqs):
-            if seq.logprobs is not None:
+            if seq.params.scores_tokens:
                 seq.expect_logprobs(tensors.logprobs, row)
     if not all(is_greedy):  # greedy batches need no knobs on the device
         tensors.temperatures = torch.tensor(
@@ -112,6 +116,7 @@ class Sampler(nn.Module):
 
     def forward(self, logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
         # logits [S, V] float32 -> token ids [S] int64
+        raw = logits
         if params.logit_bias is not None:
             logits = logits.index_put(params.logit_bias[:2], params.logit_bias[2], accumulate=True)
         rows = [i for i, banned in enumerate(params.banned_token_ids) for _ in banned]
@@ -130,9 +135,7 @@ class Sampler(nn.Module):
         if params.penalties is not None:
             params.penalties.record(tokens)
         if params.logprobs is not None:
-            if params.temperatures is not None:
-                logits = logits / params.temperatures[:, None]
-            params.logprobs.add(logits.log_softmax(dim=-1).gather(1, tokens[:, None])[:, 0])
+            params.logprobs.add(raw, tokens)
         return tokens
 
     def _choose(self, logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:

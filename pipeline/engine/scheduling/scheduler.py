@@ -135,7 +135,8 @@ class Scheduler:
         if self.max_loras and not lora_admits(self.running, seq, self.max_loras):
             return 0
         hit = None
-        if self.caches_prefixes:  # its cached prefix is computed already
+        # its cached prefix is computed already; a request that scores its prompt computes it all
+        if self.caches_prefixes and not seq.params.scores_prompt:
             hit = self.block_manager.find_prefix(seq)
             seq.num_computed_tokens = len(hit) * self.block_manager.block_size
         num_tokens = self._num_tokens_to_run(seq, budget)

@@ -8,8 +8,10 @@ import time
 from collections import deque
 from enum import Enum
 
+import numpy as np
 import torch
 
+from pipeline.engine.scheduling.prompt_scores import PromptScoresBuilder
 from pipeline.request.outputs import RequestOutput
 from pipeline.request.sampling_params import SamplingParams
 
@@ -68,7 +70,14 @@ class Sequence:
         # each generated token's log probability (params.logprobs set); the launches sampled
         # but not read yet: (their LaunchLogprobs, this sequence's row), oldest first
         self.logprobs: list[float] | None = None if params.logprobs is None else []
+        self.top_logprobs: list | None = [] if params.logprobs else None  # [(id, logprob)...]
+        self.generation_logits: list | None = [] if params.return_generation_logits else None
         self._pending_logprobs: deque = deque()
+        self.prompt_scores: PromptScoresBuilder | None = None
+        if params.scores_prompt:
+            self.prompt_scores = PromptScoresBuilder(
+                self.num_prompt_tokens, params.prompt_logprobs, params.return_context_logits
+            )
         if params.ignore_eos:
             self.end_ids = frozenset()
         else:
@@ -82,6 +91,7 @@ class Sequence:
         self.admitted_time_s: float | None = None  # first moved to the running batch
         self.first_token_time_s: float | None = None
         self.finish_time_s: float | None = None
+        self.reported_prompt_scores = None  # its PromptScores, once its first delta took them
 
     @property
     def num_tokens(self) -> int:
@@ -167,10 +177,16 @@ class Sequence:
                 if reason is not None:
                     num_taken = i
                     break
-        if self.logprobs is not None and self._pending_logprobs:
+        if self._pending_logprobs:
             launch, row = self._pending_logprobs.popleft()
             # the tokens kept (an end token is not), each with its log probability
-            self.logprobs += launch.row(row)[: len(self.token_ids) - num_before]
+            num_kept = len(self.token_ids) - num_before
+            if self.logprobs is not None:
+                self.logprobs += launch.row(row)[:num_kept]
+            if self.top_logprobs is not None:
+                self.top_logprobs += launch.top_row(row, self.params.logprobs)[:num_kept]
+            if self.generation_logits is not None:
+                self.generation_logits += list(launch.logits_row(row)[:num_kept])
         return num_taken, reason
 
     def append_token(self, token_id: int) -> str | None:
@@ -218,4 +234,11 @@ class Sequence:
             finish_time_s=self.finish_time_s,
             logprobs=None if self.logprobs is None else list(self.logprobs),
             num_cached_tokens=self.num_cached_tokens,
+            top_logprobs=None if self.top_logprobs is None else list(self.top_logprobs),
+            prompt=self.reported_prompt_scores,
+            generation_logits=_stacked(self.generation_logits),
         )
+
+
+def _stacked(rows: list | None):
+    return None if rows is None else np.stack(rows) if rows else np.zeros((0, 0), np.float32)

@@ -35,7 +35,7 @@ def can_speculate(seq: Sequence) -> bool:
         p.speculate
         and not p.has_penalties
         and not p.bad_sequences
-        and p.logprobs is None
+        and not p.scores_tokens  # log probabilities and logits are read one token a step
         and seq.num_completion_tokens >= p.min_tokens
     )
 

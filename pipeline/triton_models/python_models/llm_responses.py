@@ -63,6 +63,13 @@ class Part:
         self.caller, self.batch_index = caller, batch_index
 
 
+def _output_scores():
+    # imported once the model's initialize has put the pipeline on sys.path
+    from pipeline.triton_models import output_scores
+
+    return output_scores
+
+
 def column(name: str, value, dtype) -> "pb_utils.Tensor":
     return pb_utils.Tensor(name, np.array([[value]], dtype))
 
@@ -83,20 +90,28 @@ def tensors(part: "Part", out) -> list:
             tensors.append(column("cum_log_probs", out.cum_logprob, np.float32))
         if "output_log_probs" in outputs:
             tensors.append(pb_utils.Tensor("output_log_probs", out.logprobs.reshape(1, 1, -1)))
+    scores = None if out.scores is None else _output_scores()
+    if scores is not None:
+        tensors += scores.logits_tensors(out.scores, outputs, pb_utils.Tensor)
     if caller.is_batched and "batch_index" in outputs:
         tensors.append(column("batch_index", part.batch_index, np.int32))
     if caller.lock is not None and caller.num_sequences > 1 and "sequence_index" in outputs:
         tensors.append(column("sequence_index", out.sequence_index, np.int32))
+    if scores is not None:
+        tensors += scores.perf_tensors(out.scores, outputs, pb_utils.Tensor)
     if out.num_input_tokens is not None and "num_input_tokens" in outputs:
         tensors.append(column("num_input_tokens", out.num_input_tokens, np.int32))
     if out.is_output_counted and "num_output_tokens" in outputs:  # upstream's: output_ids' size
         tensors.append(column("num_output_tokens", out.token_ids.size, np.int32))
     # upstream sends it with return_perf_metrics; here whenever asked for by name (the OpenAI
-    # frontend's usage.prompt_tokens_details.cached_tokens)
-    if out.num_reused_blocks is not None and "kv_cache_reused_blocks" in outputs:
+    # frontend's usage.prompt_tokens_details.cached_tokens), once: perf_tensors has it when asked
+    has_perf = out.scores is not None and out.scores.metrics is not None
+    if out.num_reused_blocks is not None and "kv_cache_reused_blocks" in outputs and not has_perf:
         tensors.append(column("kv_cache_reused_blocks", out.num_reused_blocks, np.int32))
     if out.text is not None:
         tensors.append(pb_utils.Tensor("text_output", np.array([out.text.encode()], np.object_)))
+    if scores is not None:
+        tensors += scores.top_tensors(out.scores, outputs, pb_utils.Tensor)
     return tensors
 
 

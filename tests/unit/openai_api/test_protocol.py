@@ -53,6 +53,10 @@ def test_accepts_what_openai_clients_send():
     sampled = {**CHAT, "logprobs": True, "top_logprobs": 0}
     assert parse(ChatCompletionRequest, json.dumps(sampled).encode()).wants_logprobs
     assert parse(CompletionRequest, json.dumps({**COMPLETION, "logprobs": 0}).encode())
+    echoed = {**COMPLETION, "logprobs": 20, "echo": True, "max_tokens": 0}
+    assert parse(CompletionRequest, json.dumps(echoed).encode()).wants_prompt_logprobs
+    top = {**CHAT, "logprobs": True, "top_logprobs": 20}
+    assert parse(ChatCompletionRequest, json.dumps(top).encode()).num_top_logprobs == 20
     vllm = {"min_p": 0.1, "stop_token_ids": [2], "logit_bias": {"50256": -100, "7": 2.5}}
     extended = parse(CompletionRequest, json.dumps({**COMPLETION, **vllm}).encode())
     assert extended.logit_biases() == ((50256, -100.0), (7, 2.5))
@@ -73,8 +77,8 @@ def test_accepts_what_openai_clients_send():
         ({**COMPLETION, "stream": 1}, "stream", None),
         ({**COMPLETION, "prompt": True}, "prompt", None),
         ({**COMPLETION, "colour": "red"}, "colour", None),
-        ({**COMPLETION, "logprobs": 1}, "logprobs", "unsupported"),
-        ({**COMPLETION, "logprobs": 0, "echo": True}, "echo", "unsupported"),
+        ({**COMPLETION, "logprobs": 21}, "logprobs", None),
+        ({**COMPLETION, "logprobs": -1}, "logprobs", None),
         ({**COMPLETION, "presence_penalty": "high"}, "presence_penalty", None),
         ({**COMPLETION, "suffix": "!"}, "suffix", "unsupported"),
         ({**COMPLETION, "logit_bias": {"dog": -100}}, "logit_bias", None),
@@ -95,7 +99,7 @@ def test_completion_refusals_name_the_parameter(body, param, code):
         ({**CHAT, "messages": []}, "messages"),
         ({**CHAT, "messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
         ({**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, None),
-        ({**CHAT, "logprobs": True, "top_logprobs": 2}, "top_logprobs"),
+        ({**CHAT, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
         ({**CHAT, "top_logprobs": 0}, "top_logprobs"),
         ({**CHAT, "tools": [{"type": "function"}]}, "tools"),
         ({**CHAT, "response_format": {"type": "json_object"}}, "response_format"),

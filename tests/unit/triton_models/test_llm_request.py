@@ -272,7 +272,6 @@ def test_upstream_sampling_inputs_reach_the_engine():
     ("extra", "named"),
     [
         ({"beam_width": [[2]]}, "beam_width=2 (it has no beam search"),
-        ({"return_generation_logits": [[True]]}, "return_generation_logits=true"),
         ({"lora_task_id": np.array([[7]], np.uint64)}, "lora_task_id=7 (no LoRA adapters"),
         ({"guided_decoding_guide_type": np.array([[b"json"]], object)}, "'json' (no guided"),
         (

@@ -60,11 +60,19 @@ UPSTREAM = {
         [("text_output", "STRING", [-1]), *RESULTS],
         [("sequence_length", "INT32", [-1])],
     ),
-    "tensorrt_llm": (  # the vendored template (section 5.1); the torch model adds its text
+    "tensorrt_llm": (  # the vendored template (section 5.1); the torch model adds top log
+        # probabilities (section 9.3) and its text
         [
             (name, "FP32" if dtype == "LOGITS" else dtype.removeprefix("TYPE_"), list(dims))
             for name, dtype, dims in LLM_OUTPUTS
         ],
-        [("text_output", "STRING", [-1])],
+        [
+            ("output_top_log_probs", "FP32", [-1, -1, -1]),
+            ("output_top_log_prob_ids", "INT32", [-1, -1, -1]),
+            ("prompt_log_probs", "FP32", [-1]),
+            ("prompt_top_log_probs", "FP32", [-1, -1]),
+            ("prompt_top_log_prob_ids", "INT32", [-1, -1]),
+            ("text_output", "STRING", [-1]),
+        ],
     ),
 }

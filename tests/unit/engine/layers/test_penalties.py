@@ -98,13 +98,15 @@ def test_min_tokens_bans_end_ids_for_that_many_steps():
     assert picks[2] == EOS
 
 
-def test_log_probs_are_those_of_the_logits_sampled_from():
-    greedy, hot = seq([1], logprobs=0), seq([1], logprobs=0, temperature=0.5, seed=3)
+def test_log_probs_are_those_of_the_models_logits():
+    # the raw distribution, before temperature and penalties (vLLM's, OpenAI's)
+    greedy = seq([1], logprobs=0)
+    hot = seq([1], logprobs=0, temperature=0.5, seed=3, repetition_penalty=1.5)
     logits = torch.randn(2, VOCAB, generator=torch.Generator().manual_seed(4))
     tensors = sampling_tensors([greedy, hot], torch.device("cpu"), VOCAB)
     tokens = sampler()(logits, tensors).tolist()
-    for row, (token, temperature) in enumerate(zip(tokens, (1.0, 0.5), strict=True)):
-        want = torch.log_softmax(logits[row] / temperature, -1)[token].item()
+    for row, token in enumerate(tokens):
+        want = torch.log_softmax(logits[row], -1)[token].item()
         assert tensors.logprobs.row(row) == [pytest.approx(want, abs=1e-6)]
     assert tokens[0] == logits[0].argmax().item()
 
