@@ -10,6 +10,7 @@ vocabulary by RequestLimits, which knows it.
 import math
 from dataclasses import dataclass, field
 
+from pipeline.request.guided import GuidedDecoding
 from pipeline.triton_models.input_checks import ALLOWED, LOGIT_BIAS
 
 MAX_INT32 = 2**31 - 1
@@ -99,6 +100,8 @@ class SamplingParams:
     # (token id, bias) added to that token's logit before penalties and sampling (OpenAI's
     # logit_bias; TensorRT-LLM's embedding_bias, sparse); sorted by token id
     logit_bias: tuple[tuple[int, float], ...] = ()
+    # a grammar the output follows (guided decoding); None: free
+    guide: GuidedDecoding | None = None
     # any penalty set (derived; the sampler reads it for every sequence of every launch)
     has_penalties: bool = field(init=False, repr=False, compare=False)
 

@@ -40,7 +40,8 @@ class LaunchPolicy:
 
     def plan(self, batch: SchedulerOutput) -> LaunchPlan:
         num_steps = self.pacer.num_steps
-        # a bad sequence of 2+ tokens needs each new token on the host before the next step
+        # a bad sequence of 2+ tokens, or a grammar (its bitmask), needs each new token on the
+        # host before the next step
         if num_steps > 1 and any(seq.needs_host_tokens for seq in batch.seqs):
             num_steps = 1
         return LaunchPlan(num_steps, self.pacer.num_reserve_steps)

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from pipeline.engine import kernels
 from pipeline.engine.engine_config import EngineConfig
 from pipeline.engine.execution.cuda_graph_runner import CudaGraphRunner
+from pipeline.engine.execution.grammar_bitmask import GrammarBitmask
 from pipeline.engine.execution.host_buffers import PinnedRing
 from pipeline.engine.execution.kv_cache_sizing import default_num_kv_blocks
 from pipeline.engine.execution.launch_channel import LAUNCH, SCORE, STOP
@@ -101,6 +102,7 @@ class ModelRunner:
         generator = torch.Generator(device=self.device)
         generator.seed()
         self.sampler = Sampler(generator)
+        self.grammar_bitmask = GrammarBitmask(m.vocab_size, config.max_batch_size, self.device)
         self._last_sampled: torch.Tensor | None = None  # [S] the last launched step's tokens
         self.graphs = None
         if config.compile and self.device.type == "cuda":
@@ -291,6 +293,8 @@ class ModelRunner:
                     sampling[m] = sampling_tensors(
                         packed[m].seqs, self.device, self.model.vocab_size
                     )
+                    if batch.grammar_rows is not None:  # on the host while the forward runs
+                        sampling[m].token_bitmask = self.grammar_bitmask.fill(packed[m].seqs)
                 tokens = self.tp.broadcast(self.sampler(logits, sampling[m]))
             if m == last_batch and step == mark_after and step < launch_steps - 1:
                 schedule_at = _recorded_event()

@@ -112,6 +112,8 @@ def scheduler_output(
             start : start + num_tokens[row]
         ]
     width = int(num_blocks.max()) if num_seqs else 0
+    samples = _read_only(ends == num_known + num_pending)
+    guided = [row for row, seq in enumerate(seqs) if seq.grammar is not None]
     return SchedulerOutput(
         tuple(seqs),
         lens,
@@ -123,8 +125,18 @@ def scheduler_output(
         _read_only(block_tables[block_rows, :width]),
         _read_only(query_start),
         _read_only(ids),
-        _read_only(ends == num_known + num_pending),
+        samples,
+        grammar_rows=_grammar_rows(guided, samples),
     )
+
+
+def _grammar_rows(guided: list[int], samples: np.ndarray) -> np.ndarray | None:
+    """The guided rows that sample this step; None when there are none."""
+    if not guided:
+        return None
+    rows = np.asarray(guided, np.int64)
+    rows = rows[samples[rows]]
+    return _read_only(rows) if rows.size else None
 
 
 @dataclass(frozen=True, slots=True)

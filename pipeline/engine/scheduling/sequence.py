@@ -48,6 +48,11 @@ class Sequence:
         # a bad sequence of 2+ tokens bans its last token only after the others: the sampler
         # needs this sequence's latest token on the host
         self.needs_host_tokens = any(len(bad) > 1 for bad in params.bad_sequences)
+        # guided decoding: the grammar's matcher (set by the engine), which must have seen every
+        # token before the next one's bitmask is filled
+        self.grammar = None
+        if params.guide is not None:
+            self.needs_host_tokens = True
         self.num_preemptions = 0
         self.finish_reason: str | None = None
         self.generator: torch.Generator | None = None
@@ -142,6 +147,7 @@ class Sequence:
         if (
             len(token_ids) < self.params.max_tokens - self.num_completion_tokens
             and not self.params.stop_sequences
+            and self.grammar is None
             and self._stop_ids.isdisjoint(token_ids)
         ):  # no rule can fire: what append_token would do for each
             if self.first_token_time_s is None:
@@ -168,10 +174,14 @@ class Sequence:
         sequences are kept."""
         if self.first_token_time_s is None:
             self.first_token_time_s = time.perf_counter()
+        if self.grammar is not None and not self.grammar.accept(token_id):
+            raise ValueError(f"guided decoding: token {token_id} is outside the request's grammar")
         if token_id in self.end_ids:
             return "stop"
         self.token_ids.append(token_id)
         if token_id in self.params.stop_token_ids or self._ends_with_stop_sequence():
+            return "stop"
+        if self.grammar is not None and self.grammar.is_terminated:  # its grammar is complete
             return "stop"
         if self.num_completion_tokens >= self.params.max_tokens:
             return "length"

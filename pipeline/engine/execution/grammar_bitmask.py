@@ -1,0 +1,39 @@
+"""The token bitmask of a launch's guided rows: filled on the host from each row's grammar while
+the device runs the step's forward (the runner builds it when it queues the sampler), and sent
+in one copy. Rows without a grammar are left unwritten and unmasked (the sampler masks the
+guided rows only)."""
+
+import torch
+
+from pipeline.engine.execution.host_buffers import PinnedRing
+
+BITS = 32  # tokens a bitmask word holds (xgrammar's int32 words)
+
+
+class GrammarBitmask:
+    def __init__(self, vocab_size: int, max_rows: int, device: torch.device):
+        """vocab_size: the logits' width (the grammars' tokenizer info covers the same)."""
+        self.num_words = -(-vocab_size // BITS)
+        self.device = device
+        self._ring = (
+            PinnedRing(max_rows * self.num_words, torch.int32) if device.type == "cuda" else None
+        )
+
+    def fill(self, seqs: list) -> tuple[torch.Tensor, list[int]] | None:
+        """(bitmask [S, words] int32 on the device, the rows it applies to) for these sampling
+        sequences in batch order; None when none has a grammar."""
+        rows = [row for row, seq in enumerate(seqs) if seq.grammar is not None]
+        if not rows:
+            return None
+        shape = (len(seqs), self.num_words)
+        if self._ring is None:
+            host = torch.empty(shape, dtype=torch.int32)
+        else:  # pinned, so the copy is queued without waiting for the step in flight
+            host = self._ring.take(shape[0] * shape[1]).view(shape)
+        for row in rows:
+            seqs[row].grammar.fill(host, row)
+        if self._ring is None:
+            return host, rows
+        bitmask = host.to(self.device, non_blocking=True)
+        self._ring.copied()
+        return bitmask, rows
