@@ -21,8 +21,6 @@ ABSENT_FEATURES = {
     "lora_task_id": "no LoRA adapters",
     "lora_weights": "no LoRA adapters",
     "lora_config": "no LoRA adapters",
-    "guided_decoding_guide_type": "no guided decoding",
-    "guided_decoding_guide": "no guided decoding",
     "encoder_input_features": "no encoder-decoder models",
     "encoder_output_lengths": "no encoder-decoder models",
     "cross_attention_mask": "no encoder-decoder models",
