@@ -25,6 +25,7 @@ class Piece:
     # text held back for a possible stop string goes out later than its tokens
     token_ids: tuple[int, ...] = ()
     logprobs: tuple[float, ...] | None = None
+    tool_calls: tuple[dict, ...] = ()  # on the last piece: the calls read out of the text
 
 
 async def choice_pieces(
