@@ -109,7 +109,7 @@ def _infer_request(model: str, arrays: dict[str, np.ndarray]) -> service_pb2.Mod
     for name, array in arrays.items():
         request.inputs.add(name=name, datatype=_DATATYPES[array.dtype.type], shape=array.shape)
         request.raw_input_contents.append(
-            serialize_byte_tensor(array).tobytes() if array.dtype == object else array.tobytes()
+            serialize_byte_tensor(array).item() if array.dtype == object else array.tobytes()
         )
     request.outputs.add(name="output_ids")
     if "return_log_probs" in arrays:

@@ -183,7 +183,6 @@ UNSERVED = [  # input values -> what the error names, through either model
     ({"return_context_logits": True}, "return_context_logits=true"),
     ({"return_perf_metrics": True}, "return_perf_metrics=true"),
     ({"lora_task_id": 3}, "lora_task_id=3 (no LoRA adapters"),
-    ({"guided_decoding_guide_type": "json", "guided_decoding_guide": "{}"}, "no guided decoding"),
     ({"repetition_penalty": 0.0}, "repetition_penalty=0.0 is outside [1e-06, 1000000.0]"),
 ]
 GRPC_ONLY = [  # 2-D tensors the HTTP generate extension cannot shape

@@ -30,8 +30,8 @@ class GrammarBitmask:
             host = torch.empty(shape, dtype=torch.int32)
         else:  # pinned, so the copy is queued without waiting for the step in flight
             host = self._ring.take(shape[0] * shape[1]).view(shape)
-        for row in rows:
-            seqs[row].grammar.fill(host, row)
+        states = [seqs[row].grammar for row in rows]
+        type(states[0]).fill_rows(states, host, rows)  # xgrammar is loaded by guided requests
         if self._ring is None:
             return host, rows
         bitmask = host.to(self.device, non_blocking=True)
