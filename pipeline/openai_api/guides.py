@@ -48,8 +48,8 @@ def _response_format(value: dict | None) -> GuidedDecoding | None:
     kind = value.get("type")
     if kind == "text":
         return None
-    if kind == "json_object":
-        return GuidedDecoding("json")
+    if kind == "json_object":  # an object (the "json" guide allows any JSON value)
+        return json_schema_guide({"type": "object"})
     if kind == "json_schema":
         spec = value.get("json_schema")
         if not isinstance(spec, dict) or "schema" not in spec:

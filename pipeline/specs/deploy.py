@@ -48,6 +48,9 @@ class TrtllmDeployOptions:
     max_tokens_in_paged_kv_cache: int = 0  # 0 = not set (the fraction decides)
     enable_kv_cache_reuse: bool = False
     enable_chunked_context: bool = False
+    # guided decoding (structured output): "xgrammar" writes upstream's xgrammar tokenizer info
+    # into the tensorrt_llm model and names it there; "" leaves it off
+    guided_decoding_backend: str = ""
     shm_size: str = "2g"  # docker --shm-size for the TensorRT-LLM image (>= 64 MB a python model)
 
 

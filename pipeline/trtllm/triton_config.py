@@ -14,6 +14,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pipeline.engine_json import EngineJson
 from pipeline.errors import ConfigError
 from pipeline.specs.deploy import DeploySpec
+from pipeline.trtllm.guided_decoding import check_backend
 from pipeline.trtllm.triton_io import INPUTS, OUTPUTS
 
 MODEL_NAME = "tensorrt_llm"
@@ -101,6 +102,7 @@ def _deploy_problems(deploy: DeploySpec, engine: EngineJson) -> list[str]:
             f"engine's max_batch_size={engine_batch}, which caps the runtime anyway; set "
             f"it <= {engine_batch} (0 = the engine's)"
         )
+    out += check_backend(deploy.trtllm.guided_decoding_backend)
     logits_dtype = engine.pretrained.get("logits_dtype", "float32")
     if logits_dtype not in LOGITS_TYPES:
         out.append(
@@ -126,9 +128,14 @@ def _add_tensors(config: mc.ModelConfig, logits_type: str) -> None:
 
 
 def tensorrt_llm_config(
-    engine: EngineJson, deploy: DeploySpec, target: ServingTarget, built_sm: int | None = None
+    engine: EngineJson,
+    deploy: DeploySpec,
+    target: ServingTarget,
+    built_sm: int | None = None,
+    tokenizer_info_path: str = "",
 ) -> str:
-    """config.pbtxt text of the `tensorrt_llm` model; ConfigError listing every refusal reason."""
+    """config.pbtxt text of the `tensorrt_llm` model; ConfigError listing every refusal reason.
+    tokenizer_info_path: the xgrammar tokenizer info guided decoding reads ("" when off)."""
     problems = _engine_problems(engine, deploy, target, built_sm) + _deploy_problems(deploy, engine)
     if problems:
         raise ConfigError(
@@ -155,6 +162,8 @@ def tensorrt_llm_config(
         "enable_chunked_context": _bool(deploy.trtllm.enable_chunked_context),
         "exclude_input_in_output": _bool(deploy.exclude_input_in_output),
         "executor_worker_path": EXECUTOR_WORKER,
+        "guided_decoding_backend": deploy.trtllm.guided_decoding_backend,
+        "xgrammar_tokenizer_info_path": tokenizer_info_path,
     }
     if deploy.trtllm.max_tokens_in_paged_kv_cache > 0:
         params["max_tokens_in_paged_kv_cache"] = str(deploy.trtllm.max_tokens_in_paged_kv_cache)

@@ -53,10 +53,12 @@ class GrammarCompiler:
     def _compile(self, guide: GuidedDecoding) -> "xgrammar.CompiledGrammar":
         compiler = self._compiler
         try:
-            if guide.type == "json":
-                return compiler.compile_builtin_json_grammar()
+            # JSON with one space after ',' and ':' and none elsewhere: with any whitespace
+            # allowed, small models fill their max_tokens with newlines
+            if guide.type == "json":  # any JSON value (the empty schema)
+                return compiler.compile_json_schema("{}", any_whitespace=False)
             if guide.type == "json_schema":
-                return compiler.compile_json_schema(guide.text, strict_mode=True)
+                return compiler.compile_json_schema(guide.text, any_whitespace=False)
             if guide.type == "regex":
                 return compiler.compile_regex(guide.text)
             return compiler.compile_grammar(guide.text)

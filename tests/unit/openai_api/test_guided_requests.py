@@ -47,7 +47,7 @@ def chat(**fields) -> ChatCompletionRequest:
     ("fields", "kind", "text"),
     [
         ({"response_format": {"type": "text"}}, None, None),
-        ({"response_format": {"type": "json_object"}}, "json", ""),
+        ({"response_format": {"type": "json_object"}}, "json_schema", '{"type": "object"}'),
         (
             {
                 "response_format": {
