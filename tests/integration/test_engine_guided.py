@@ -102,6 +102,29 @@ def test_a_grammar_that_does_not_compile_is_the_requests_error(engine, prompt):
         engine.validate_request(prompt, bad)
 
 
+def test_overlap_scheduling_reads_a_guided_rows_pending_token_for_its_bitmask(
+    smollm_engine_dir, engine, prompt
+):
+    """With overlap scheduling a guided row's next launch is queued before its last token is
+    read: the bitmask is filled after the matcher takes that token from the launch's host copy,
+    and every step of the run has the guided rows in it."""
+    overlap = LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu", overlap_scheduling=True)
+    anything = SamplingParams(max_tokens=12, guide=GuidedDecoding("regex", r"[\s\S]*"))
+    free = SamplingParams(max_tokens=12)
+    assert overlap.generate([prompt], anything)[0].token_ids == (
+        engine.generate([prompt], free)[0].token_ids
+    )
+    params = SamplingParams(max_tokens=96, guide=json_schema_guide(SCHEMA))
+    steps_before = overlap.stats()["num_steps"]
+    out = overlap.generate([prompt, prompt], [params, SamplingParams(max_tokens=8)])
+    jsonschema.validate(json.loads(out[0].text), SCHEMA)
+    assert list(out[1].token_ids) == list(
+        engine.generate([prompt], SamplingParams(max_tokens=8))[0].token_ids
+    )
+    # one step a token (and the launch its end wastes): the guided row never sat a step out
+    assert overlap.stats()["num_steps"] - steps_before <= len(out[0].token_ids) + 2
+
+
 def test_compiled_grammars_are_reused(engine, prompt):
     guide = GuidedDecoding("regex", r"(yes|no)")
     engine.generate([prompt], SamplingParams(max_tokens=4, guide=guide))

@@ -42,7 +42,9 @@ class LaunchPolicy:
         num_steps = self.pacer.num_steps
         # a bad sequence of 2+ tokens, or a grammar (its bitmask), needs each new token on the
         # host before the next step
-        if num_steps > 1 and any(seq.needs_host_tokens for seq in batch.seqs):
+        if num_steps > 1 and (
+            batch.grammar_rows is not None or any(seq.needs_host_tokens for seq in batch.seqs)
+        ):
             num_steps = 1
         return LaunchPlan(num_steps, self.pacer.num_reserve_steps)
 

@@ -19,10 +19,26 @@ class GrammarBitmask:
             PinnedRing(max_rows * self.num_words, torch.int32) if device.type == "cuda" else None
         )
 
-    def fill(self, seqs: list) -> tuple[torch.Tensor, list[int]] | None:
+    def fill(
+        self, seqs: list, last_tokens: tuple[torch.Tensor, torch.cuda.Event | None] | None
+    ) -> tuple[torch.Tensor, list[int]] | None:
         """(bitmask [S, words] int32 on the device, the rows it applies to) for these sampling
-        sequences in batch order; None when none has a grammar."""
-        rows = [row for row, seq in enumerate(seqs) if seq.grammar is not None]
+        sequences in batch order; None when none has a grammar. last_tokens: the last launch's
+        sampled tokens on the host and the event of their copy, where a guided row's pending
+        token is (overlap scheduling: the engine has not read them yet)."""
+        guided = [(row, seq) for row, seq in enumerate(seqs) if seq.grammar is not None]
+        if not guided:
+            return None
+        # (a launch that failed after its bitmask was filled took its row's token already)
+        pending = [seq for _, seq in guided if seq.num_pending_tokens > seq.grammar.num_ahead]
+        if pending:  # one a row: a guided row's launches run one step
+            tokens, done = last_tokens
+            if done is not None:
+                done.synchronize()  # before this launch's forward on the stream
+            for seq in pending:
+                seq.grammar.accept_ahead(int(tokens[seq.pending_row]))
+        # a grammar its pending token ended: a wasted row (the request ends), left unmasked
+        rows = [row for row, seq in guided if not seq.grammar.is_terminated]
         if not rows:
             return None
         shape = (len(seqs), self.num_words)

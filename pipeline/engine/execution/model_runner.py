@@ -104,6 +104,8 @@ class ModelRunner:
         self.sampler = Sampler(generator)
         self.grammar_bitmask = GrammarBitmask(m.vocab_size, config.max_batch_size, self.device)
         self._last_sampled: torch.Tensor | None = None  # [S] the last launched step's tokens
+        # the last launch's tokens on the host and their copy's event (guided rows' bitmasks)
+        self._last_tokens: tuple[torch.Tensor, torch.cuda.Event | None] | None = None
         self.graphs = None
         if config.compile and self.device.type == "cuda":
             kernels.drop_triton_kernels(self.model)
@@ -294,7 +296,9 @@ class ModelRunner:
                         packed[m].seqs, self.device, self.model.vocab_size
                     )
                     if batch.grammar_rows is not None:  # on the host while the forward runs
-                        sampling[m].token_bitmask = self.grammar_bitmask.fill(packed[m].seqs)
+                        sampling[m].token_bitmask = self.grammar_bitmask.fill(
+                            packed[m].seqs, self._last_tokens
+                        )
                 tokens = self.tp.broadcast(self.sampler(logits, sampling[m]))
             if m == last_batch and step == mark_after and step < launch_steps - 1:
                 schedule_at = _recorded_event()
@@ -307,10 +311,13 @@ class ModelRunner:
         self._last_sampled = steps[-1]
         tokens = _cat(steps)  # [steps * S], step-major
         if not is_cuda:
+            self._last_tokens = tokens, None
             return SampledTokens(seqs, tokens, None, launch_steps)
         host = self._tokens_ring.take(tokens.numel())
         host.copy_(tokens, non_blocking=True)
-        return SampledTokens(seqs, host, self._tokens_ring.copied(), launch_steps, schedule_at)
+        done = self._tokens_ring.copied()
+        self._last_tokens = host, done
+        return SampledTokens(seqs, host, done, launch_steps, schedule_at)
 
     @torch.inference_mode()
     def follow(self) -> None:

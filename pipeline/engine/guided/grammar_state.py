@@ -4,6 +4,7 @@ a 128k vocabulary's mask takes tens of us a row, hundreds of rows a step)."""
 
 import functools
 import os
+from collections import deque
 
 import torch
 import xgrammar
@@ -21,14 +22,29 @@ class GrammarState:
             override_stop_tokens=sorted(end_ids) or None,
             terminate_without_stop_token=self.ends_without_stop_token,
         )
+        # tokens accepted from their launch's host copy before the scheduler appends them
+        # (overlap scheduling: the next launch's bitmask is filled first); False: refused
+        self._ahead: deque[tuple[int, bool]] = deque()
 
     @property
     def is_terminated(self) -> bool:
         return self._matcher.is_terminated()
 
     def accept(self, token_id: int) -> bool:
-        """Advance past this token; False when the grammar does not allow it."""
+        """Advance past this token (the request keeps it); False when the grammar does not
+        allow it."""
+        if self._ahead:  # advanced already, when the bitmask after it was filled
+            ahead, is_allowed = self._ahead.popleft()
+            return is_allowed and ahead == token_id
         return self._matcher.accept_token(token_id)
+
+    @property
+    def num_ahead(self) -> int:
+        return len(self._ahead)
+
+    def accept_ahead(self, token_id: int) -> None:
+        """Advance past a sampled token the request has not appended yet."""
+        self._ahead.append((token_id, self._matcher.accept_token(token_id)))
 
     def fill(self, bitmask: torch.Tensor, row: int) -> None:
         """Write the tokens allowed next into bitmask's row ([rows, ceil(V / 32)] int32)."""

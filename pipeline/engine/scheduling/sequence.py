@@ -48,11 +48,9 @@ class Sequence:
         # a bad sequence of 2+ tokens bans its last token only after the others: the sampler
         # needs this sequence's latest token on the host
         self.needs_host_tokens = any(len(bad) > 1 for bad in params.bad_sequences)
-        # guided decoding: the grammar's matcher (set by the engine), which must have seen every
-        # token before the next one's bitmask is filled
+        # guided decoding: the grammar's matcher (set by the engine); a pending token is read
+        # from its launch's host copy before the next bitmask is filled (grammar_bitmask.py)
         self.grammar = None
-        if params.guide is not None:
-            self.needs_host_tokens = True
         self.num_preemptions = 0
         self.finish_reason: str | None = None
         self.generator: torch.Generator | None = None
