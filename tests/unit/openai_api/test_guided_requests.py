@@ -199,3 +199,23 @@ def test_streamed_content_flows_and_calls_come_whole_at_the_end():
     plain = streamed(plan, ["The answer ", "is <b>42</b>", "."])
     assert "".join(p.text for p in plain) == "The answer is <b>42</b>."
     assert plain[-1].finish_reason == "stop" and not plain[-1].tool_calls
+
+
+def test_a_guide_travels_as_the_tensorrtllm_backends_string_inputs():
+    from tritonclient.utils import deserialize_bytes_tensor
+
+    from pipeline.openai_api.triton_llm import _infer_request, request_arrays
+    from pipeline.request.guided import GuidedDecoding
+    from pipeline.request.sampling_params import SamplingParams
+
+    schema = '{"type": "object", "title": "é"}'
+    guided = SamplingParams(guide=GuidedDecoding("json_schema", schema))
+    request = _infer_request("tensorrt_llm", request_arrays([1, 2], guided, 16))
+    raw = dict(zip((i.name for i in request.inputs), request.raw_input_contents, strict=True))
+    types = {i.name: i.datatype for i in request.inputs}
+    assert types["guided_decoding_guide_type"] == types["guided_decoding_guide"] == "BYTES"
+    assert deserialize_bytes_tensor(raw["guided_decoding_guide"])[0].decode() == schema
+    assert deserialize_bytes_tensor(raw["guided_decoding_guide_type"])[0] == b"json_schema"
+    any_json = request_arrays([1], SamplingParams(guide=GuidedDecoding("json")), 16)
+    assert "guided_decoding_guide" not in any_json  # "json" has no text
+    assert "guided_decoding_guide_type" not in request_arrays([1], SamplingParams(), 16)
