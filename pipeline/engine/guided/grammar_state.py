@@ -1,15 +1,10 @@
 """One guided request's place in its grammar: an xgrammar matcher advanced by every token the
-request keeps, asked for the tokens allowed next (a launch's rows together, on several threads:
-a 128k vocabulary's mask takes tens of us a row, hundreds of rows a step)."""
+request keeps, asked for the tokens allowed next."""
 
-import functools
-import os
 from collections import deque
 
 import torch
 import xgrammar
-
-MAX_FILL_THREADS = 8
 
 
 class GrammarState:
@@ -49,17 +44,3 @@ class GrammarState:
     def fill(self, bitmask: torch.Tensor, row: int) -> None:
         """Write the tokens allowed next into bitmask's row ([rows, ceil(V / 32)] int32)."""
         self._matcher.fill_next_token_bitmask(bitmask, row)
-
-    @staticmethod
-    def fill_rows(states: list["GrammarState"], bitmask: torch.Tensor, rows: list[int]) -> None:
-        """Each state's allowed tokens into its row of bitmask (rows[i] for states[i])."""
-        if len(states) == 1:
-            states[0].fill(bitmask, rows[0])
-            return
-        matchers = [state._matcher for state in states]
-        _batch_matcher().batch_fill_next_token_bitmask(matchers, bitmask, rows)
-
-
-@functools.cache
-def _batch_matcher() -> "xgrammar.BatchGrammarMatcher":
-    return xgrammar.BatchGrammarMatcher(min(MAX_FILL_THREADS, os.cpu_count() or 1))
