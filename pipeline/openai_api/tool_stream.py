@@ -33,9 +33,7 @@ class _Holder:
             self.held = ""
             self.sent += pending
             return pending
-        at = pending.find(_MARKER)
-        if at < 0 and self.held.startswith(_MARKER):
-            at = 0
+        at = pending.find(_MARKER)  # once found, what is held starts with it
         if at >= 0:
             self.held = pending[at:]
             out = pending[:at]
