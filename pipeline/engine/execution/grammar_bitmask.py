@@ -15,17 +15,17 @@ class GrammarBitmask:
         """vocab_size: the logits' width (the grammars' tokenizer info covers the same)."""
         self.num_words = -(-vocab_size // BITS)
         self.device = device
-        self._ring = (
-            PinnedRing(max_rows * self.num_words, torch.int32) if device.type == "cuda" else None
-        )
+        # the bitmask's words, then the rows it applies to
+        capacity = max_rows * (self.num_words + 1)
+        self._ring = PinnedRing(capacity, torch.int32) if device.type == "cuda" else None
 
     def fill(
         self, seqs: list, last_tokens: tuple[torch.Tensor, torch.cuda.Event | None] | None
-    ) -> tuple[torch.Tensor, list[int]] | None:
-        """(bitmask [S, words] int32 on the device, the rows it applies to) for these sampling
-        sequences in batch order; None when none has a grammar. last_tokens: the last launch's
-        sampled tokens on the host and the event of their copy, where a guided row's pending
-        token is (overlap scheduling: the engine has not read them yet)."""
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(bitmask [S, words] int32, the rows it applies to [R] int32), on the device, for
+        these sampling sequences in batch order; None when none has a grammar. last_tokens: the
+        last launch's sampled tokens on the host and the event of their copy, where a guided
+        row's pending token is (overlap scheduling: the engine has not read them yet)."""
         guided = [(row, seq) for row, seq in enumerate(seqs) if seq.grammar is not None]
         if not guided:
             return None
@@ -42,16 +42,19 @@ class GrammarBitmask:
         if not rows:
             return None
         shape = (len(seqs), self.num_words)
+        size = shape[0] * shape[1]
         if self._ring is None:
-            host = torch.empty(shape, dtype=torch.int32)
+            host = torch.empty(size + len(rows), dtype=torch.int32)
         else:  # pinned, so the copy is queued without waiting for the step in flight
-            host = self._ring.take(shape[0] * shape[1]).view(shape)
+            host = self._ring.take(size + len(rows))
+        bitmask = host[:size].view(shape)
         # one row at a time: ~3 us a row for a JSON schema over a 128k vocabulary (its masks are
         # mostly precomputed), where xgrammar's threaded batch fill took 2-5 ms for 64 rows
         for row in rows:
-            seqs[row].grammar.fill(host, row)
-        if self._ring is None:
-            return host, rows
-        bitmask = host.to(self.device, non_blocking=True)
-        self._ring.copied()
-        return bitmask, rows
+            seqs[row].grammar.fill(bitmask, row)
+        # the rows as a tensor too: a list would cross to the device from pageable memory
+        host[size:] = torch.tensor(rows, dtype=torch.int32)
+        if self._ring is not None:
+            host = host.to(self.device, non_blocking=True)
+            self._ring.copied()
+        return host[:size].view(shape), host[size:]

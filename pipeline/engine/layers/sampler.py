@@ -33,9 +33,9 @@ class SamplingTensors:
     # log probabilities of the sampled tokens (all rows, when any asks): the log-softmax of the
     # logits each was drawn from, after bans, penalties and temperature, before top-k / top-p
     logprobs: LaunchLogprobs | None = None
-    # guided decoding: (bitmask [S, ceil(V / 32)] int32 of allowed tokens, the rows it masks);
-    # None when no row has a grammar
-    token_bitmask: tuple[torch.Tensor, list[int]] | None = None
+    # guided decoding: (bitmask [S, ceil(V / 32)] int32 of allowed tokens, the rows it masks
+    # [R] int32), on the device; None when no row has a grammar
+    token_bitmask: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def filtered_probs(

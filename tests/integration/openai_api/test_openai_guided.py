@@ -1,7 +1,8 @@
 """Guided decoding and tool calls served: SmolLM2 behind tritonserver and the OpenAI frontend.
 JSON-schema answers parse and validate, a regex answer matches, free requests beside guided
 ones keep their greedy text, a named tool call comes back with valid arguments through the
-`openai` SDK (streamed and whole), and the ensemble takes upstream's guided decoding inputs."""
+`openai` SDK (streamed and whole), the ensemble and the BLS take upstream's guided decoding
+inputs, and a grammar the engine cannot compile is the request's 400."""
 
 import asyncio
 import json
@@ -12,7 +13,7 @@ import numpy as np
 import openai
 import pytest
 
-from pipeline.client import GenerateRequest
+from pipeline.client import GenerateRequest, GrpcClient
 from tests.integration.openai_api.conftest import (
     API_KEY,
     MAX_IN_FLIGHT,
@@ -184,9 +185,21 @@ def test_a_tool_conversation_renders(sdk, model_name):
     assert out.usage.prompt_tokens > 0
 
 
-def test_the_ensemble_takes_upstreams_guided_decoding_inputs(grpc):
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+def test_the_ensemble_and_bls_take_upstreams_guided_decoding_inputs(triton, model):
+    client = GrpcClient(triton.endpoints.grpc_url, model=model, timeout_s=120)
     arrays = GenerateRequest("The year after 2024 is", max_tokens=8).arrays(stream=True)
     arrays["guided_decoding_guide_type"] = np.array([[b"regex"]], object)
     arrays["guided_decoding_guide"] = np.array([[rb"\d+"]], object)
-    text = "".join(r.text or "" for r in grpc.responses(arrays, count_tokens=True))
+    text = "".join(r.text or "" for r in client.responses(arrays, count_tokens=True))
     assert re.fullmatch(r"\d+", text), text
+
+
+def test_a_grammar_the_engine_cannot_compile_is_a_400_naming_it(sdk, model_name):
+    with pytest.raises(openai.BadRequestError, match="guided_decoding_guide"):
+        sdk.completions.create(
+            model=model_name,
+            prompt="x",
+            max_tokens=4,
+            extra_body={"guided_grammar": "root ::= undefined_rule"},
+        )

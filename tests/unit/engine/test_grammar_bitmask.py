@@ -51,7 +51,7 @@ def test_guided_rows_are_masked_free_rows_are_not(tokenizer, compiler):
     eos = tokenizer.eos_token_id
     seqs = [seq(compiler, None, eos), seq(compiler, GuidedDecoding("regex", "a(b|c)"), eos)]
     bitmask, rows = GrammarBitmask(WIDTH, 4, torch.device("cpu")).fill(seqs, None)
-    assert rows == [1] and bitmask.shape == (2, WIDTH // 32)
+    assert rows.tolist() == [1] and bitmask.shape == (2, WIDTH // 32)
     assert allowed(bitmask, 1) == {a}  # no filler word is spelled "a" + b or c
     # the sampler masks the guided row only, padding columns past the vocabulary included
     logits = torch.zeros(2, WIDTH)
