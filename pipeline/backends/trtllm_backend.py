@@ -16,6 +16,7 @@ from pipeline.trtllm.build_command import build_command
 from pipeline.trtllm.build_runner import run_trtllm_build
 from pipeline.trtllm.engine_config import read_engine_config
 from pipeline.trtllm.facts import facts_from_checkpoint, facts_from_spec
+from pipeline.trtllm.guided_decoding import TOKENIZER_INFO, write_tokenizer_info
 from pipeline.trtllm.timing_cache import TimingCache
 from pipeline.trtllm.toolchain import Toolchain, find_toolchain, gpu_mismatch
 from pipeline.trtllm.triton_config import ServingTarget, tensorrt_llm_config
@@ -113,10 +114,18 @@ class TrtllmBackend:
         target = ServingTarget(
             self._options.trtllm_version, self._options.container_image, sm, self._hardware
         )
-        budget, lora = self._spec.build.gpu_weight_budget_gb, self._spec.lora
-        text = tensorrt_llm_config(engine, self._spec.deploy, target, built_sm, budget, lora)
         model_dir = Path(model_dir)
+        is_guided = self._spec.deploy.trtllm.guided_decoding_backend == "xgrammar"
+        # the tokenizer info's place once the repository is published (deploy.repo_dir)
+        repo_dir = Path(self._spec.deploy.repo_dir).resolve()
+        info_path = str(repo_dir / model_dir.name / TOKENIZER_INFO) if is_guided else ""
+        budget, lora = self._spec.build.gpu_weight_budget_gb, self._spec.lora
+        text = tensorrt_llm_config(
+            engine, self._spec.deploy, target, built_sm, budget, lora, info_path
+        )
         (model_dir / "1").mkdir(parents=True, exist_ok=True)
+        if is_guided:
+            write_tokenizer_info(tokenizer_dir, model_dir)
         # Triton needs a version dir; the engine itself stays where gpt_model_path points
         (model_dir / "1" / ".gitkeep").write_text("")
         (model_dir / "config.pbtxt").write_text(text)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from pipeline.openai_api.errors import bad_request, unsupported
 from pipeline.openai_api.served_model import Prompt, ServedModel
+from pipeline.request.guided import GuidedDecoding
 from pipeline.request.sampling_params import SamplingParams
 from pipeline.specs.serve import OpenAISpec
 
@@ -46,6 +47,7 @@ def plan(
     model: ServedModel,
     settings: OpenAISpec,
     prompt_param: str,
+    guide: GuidedDecoding | None = None,
 ) -> Plan:
     """max_tokens: as asked (None: /v1/completions' 16, chat's room left in the context)."""
     if not 1 <= request.n <= settings.max_n:
@@ -79,7 +81,7 @@ def plan(
             end_id = NO_END_ID if request.ignore_eos else model.end_id
             # OpenAI's presence/frequency penalties count the generated tokens only
             skip = len(prompt.token_ids) if model.can_skip_prompt_in_penalties else 0
-            params = _sampling_params(request, wanted, seed, end_id, stop_sequences, skip)
+            params = _sampling_params(request, wanted, seed, end_id, stop_sequences, skip, guide)
             model.check(prompt, params, prompt_param)
             choices.append(Choice(len(choices), prompt, params, is_prompt_only))
     num_prompt_tokens = sum(len(p.token_ids) for p in prompts)
@@ -105,6 +107,7 @@ def _sampling_params(
     end_id: int | None,
     stop_sequences,
     prompt_ignore_length: int,
+    guide: GuidedDecoding | None = None,
 ) -> SamplingParams:
     try:
         return SamplingParams(
@@ -125,6 +128,7 @@ def _sampling_params(
             min_tokens=request.min_tokens,
             logprobs=request.num_top_logprobs if request.wants_logprobs else None,
             prompt_logprobs=request.num_top_logprobs if request.wants_prompt_logprobs else None,
+            guide=guide,
         )
     except ValueError as exc:
         match = _PROBLEM_NAME.search(str(exc))

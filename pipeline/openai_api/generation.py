@@ -29,6 +29,7 @@ class Piece:
     num_cached_tokens: int = 0  # on the last piece: prompt tokens the prefix cache held
     top_logprobs: tuple | None = None  # each token's likeliest ((id, logprob), ...), when asked
     prompt: ResponseScores | None = None  # the prompt's log probabilities, on its first piece
+    tool_calls: tuple[dict, ...] = ()  # on the last piece: the calls read out of the text
 
 
 async def choice_pieces(

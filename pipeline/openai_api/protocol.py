@@ -39,10 +39,35 @@ class TextPart(_Strict):
     text: str
 
 
+class FunctionCall(_Strict):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCall(_Strict):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class FunctionDefinition(_Strict):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON schema of the arguments
+    strict: bool | None = None
+
+
+class Tool(_Strict):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
 class ChatMessage(_Strict):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant's earlier calls
+    tool_call_id: str | None = None  # a tool message answers this call
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -74,6 +99,11 @@ class _GenerationRequest(_Strict):
     metadata: dict[str, str] | None = None
     store: bool | None = None
     service_tier: str | None = None
+    # vLLM's guided decoding extensions (at most one; chat's response_format is the other way)
+    guided_json: dict[str, Any] | str | None = None  # a JSON schema
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None  # EBNF (xgrammar's dialect, rule `root`)
 
     def stop_strings(self) -> tuple[str, ...]:
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
@@ -149,13 +179,13 @@ class ChatCompletionRequest(_GenerationRequest):
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
+    tools: list[Tool] | None = None
+    tool_choice: str | dict[str, Any] | None = None  # none, auto, required, or a named function
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None  # text, json_object or json_schema
     # OpenAI features this server does not have: refused when set (clients often send null)
-    tools: list[Any] | None = None
-    tool_choice: Any = None
     functions: list[Any] | None = None
     function_call: Any = None
-    parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
     modalities: list[str] | None = None
     audio: Any = None
     prediction: Any = None
@@ -185,11 +215,9 @@ class ChatCompletionRequest(_GenerationRequest):
             )
         elif self.top_logprobs is not None and not self.logprobs:
             refused.append(bad_request("top_logprobs: needs logprobs=true", "top_logprobs"))
-        for name in ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls"):
+        for name in ("functions", "function_call"):
             if getattr(self, name) is not None:
-                refused.append(unsupported(name, "no tool or function calling"))
-        if self.response_format is not None and self.response_format.get("type") != "text":
-            refused.append(unsupported("response_format", "only {'type': 'text'}"))
+                refused.append(unsupported(name, "the deprecated function calling; use tools"))
         for name in ("audio", "prediction", "reasoning_effort", "web_search_options"):
             if getattr(self, name) is not None:
                 refused.append(unsupported(name, "a text-only model without these features"))

@@ -32,6 +32,7 @@ class Answer:
     cached_tokens: list[int] = field(default_factory=list)  # each choice's prompt's, when known
     top_logprobs: list[list] = field(default_factory=list)  # each token's likeliest, when asked
     prompts: list = field(default_factory=list)  # each choice's prompt scores (echo), or None
+    tool_calls: list[tuple[dict, ...]] = field(default_factory=list)
 
     def __post_init__(self):
         self.texts = [""] * self.num_choices
@@ -42,11 +43,13 @@ class Answer:
         self.cached_tokens = [0] * self.num_choices
         self.top_logprobs = [[] for _ in range(self.num_choices)]
         self.prompts = [None] * self.num_choices
+        self.tool_calls = [() for _ in range(self.num_choices)]
 
     def add(self, index: int, piece: Piece) -> None:
         self.texts[index] += piece.text
         self.num_tokens[index] = piece.num_tokens
         self.finish_reasons[index] = piece.finish_reason or self.finish_reasons[index]
+        self.tool_calls[index] += piece.tool_calls
         if piece.logprobs is not None:
             self.token_ids[index] += piece.token_ids
             self.logprobs[index] += piece.logprobs
@@ -93,6 +96,9 @@ class Shape:
         for i, (text, reason) in enumerate(zip(answer.texts, answer.finish_reasons, strict=True)):
             if self.is_chat:
                 content = {"message": {"role": "assistant", "content": text}}
+                if answer.tool_calls[i]:  # OpenAI's: no content beside calls is null
+                    message = {"content": text or None, "tool_calls": list(answer.tool_calls[i])}
+                    content["message"].update(message)
             else:
                 content = {"text": text}
             part = None
@@ -131,6 +137,19 @@ class Shape:
         if with_usage or usage_so_far is not None:
             body["usage"] = usage_so_far  # OpenAI's shape: null on every chunk but the last
         return self._chunks.encode(body)
+
+    def tool_calls_chunk(
+        self, index: int, calls: tuple[dict, ...], with_usage: bool, usage_so_far: dict | None
+    ) -> bytes:
+        """A chat choice's tool calls, each whole in one delta (its index among the calls)."""
+        delta = {"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]}
+        body = {
+            **self._head(is_chunk=True),
+            "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}],
+        }
+        if with_usage or usage_so_far is not None:
+            body["usage"] = usage_so_far
+        return sse(body)
 
     def usage_chunk(
         self, num_prompt_tokens: int, num_completion_tokens: int, num_cached_tokens: int = 0

@@ -29,6 +29,7 @@ from pipeline.openai_api import choices
 from pipeline.openai_api.admission import Admission, check_api_key, read_body
 from pipeline.openai_api.errors import RETRY_AFTER_S, APIError, bad_request
 from pipeline.openai_api.generation import choice_pieces, merged
+from pipeline.openai_api.guides import request_guide
 from pipeline.openai_api.logprobs import LogprobsWriter
 from pipeline.openai_api.metrics import FrontendMetrics
 from pipeline.openai_api.openapi import DOCS_HTML, openapi_document
@@ -45,6 +46,14 @@ from pipeline.openai_api.schemas import (
     Version,
 )
 from pipeline.openai_api.served_model import Prompt, ServedModel
+from pipeline.openai_api.tool_calls import (
+    ToolPlan,
+    renders_tools,
+    template_messages,
+    tool_plan,
+    tools_system_message,
+)
+from pipeline.openai_api.tool_stream import tool_pieces
 from pipeline.openai_api.triton_llm import EngineError, TritonLLM
 from pipeline.specs.serve import OpenAISpec
 
@@ -179,12 +188,14 @@ class Frontend:
         body = await read_body(request, self.settings.max_request_bytes)
         parsed = parse(ChatCompletionRequest if is_chat else CompletionRequest, body)
         adapter = self._check_model(parsed.model, "model")
+        tools = tool_plan(parsed, self.model.chat_template) if is_chat else None
+        guide = request_guide(parsed, tools.guide if tools else None)
         if is_chat:
-            prompts, param = [self._chat_prompt(parsed)], "messages"
+            prompts, param = [self._chat_prompt(parsed, tools)], "messages"
             max_tokens = parsed.requested_max_tokens()
         else:
             prompts, param, max_tokens = self._prompts(parsed.prompt), "prompt", parsed.max_tokens
-        plan = choices.plan(parsed, prompts, max_tokens, self.model, self.settings, param)
+        plan = choices.plan(parsed, prompts, max_tokens, self.model, self.settings, param, guide)
         if adapter is not None:
             plan.choices[:] = [
                 replace(c, params=replace(c.params, lora_name=adapter)) for c in plan.choices
@@ -198,9 +209,12 @@ class Frontend:
         shape = Shape(is_chat, adapter or self.model.name)
         is_echoed = getattr(parsed, "echo", False)
         echoes = [self.model.echo(c.prompt) if is_echoed else "" for c in plan.choices]
-        pieces = merged(
-            [choice_pieces(self.llm, self.model.detokenizer, c, plan.stops) for c in plan.choices]
-        )
+        streams = [
+            choice_pieces(self.llm, self.model.detokenizer, c, plan.stops) for c in plan.choices
+        ]
+        if tools is not None and tools.reads_calls:
+            streams = [tool_pieces(stream, tools) for stream in streams]
+        pieces = merged(streams)
 
         async def finish() -> None:  # every way out: the engine requests end, the slots free
             try:
@@ -237,14 +251,13 @@ class Frontend:
             if not is_streamed:
                 await finish()
 
-    def _chat_prompt(self, parsed: ChatCompletionRequest) -> Prompt:
-        messages = []
-        for m in parsed.messages:
-            message = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-            if m.name is not None:
-                message["name"] = m.name
-            messages.append(message)
-        return self.model.chat_prompt(messages)
+    def _chat_prompt(self, parsed, tools: ToolPlan | None = None) -> Prompt:
+        messages = template_messages(parsed.messages)
+        if tools is None:
+            return self.model.chat_prompt(messages)
+        if not renders_tools(self.model.chat_template):
+            messages.insert(0, tools_system_message(tools))
+        return self.model.chat_prompt(messages, tools.tools)
 
     def _prompts(self, prompt) -> list[Prompt]:
         if isinstance(prompt, str):
@@ -301,6 +314,10 @@ class Frontend:
                 if piece.text or part is not None:
                     pending.append(
                         shape.chunk(index, piece.text, None, include_usage, False, so_far, part)
+                    )
+                if piece.tool_calls:
+                    pending.append(
+                        shape.tool_calls_chunk(index, piece.tool_calls, include_usage, so_far)
                     )
                 if piece.finish_reason:
                     pending.append(

@@ -80,7 +80,8 @@ class ServedModel:
         self.end_id = self._prompt_encoder.end_id if sends_end_id else None
         # a chat template writes the special tokens itself
         self._chat_encoder = TextEncoder(self.tokenizer, add_special_tokens=False)
-        self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
+        self.chat_template = getattr(self.tokenizer, "chat_template", None)
+        self.has_chat_template = bool(self.chat_template)
 
     def encode_prompt(self, text: str, param: str = "prompt") -> Prompt:
         return Prompt(self._encode(self._prompt_encoder, text, param), text)
@@ -102,7 +103,7 @@ class ServedModel:
     def echo(self, prompt: Prompt) -> str:
         return self.detokenizer.decode(prompt.token_ids) if prompt.text is None else prompt.text
 
-    def chat_prompt(self, messages: list[dict]) -> Prompt:
+    def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None) -> Prompt:
         if not self.has_chat_template:
             raise bad_request(
                 f"model {self.name!r} has no chat template in its tokenizer; use "
@@ -111,7 +112,7 @@ class ServedModel:
             )
         try:
             text = self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
+                messages, tools=tools, tokenize=False, add_generation_prompt=True
             )
         except Exception as exc:  # the template's own checks (raise_exception in jinja)
             raise bad_request(

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 import grpc
 import numpy as np
 from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
+from tritonclient.utils import serialize_byte_tensor
 
 from pipeline.lora.adapters import task_id
 from pipeline.openai_api.grpc_tensors import output_list
@@ -34,7 +35,13 @@ LOG_PROBS = "output_log_probs"  # [1, 1, n]: each new token's log probability
 # [1, 1] on the final response: prompt blocks the engine's prefix cache held (backend=torch sends
 # it when asked by name; the tensorrtllm backend with return_perf_metrics)
 REUSED_BLOCKS = "kv_cache_reused_blocks"
-_DATATYPES = {np.int32: "INT32", np.float32: "FP32", np.uint64: "UINT64", np.bool_: "BOOL"}
+_DATATYPES = {
+    np.int32: "INT32",
+    np.float32: "FP32",
+    np.uint64: "UINT64",
+    np.bool_: "BOOL",
+    np.object_: "BYTES",
+}
 
 
 class EngineError(Exception):
@@ -105,6 +112,10 @@ def request_arrays(
         arrays["num_top_log_probs"] = np.array([[params.logprobs]], np.int32)
     if params.prompt_logprobs is not None:
         arrays["num_prompt_log_probs"] = np.array([[params.prompt_logprobs]], np.int32)
+    if params.guide is not None:  # the tensorrtllm backend's guided decoding inputs
+        arrays["guided_decoding_guide_type"] = np.array([[params.guide.type.encode()]], object)
+        if params.guide.text:
+            arrays["guided_decoding_guide"] = np.array([[params.guide.text.encode()]], object)
     return arrays
 
 
@@ -113,7 +124,9 @@ def _infer_request(model: str, arrays: dict[str, np.ndarray]) -> service_pb2.Mod
     request.parameters["triton_enable_empty_final_response"].bool_param = True
     for name, array in arrays.items():
         request.inputs.add(name=name, datatype=_DATATYPES[array.dtype.type], shape=array.shape)
-        request.raw_input_contents.append(array.tobytes())
+        request.raw_input_contents.append(
+            serialize_byte_tensor(array).item() if array.dtype == object else array.tobytes()
+        )
     request.outputs.add(name="output_ids")
     request.outputs.add(name=REUSED_BLOCKS)
     if "return_log_probs" in arrays:
@@ -210,7 +223,11 @@ class TritonLLM:
 def _model_error(message: str) -> EngineError:
     # the model's ValueError texts: input checks name an input ("tensorrt_llm: max_tokens=...")
     # and the engine's RequestLimits start "request:"; anything else is the server's failure
-    is_request_error = "tensorrt_llm: request:" in message or "is outside [" in message
+    is_request_error = (
+        "tensorrt_llm: request:" in message
+        or "is outside [" in message
+        or "request: guided_decoding_guide" in message  # a grammar the engine cannot compile
+    )
     if ENGINE_UNAVAILABLE in message:  # the engine is down (restarting, or failed too often): 503
         return EngineError(message, status=503)
     if SHUTTING_DOWN in message:  # the server's drain ran out: this one is worth a retry

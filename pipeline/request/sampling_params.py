@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from pipeline.lora.adapters import NAME as LORA_NAME
+from pipeline.request.guided import GuidedDecoding
 from pipeline.triton_models.input_checks import ALLOWED, LOGIT_BIAS
 
 MAX_INT32 = 2**31 - 1
@@ -118,6 +119,8 @@ class SamplingParams:
     # are the same either way for greedy requests, and equally distributed for sampled ones
     speculate: bool = True
     lora_name: str | None = None  # the LoRA adapter to generate with (None: the base model)
+    # a grammar the output follows (guided decoding); None: free
+    guide: GuidedDecoding | None = None
     # any penalty set (derived; the sampler reads it for every sequence of every launch)
     has_penalties: bool = field(init=False, repr=False, compare=False)
 

@@ -80,6 +80,9 @@ class TrtllmDeployOptions:
     # KV block reuse across requests; null: deploy.enable_prefix_caching decides
     enable_kv_cache_reuse: bool | None = None
     enable_chunked_context: bool = False
+    # guided decoding (structured output): "xgrammar" writes upstream's xgrammar tokenizer info
+    # into the tensorrt_llm model and names it there; "" leaves it off
+    guided_decoding_backend: str = ""
     shm_size: str = "2g"  # docker --shm-size for the TensorRT-LLM image (>= 64 MB a python model)
 
 

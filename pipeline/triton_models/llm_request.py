@@ -16,6 +16,7 @@ import numpy as np
 
 from pipeline.lora.adapters import name_for_task
 from pipeline.request import SamplingParams
+from pipeline.request.guided import GUIDE_TYPES, GuidedDecoding
 from pipeline.triton_models.input_checks import check_inputs, decode_utf8
 from pipeline.triton_models.torch_unsupported import refuse_unsupported
 
@@ -221,6 +222,32 @@ def _lora_name(arrays: dict[str, np.ndarray], lora_dir: str | None) -> str | Non
     return name_for_task(Path(lora_dir), int(lora_task_id))
 
 
+def _guide(arrays: dict[str, np.ndarray]) -> GuidedDecoding | None:
+    """guided_decoding_guide_type (json, json_schema, regex, ebnf_grammar) and its
+    guided_decoding_guide, as the tensorrtllm backend takes them; no type (or an empty one) is
+    no grammar."""
+    kind = (
+        _strings(arrays, "guided_decoding_guide_type")
+        if "guided_decoding_guide_type" in arrays
+        else []
+    )
+    text = _strings(arrays, "guided_decoding_guide") if "guided_decoding_guide" in arrays else []
+    kind, text = (kind[0] if kind else ""), (text[0] if text else "")
+    if not kind:
+        if text:
+            raise ValueError(
+                "guided_decoding_guide is set without guided_decoding_guide_type; send its type "
+                f"({', '.join(GUIDE_TYPES)})"
+            )
+        return None
+    if kind not in GUIDE_TYPES:
+        raise ValueError(
+            f"guided_decoding_guide_type={kind!r} is not served (backend=torch takes "
+            f"{', '.join(GUIDE_TYPES)})"
+        )
+    return GuidedDecoding(kind, text)
+
+
 def from_arrays(
     arrays: dict[str, np.ndarray],
     default_exclude_input: bool,
@@ -256,6 +283,7 @@ def from_arrays(
         min_p=float(_scalar(arrays, "min_p", 0.0)),
         logit_bias=_logit_bias(arrays),
         lora_name=_lora_name(arrays, lora_dir),
+        guide=_guide(arrays),
         **_scores(arrays),
         **_sampling(arrays),
     )

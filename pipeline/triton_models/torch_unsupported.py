@@ -21,8 +21,6 @@ ABSENT_FEATURES = {
     # adapters are deployed with the model (lora.adapters) and named by lora_task_id
     "lora_weights": "no LoRA weights in requests (deploy the adapter, send its lora_task_id)",
     "lora_config": "no LoRA weights in requests (deploy the adapter, send its lora_task_id)",
-    "guided_decoding_guide_type": "no guided decoding",
-    "guided_decoding_guide": "no guided decoding",
     "encoder_input_features": "no encoder-decoder models",
     "encoder_output_lengths": "no encoder-decoder models",
     "cross_attention_mask": "no encoder-decoder models",

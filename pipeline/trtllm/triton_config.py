@@ -17,6 +17,7 @@ from pipeline.lora.trtllm import cache_parameters as lora_cache_parameters
 from pipeline.lora.trtllm import engine_problems as lora_engine_problems
 from pipeline.specs.deploy import DeploySpec
 from pipeline.specs.lora import LoraSpec
+from pipeline.trtllm.guided_decoding import check_backend
 from pipeline.trtllm.memory_settings import deploy_problems, kv_cache_reuse, memory_params
 from pipeline.trtllm.triton_io import INPUTS, OUTPUTS
 
@@ -107,6 +108,7 @@ def _deploy_problems(deploy: DeploySpec, engine: EngineJson) -> list[str]:
             f"engine's max_batch_size={engine_batch}, which caps the runtime anyway; set "
             f"it <= {engine_batch} (0 = the engine's)"
         )
+    out += check_backend(deploy.trtllm.guided_decoding_backend)
     logits_dtype = engine.pretrained.get("logits_dtype", "float32")
     if logits_dtype not in LOGITS_TYPES:
         out.append(
@@ -138,9 +140,11 @@ def tensorrt_llm_config(
     built_sm: int | None = None,
     gpu_weight_budget_gb: float | None = None,
     lora: LoraSpec | None = None,
+    tokenizer_info_path: str = "",
 ) -> str:
     """config.pbtxt text of the `tensorrt_llm` model; ConfigError listing every refusal reason.
-    gpu_weight_budget_gb: build.gpu_weight_budget_gb (gpu_weights_percent)."""
+    gpu_weight_budget_gb: build.gpu_weight_budget_gb (gpu_weights_percent); tokenizer_info_path:
+    the xgrammar tokenizer info guided decoding reads ("" when off)."""
     problems = _engine_problems(engine, deploy, target, built_sm) + _deploy_problems(deploy, engine)
     problems += deploy_problems(engine, deploy, gpu_weight_budget_gb)
     lora = lora or LoraSpec()
@@ -170,6 +174,8 @@ def tensorrt_llm_config(
         "enable_chunked_context": _bool(deploy.trtllm.enable_chunked_context),
         "exclude_input_in_output": _bool(deploy.exclude_input_in_output),
         "executor_worker_path": EXECUTOR_WORKER,
+        "guided_decoding_backend": deploy.trtllm.guided_decoding_backend,
+        "xgrammar_tokenizer_info_path": tokenizer_info_path,
     }
     if deploy.trtllm.max_tokens_in_paged_kv_cache > 0:
         params["max_tokens_in_paged_kv_cache"] = str(deploy.trtllm.max_tokens_in_paged_kv_cache)

@@ -181,7 +181,6 @@ def test_each_returned_sequence_comes_with_its_index(server, engine, model):
 UNSERVED = [  # input values -> what the error names, through either model
     ({"beam_width": 2}, "beam_width=2 (it has no beam search"),
     ({"lora_task_id": 3}, "lora_task_id=3 (no LoRA adapters"),
-    ({"guided_decoding_guide_type": "json", "guided_decoding_guide": "{}"}, "no guided decoding"),
     ({"repetition_penalty": 0.0}, "repetition_penalty=0.0 is outside [1e-06, 1000000.0]"),
 ]
 GRPC_ONLY = [  # 2-D tensors the HTTP generate extension cannot shape

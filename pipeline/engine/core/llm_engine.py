@@ -126,6 +126,7 @@ class LLMEngine:
         # running batch), first token and final token on the host
         self._num_finished = 0
         self._queue_s = self._first_token_s = self._final_s = 0.0
+        self._grammars = None  # guided decoding's GrammarCompiler, made for the first guide
 
     @property
     def num_scheduler_steps(self) -> int:
@@ -144,6 +145,20 @@ class LLMEngine:
                 "request: prompt_logprobs / return_context_logits need an engine of one rank "
                 "(this one has tp_size x pp_size > 1); leave them out"
             )
+        if params.guide is not None:  # compiled here, off the engine thread when served
+            self.grammar_compiler().compile(params.guide)
+
+    def grammar_compiler(self):
+        """Guided decoding's compiler for this engine's tokenizer and logits width (xgrammar
+        is loaded with the first guided request)."""
+        if self._grammars is None:
+            from pipeline.engine.guided.grammar_compiler import GrammarCompiler, tokenizer_info
+
+            info = tokenizer_info(
+                self.tokenizer, self.model_runner.model.vocab_size, self.eos_token_ids
+            )
+            self._grammars = GrammarCompiler(info)
+        return self._grammars
 
     def add_request(
         self,
@@ -170,6 +185,10 @@ class LLMEngine:
         seq = Sequence(request_id, prompt_token_ids, params, self.eos_token_ids, arrival_time_s)
         seq.lora_id = self.lora_id(params.lora_name)
         seq.kv_extra_key = seq.lora_id or None  # an adapter's K/V differ from the base model's
+        if params.guide is not None:
+            from pipeline.engine.guided.grammar_state import GrammarState
+
+            seq.grammar = GrammarState(self.grammar_compiler().compile(params.guide), seq.end_ids)
         self._requests[request_id] = seq
         self.scheduler.add(seq)
         return seq

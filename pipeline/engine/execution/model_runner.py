@@ -14,6 +14,7 @@ import torch.distributed as dist
 from pipeline.engine import kernels
 from pipeline.engine.engine_config import EngineConfig
 from pipeline.engine.execution.cuda_graph_runner import CudaGraphRunner
+from pipeline.engine.execution.grammar_bitmask import GrammarBitmask
 from pipeline.engine.execution.host_buffers import PinnedRing
 from pipeline.engine.execution.kv_cache_sizing import default_num_kv_blocks
 from pipeline.engine.execution.kv_swap import HostKVTier, host_blocks
@@ -125,8 +126,11 @@ class ModelRunner:
         generator = torch.Generator(device=self.device)
         generator.seed()
         self.sampler = Sampler(generator)
+        self.grammar_bitmask = GrammarBitmask(m.vocab_size, config.max_batch_size, self.device)
         self._last_sampled: torch.Tensor | None = None  # [S] the last launched step's tokens
         self._scoring: PromptScoring | None = None  # the prompt rows the next forward scores
+        # the last launch's tokens on the host and their copy's event (guided rows' bitmasks)
+        self._last_tokens: tuple[torch.Tensor, torch.cuda.Event | None] | None = None
         self.graphs = None
         if config.compile and self.device.type == "cuda":
             kernels.drop_triton_kernels(self.model)
@@ -347,6 +351,10 @@ class ModelRunner:
                     sampling[m] = sampling_tensors(
                         packed[m].seqs, self.device, self.model.vocab_size
                     )
+                    if batch.grammar_rows is not None:  # on the host while the forward runs
+                        sampling[m].token_bitmask = self.grammar_bitmask.fill(
+                            packed[m].seqs, self._last_tokens
+                        )
                 tokens = self.tp.broadcast(self.sampler(logits, sampling[m]))
             if m == last_batch and step == mark_after and step < launch_steps - 1:
                 schedule_at = _recorded_event()
@@ -362,12 +370,13 @@ class ModelRunner:
         if batch.draft_token_ids is not None:  # a verify step: [R] tokens, row after row
             seqs, drafts = verified_rows(batch)
         if not is_cuda:
+            self._last_tokens = tokens, None
             return SampledTokens(seqs, tokens, None, launch_steps, drafts=drafts)
         host = self._tokens_ring.take(tokens.numel())
         host.copy_(tokens, non_blocking=True)
-        return SampledTokens(
-            seqs, host, self._tokens_ring.copied(), launch_steps, schedule_at, drafts
-        )
+        done = self._tokens_ring.copied()
+        self._last_tokens = host, done
+        return SampledTokens(seqs, host, done, launch_steps, schedule_at, drafts)
 
     @torch.inference_mode()
     def follow(self) -> None:

@@ -34,6 +34,9 @@ class SamplingTensors:
     # log probabilities of the sampled tokens and the likeliest ones (all rows, when any asks):
     # the log-softmax of the model's logits, before biases, bans, penalties and temperature
     logprobs: LaunchLogprobs | None = None
+    # guided decoding: (bitmask [S, ceil(V / 32)] int32 of allowed tokens, the rows it masks
+    # [R] int32), on the device; None when no row has a grammar
+    token_bitmask: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def filtered_probs(
@@ -117,6 +120,11 @@ class Sampler(nn.Module):
     def forward(self, logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
         # logits [S, V] float32 -> token ids [S] int64
         raw = logits
+        if params.token_bitmask is not None:  # first: what a grammar forbids never comes back
+            from xgrammar import apply_token_bitmask_inplace  # only guided requests need it
+
+            bitmask, rows = params.token_bitmask
+            apply_token_bitmask_inplace(logits, bitmask, indices=rows)
         if params.logit_bias is not None:
             logits = logits.index_put(params.logit_bias[:2], params.logit_bias[2], accumulate=True)
         rows = [i for i, banned in enumerate(params.banned_token_ids) for _ in banned]

@@ -70,7 +70,16 @@ class SchedulerOutput:
             self.samples[part],
             draft_token_ids=None if self.draft_token_ids is None else self.draft_token_ids[part],
             lora_ids=None if self.lora_ids is None else self.lora_ids[part],
+            grammar_rows=_rows_in(self.grammar_rows, part),
         )
+
+
+def _rows_in(rows: np.ndarray | None, part: slice) -> np.ndarray | None:
+    """The rows of `part` among rows, numbered from the part's first; None when none are."""
+    if rows is None:
+        return None
+    inside = rows[(rows >= part.start) & (rows < part.stop)] - part.start
+    return _read_only(inside) if inside.size else None
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
@@ -117,6 +126,8 @@ def scheduler_output(
     if any(seq.draft_token_ids for seq in seqs):  # speculative decoding: drafts are host tokens
         drafts, num_known = _with_drafts(seqs, lens, ends, num_known, num_pending, query_start, ids)
     width = int(num_blocks.max()) if num_seqs else 0
+    samples = _read_only(ends == num_known + num_pending)
+    guided = [row for row, seq in enumerate(seqs) if seq.grammar is not None]
     return SchedulerOutput(
         tuple(seqs),
         lens,
@@ -128,8 +139,9 @@ def scheduler_output(
         _read_only(block_tables[block_rows, :width]),
         _read_only(query_start),
         _read_only(ids),
-        _read_only(ends == num_known + num_pending),
+        samples,
         draft_token_ids=drafts,
+        grammar_rows=_grammar_rows(guided, samples),
     )
 
 
@@ -160,6 +172,15 @@ def _with_drafts(
     known.flags.writeable = False
     # None when the budget left no row its drafts: a plain step
     return (tuple(drafts) if num_drafts.any() else None), known
+
+
+def _grammar_rows(guided: list[int], samples: np.ndarray) -> np.ndarray | None:
+    """The guided rows that sample this step; None when there are none."""
+    if not guided:
+        return None
+    rows = np.asarray(guided, np.int64)
+    rows = rows[samples[rows]]
+    return _read_only(rows) if rows.size else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,9 @@ class Sequence:
         # speculative decoding: tokens proposed to follow token_ids, which the next step feeds
         # after the newest token when the scheduler gives it room (set before each schedule)
         self.draft_token_ids: list[int] = []
+        # guided decoding: the grammar's matcher (set by the engine); a pending token is read
+        # from its launch's host copy before the next bitmask is filled (grammar_bitmask.py)
+        self.grammar = None
         self.num_preemptions = 0
         # prefix caching (prefix_cache.py): what besides its tokens changes its K/V (a LoRA
         # adapter's id), its full blocks' hash chain so far, how many of the blocks it holds are
@@ -164,6 +167,7 @@ class Sequence:
         if (
             len(token_ids) < self.params.max_tokens - self.num_completion_tokens
             and not self.params.stop_sequences
+            and self.grammar is None
             and self._stop_ids.isdisjoint(token_ids)
         ):  # no rule can fire: what append_token would do for each
             if self.first_token_time_s is None:
@@ -196,10 +200,14 @@ class Sequence:
         sequences are kept."""
         if self.first_token_time_s is None:
             self.first_token_time_s = time.perf_counter()
+        if self.grammar is not None and not self.grammar.accept(token_id):
+            raise ValueError(f"guided decoding: token {token_id} is outside the request's grammar")
         if token_id in self.end_ids:
             return "stop"
         self.token_ids.append(token_id)
         if token_id in self.params.stop_token_ids or self._ends_with_stop_sequence():
+            return "stop"
+        if self.grammar is not None and self.grammar.is_terminated:  # its grammar is complete
             return "stop"
         if self.num_completion_tokens >= self.params.max_tokens:
             return "length"

@@ -36,6 +36,7 @@ def can_speculate(seq: Sequence) -> bool:
         and not p.has_penalties
         and not p.bad_sequences
         and not p.scores_tokens  # log probabilities and logits are read one token a step
+        and p.guide is None  # a grammar's matcher takes one token a step
         and seq.num_completion_tokens >= p.min_tokens
     )
 

@@ -273,7 +273,6 @@ def test_upstream_sampling_inputs_reach_the_engine():
     [
         ({"beam_width": [[2]]}, "beam_width=2 (it has no beam search"),
         ({"lora_task_id": np.array([[7]], np.uint64)}, "lora_task_id=7 (no LoRA adapters"),
-        ({"guided_decoding_guide_type": np.array([[b"json"]], object)}, "'json' (no guided"),
         (
             {"embedding_bias_weights": np.ones((1, 2), np.float32)},
             "embedding_bias_weights=<[1, 2] float32> (no embedding bias",
@@ -361,3 +360,39 @@ def test_embedding_bias_and_min_p_reach_the_sampling_params():
             from_arrays(
                 request_arrays(**{name: np.asarray(value, np.float32).reshape(1, -1)}), True
             )
+
+
+def test_guided_decoding_inputs_become_the_requests_guide():
+    schema = '{"type": "object"}'
+    guided = from_arrays(
+        request_arrays(
+            guided_decoding_guide_type=np.array([[b"json_schema"]], object),
+            guided_decoding_guide=np.array([[schema.encode()]], object),
+        ),
+        default_exclude_input=True,
+    )
+    assert (guided.params.guide.type, guided.params.guide.text) == ("json_schema", schema)
+    any_json = from_arrays(
+        request_arrays(guided_decoding_guide_type=np.array([[b"json"]], object)),
+        default_exclude_input=True,
+    )
+    assert any_json.params.guide.type == "json"
+    assert from_arrays(request_arrays(), default_exclude_input=True).params.guide is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"guided_decoding_guide_type": [[b"structural_tag"]]}, "'structural_tag' is not served"),
+        ({"guided_decoding_guide": [[b"\\d+"]]}, "without guided_decoding_guide_type"),
+        ({"guided_decoding_guide_type": [[b"regex"]]}, "needs its text"),
+        (
+            {"guided_decoding_guide_type": [[b"json_schema"]], "guided_decoding_guide": [[b"{"]]},
+            "the schema is not JSON",
+        ),
+    ],
+)
+def test_bad_guided_decoding_inputs_are_named(extra, named):
+    extra = {k: np.array(v, object) for k, v in extra.items()}
+    with pytest.raises(ValueError, match=named):
+        from_arrays(request_arrays(**extra), default_exclude_input=True)

@@ -57,6 +57,8 @@ def test_fixture_engine_gives_tensorrtllm_model(tmp_path):
         "enable_chunked_context": "false",
         "exclude_input_in_output": "true",
         "executor_worker_path": "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker",
+        "guided_decoding_backend": "",
+        "xgrammar_tokenizer_info_path": "",
     }
     assert "${" not in text_format.MessageToString(config)
 
@@ -235,3 +237,50 @@ def test_lora_adapters_need_an_engine_built_for_them(tmp_path):
     engine = engine_copy(tmp_path, rank_8)
     with pytest.raises(ConfigError, match=r"max_lora_rank=8 is below lora.max_rank=64.*adapts no"):
         generate(tmp_path / "r", engine, "+lora.adapters.sql=/adapters/sql")
+
+
+def test_guided_decoding_writes_upstreams_tokenizer_info_and_names_it(tmp_path):
+    import xgrammar
+    from transformers import AutoTokenizer
+
+    from scripts.byte_tokenizer import write_byte_tokenizer
+
+    tokenizer_dir = write_byte_tokenizer(300, tmp_path / "tokenizer")
+    repo_dir = tmp_path / "published"
+    config = generate(
+        tmp_path,
+        FIXTURE_ENGINE,
+        "deploy.trtllm.guided_decoding_backend=xgrammar",
+        f"deploy.repo_dir={repo_dir}",
+    )
+    info_path = repo_dir.resolve() / "tensorrt_llm" / "xgrammar_tokenizer_info.json"
+    assert params(config)["guided_decoding_backend"] == "xgrammar"
+    assert params(config)["xgrammar_tokenizer_info_path"] == str(info_path)
+    # written into the model dir, published with the repository
+    info = json.loads((tmp_path / "repo" / "tensorrt_llm" / info_path.name).read_text())
+    assert sorted(info) == ["encoded_vocab", "stop_token_ids", "tokenizer_str"]
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    assert info["stop_token_ids"] == [tokenizer.eos_token_id] and len(info["encoded_vocab"]) == 300
+    # the executor's reading of it (xgrammar's TokenizerInfo from the vocabulary and the
+    # tokenizer's metadata) is xgrammar's own reading of the tokenizer
+    metadata = xgrammar.TokenizerInfo._detect_metadata_from_hf(info["tokenizer_str"])
+    read = xgrammar.TokenizerInfo.from_vocab_and_metadata(
+        info["encoded_vocab"],
+        json.dumps(
+            {
+                "vocab_type": metadata["vocab_type"].value,
+                "vocab_size": 300,
+                "add_prefix_space": metadata["add_prefix_space"],
+                "stop_token_ids": info["stop_token_ids"],
+            }
+        ),
+    )
+    direct = xgrammar.TokenizerInfo.from_huggingface(tokenizer)
+    assert read.decoded_vocab == direct.decoded_vocab and read.vocab_type == direct.vocab_type
+
+
+def test_guided_decoding_is_off_unless_asked_and_an_unknown_backend_is_refused(tmp_path):
+    values = params(generate(tmp_path, FIXTURE_ENGINE))
+    assert values["guided_decoding_backend"] == values["xgrammar_tokenizer_info_path"] == ""
+    with pytest.raises(ConfigError, match="guided_decoding_backend='outlines'"):
+        generate(tmp_path, FIXTURE_ENGINE, "deploy.trtllm.guided_decoding_backend=outlines")

@@ -1,0 +1,98 @@
+"""The bitmask path of guided decoding without a model: a byte-level tokenizer's grammar, the
+runner's bitmask over a batch mixing guided and free rows, a pending token taken from the last
+launch's host copy before the next bitmask, the sampler's masking, and the compiler's LRU."""
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from pipeline.engine.execution.grammar_bitmask import GrammarBitmask
+from pipeline.engine.guided.grammar_compiler import GrammarCompiler, tokenizer_info
+from pipeline.engine.guided.grammar_state import GrammarState
+from pipeline.engine.layers.sampler import Sampler, SamplingTensors
+from pipeline.engine.scheduling.sequence import Sequence
+from pipeline.request.guided import GuidedDecoding
+from pipeline.request.sampling_params import SamplingParams
+from scripts.byte_tokenizer import write_byte_tokenizer
+
+VOCAB = 300  # logits wider than the tokenizer's 300 tokens: padded to 320
+WIDTH = 320
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return AutoTokenizer.from_pretrained(write_byte_tokenizer(VOCAB, tmp_path_factory.mktemp("t")))
+
+
+@pytest.fixture(scope="module")
+def compiler(tokenizer) -> GrammarCompiler:
+    return GrammarCompiler(tokenizer_info(tokenizer, WIDTH, (tokenizer.eos_token_id,)))
+
+
+def byte_id(tokenizer, char: str) -> int:
+    (token,) = tokenizer.encode(char)
+    return token
+
+
+def seq(compiler, guide: GuidedDecoding | None, eos: int) -> Sequence:
+    s = Sequence("r", [1, 2], SamplingParams(max_tokens=8, guide=guide), (eos,))
+    if guide is not None:
+        s.grammar = GrammarState(compiler.compile(guide), s.end_ids)
+    return s
+
+
+def allowed(bitmask: torch.Tensor, row: int) -> set[int]:
+    bits = (bitmask[row, :, None] >> torch.arange(32)) & 1
+    return set(torch.nonzero(bits.reshape(-1))[:, 0].tolist())
+
+
+def test_guided_rows_are_masked_free_rows_are_not(tokenizer, compiler):
+    a, b, c = (byte_id(tokenizer, ch) for ch in "abc")
+    eos = tokenizer.eos_token_id
+    seqs = [seq(compiler, None, eos), seq(compiler, GuidedDecoding("regex", "a(b|c)"), eos)]
+    bitmask, rows = GrammarBitmask(WIDTH, 4, torch.device("cpu")).fill(seqs, None)
+    assert rows.tolist() == [1] and bitmask.shape == (2, WIDTH // 32)
+    assert allowed(bitmask, 1) == {a}  # no filler word is spelled "a" + b or c
+    # the sampler masks the guided row only, padding columns past the vocabulary included
+    logits = torch.zeros(2, WIDTH)
+    logits[:, b] = logits[:, WIDTH - 1] = 5.0
+    tensors = SamplingTensors([True, True], [None, None], [[], []], token_bitmask=(bitmask, rows))
+    assert Sampler(torch.Generator())(logits, tensors).tolist() == [b, a]
+
+
+def test_a_pending_token_is_taken_before_the_next_bitmask_and_only_once(tokenizer, compiler):
+    a, b, c = (byte_id(tokenizer, ch) for ch in "abc")
+    eos = tokenizer.eos_token_id
+    guided = seq(compiler, GuidedDecoding("regex", "a(b|c)"), eos)
+    guided.num_pending_tokens, guided.pending_row = 1, 2  # row 2 of the last launch
+    last = torch.tensor([7, 8, a])
+    masks = GrammarBitmask(WIDTH, 4, torch.device("cpu"))
+    bitmask, _ = masks.fill([guided], (last, None))
+    assert allowed(bitmask, 0) == {b, c}
+    # a launch that failed after its fill: the token is not taken twice
+    bitmask, _ = masks.fill([guided], (last, None))
+    assert allowed(bitmask, 0) == {b, c}
+    guided.num_pending_tokens = 0
+    assert guided.append_tokens([a, c]) == (2, None)  # the scheduler's append agrees
+    bitmask, _ = masks.fill([guided], None)
+    assert allowed(bitmask, 0) == {eos}  # complete: only the end token
+    assert guided.append_tokens([eos]) == (1, "stop")
+
+
+def test_a_token_outside_the_grammar_fails_its_request(tokenizer, compiler):
+    guided = seq(compiler, GuidedDecoding("regex", "a"), tokenizer.eos_token_id)
+    with pytest.raises(ValueError, match="outside the request's grammar"):
+        guided.append_tokens([byte_id(tokenizer, "z")])
+
+
+def test_compiled_grammars_are_an_lru_by_text(tokenizer):
+    compiler = GrammarCompiler(tokenizer_info(tokenizer, WIDTH, ()), max_cached=2)
+    guides = [GuidedDecoding("regex", r) for r in ("a", "b", "c")]
+    first = compiler.compile(guides[0])
+    assert compiler.compile(GuidedDecoding("regex", "a")) is first and compiler.num_compiled == 1
+    compiler.compile(guides[1])
+    compiler.compile(guides[2])  # evicts "a", the least recently used
+    compiler.compile(guides[0])
+    assert compiler.num_compiled == 4
+    with pytest.raises(ValueError, match=r"request: guided_decoding_guide \(regex\)"):
+        compiler.compile(GuidedDecoding("regex", "(unclosed"))
