@@ -59,6 +59,18 @@ def compiled_ptx(kernel: str, run) -> tuple[str, str]:
     ], f"sm_{target.arch}a" if target.arch >= 90 else f"sm_{target.arch}"
 
 
+def _ptxas(arch: str) -> str:
+    """The ptxas Triton itself assembles this arch's PTX with: wheels that ship two (Triton 3.9
+    does) pick the newer for sm_90 and up, whose PTX version the older one refuses."""
+    from triton import knobs
+
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+    except ImportError:  # one ptxas in the wheel
+        return knobs.nvidia.ptxas.path
+    return get_ptxas(int(arch.removeprefix("sm_").rstrip("a"))).path
+
+
 def sass_digest(ptx: str, arch: str) -> str:
     """Digest of the SASS instructions ptxas makes of the PTX (offsets and encodings left out)."""
     from triton import knobs
@@ -66,7 +78,7 @@ def sass_digest(ptx: str, arch: str) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         src, cubin = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
         src.write_text(ptx)
-        ptxas = [knobs.nvidia.ptxas.path, f"--gpu-name={arch}", str(src), "-o", str(cubin)]
+        ptxas = [_ptxas(arch), f"--gpu-name={arch}", str(src), "-o", str(cubin)]
         subprocess.run(ptxas, check=True, capture_output=True)
         dump = subprocess.run(
             [knobs.nvidia.cuobjdump.path, "-sass", str(cubin)],
