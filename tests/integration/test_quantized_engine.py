@@ -171,12 +171,14 @@ def test_quantized_engine_logits_match_modelopt_fake_quant_model(exported, smoll
 
     from pipeline.backends.torch_backend import TorchBackend
     from pipeline.specs.build import BuildSpec
+    from pipeline.specs.lora import LoraSpec
 
     algo, model, _, _, ckpt_dir = exported
     spec = SimpleNamespace(
         build=BuildSpec(max_batch_size=1, max_input_len=64, max_seq_len=64),
         deploy=None,
         backend=SimpleNamespace(device="cpu"),
+        lora=LoraSpec(),
     )
     TorchBackend(spec).build(ckpt_dir, smollm_hf_dir, tmp_path)
     ids = torch.randint(0, 49152, (40,), generator=torch.Generator().manual_seed(2))
@@ -197,6 +199,7 @@ def test_fp8_kv_cache_decode_agrees_with_its_prefill(exported, smollm_hf_dir, tm
     from pipeline.backends.torch_backend import TorchBackend
     from pipeline.engine import LLMEngine, SamplingParams
     from pipeline.specs.build import BuildSpec
+    from pipeline.specs.lora import LoraSpec
 
     _, _, _, quantization, ckpt_dir = exported
     if quantization["kv_cache_quant_algo"] is None:
@@ -205,6 +208,7 @@ def test_fp8_kv_cache_decode_agrees_with_its_prefill(exported, smollm_hf_dir, tm
         build=BuildSpec(max_batch_size=2, max_input_len=64, max_seq_len=64),
         deploy=None,
         backend=SimpleNamespace(device="cpu"),
+        lora=LoraSpec(),
     )
     TorchBackend(spec).build(ckpt_dir, smollm_hf_dir, tmp_path)
     engine = LLMEngine.from_engine_dir(tmp_path, device="cpu")
@@ -225,6 +229,7 @@ def test_fp8_kv_cache_with_prefix_caching_and_host_tier_equals_off(
     from pipeline.backends.torch_backend import TorchBackend
     from pipeline.engine import LLMEngine, SamplingParams
     from pipeline.specs.build import BuildSpec
+    from pipeline.specs.lora import LoraSpec
 
     _, _, _, quantization, ckpt_dir = exported
     if quantization["kv_cache_quant_algo"] is None:
@@ -233,6 +238,7 @@ def test_fp8_kv_cache_with_prefix_caching_and_host_tier_equals_off(
         build=BuildSpec(max_batch_size=2, max_input_len=64, max_seq_len=64, tokens_per_block=8),
         deploy=None,
         backend=SimpleNamespace(device="cpu"),
+        lora=LoraSpec(),
     )
     TorchBackend(spec).build(ckpt_dir, smollm_hf_dir, tmp_path)
     ids = torch.randint(0, 49152, (60,), generator=torch.Generator().manual_seed(4)).tolist()
