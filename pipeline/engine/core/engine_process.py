@@ -61,6 +61,12 @@ def _portable(exc: BaseException) -> BaseException:
     return RuntimeError(f"engine process: {exc!r}")
 
 
+def _refused(request_id: str, exc: ValueError) -> StreamDelta:
+    """The final delta of a request the engine refused at submit: the client checks limits, the
+    engine what needs its tokenizer (a grammar's compile)."""
+    return StreamDelta(request_id, [], True, "error", str(exc))
+
+
 class _Client:
     """One connected process: its channel and its requests not finished yet."""
 
@@ -127,6 +133,11 @@ class _Hub:
                     client.requests.add(request_id)
                 try:
                     self.async_engine.submit(prompt_token_ids, params, request_id)
+                except ValueError as exc:  # this request alone (a grammar that does not compile)
+                    client.send((_DELTAS, [delta_row(_refused(request_id, exc))], None))
+                    with self._lock:
+                        self._owners.pop(request_id, None)
+                        client.requests.discard(request_id)
                 except BaseException as exc:  # noqa: BLE001 - engine failed or shut down meanwhile
                     with self._lock:
                         self._owners.pop(request_id, None)
