@@ -12,6 +12,24 @@ import torch
 from pipeline.server.ports import free_ports
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def run_tiny_script(module: str, out_dir: Path) -> None:
+    """`python -m module --out out_dir --tiny` in a subprocess, as the GPU machine runs it (no
+    inherited environment: what the script needs, it imports itself)."""
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--out", str(out_dir), "--tiny"],
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        timeout=300,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 CONF_DIR = str(REPO / "conf")
 
 torch.set_num_threads(1)  # 2 shared cores: one thread per process avoids contention collapse

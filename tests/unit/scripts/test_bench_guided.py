@@ -3,13 +3,11 @@ GPU machine runs it): both sides at each batch size, every token generated under
 and the byte-level tokenizer it builds covers the vocabulary."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from scripts.byte_tokenizer import write_byte_tokenizer
-from tests.conftest import REPO
+from tests.conftest import run_tiny_script
 
 
 def test_byte_tokenizer_spells_any_text_in_a_vocabulary_of_the_given_size(tmp_path):
@@ -23,15 +21,7 @@ def test_byte_tokenizer_spells_any_text_in_a_vocabulary_of_the_given_size(tmp_pa
 
 @pytest.mark.slow
 def test_bench_guided_tiny_measures_guided_against_free(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "scripts.bench_guided", "--out", str(tmp_path), "--tiny"],
-        cwd=REPO,
-        text=True,
-        capture_output=True,
-        timeout=300,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_tiny_script("scripts.bench_guided", tmp_path)
     results = json.loads((tmp_path / "bench_guided.json").read_text())
     rows = results["models"]["tiny"]["batches"]
     assert sorted(rows, key=int) == ["1", "4"]

@@ -2,25 +2,15 @@
 as the GPU machine runs it)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import run_tiny_script
 
 
 @pytest.mark.slow
 def test_bench_logprobs_tiny_measures_on_and_off_with_equal_greedy_tokens(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "scripts.bench_logprobs", "--out", str(tmp_path), "--tiny"],
-        cwd=REPO,
-        text=True,
-        capture_output=True,
-        timeout=300,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_tiny_script("scripts.bench_logprobs", tmp_path)
     run = json.loads((tmp_path / "bench_logprobs.json").read_text())["models"]["tiny"]
     assert sorted(run["batches"]) == ["1", "4"]
     for batch in run["batches"].values():

@@ -2,25 +2,15 @@
 subprocess, as the GPU machine runs it)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import run_tiny_script
 
 
 @pytest.mark.slow
 def test_bench_prefix_cache_tiny_measures_every_workload_on_and_off(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "scripts.bench_prefix_cache", "--out", str(tmp_path), "--tiny"],
-        cwd=REPO,
-        text=True,
-        capture_output=True,
-        timeout=300,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_tiny_script("scripts.bench_prefix_cache", tmp_path)
     tiny = json.loads((tmp_path / "bench_prefix_cache.json").read_text())["models"]["tiny"]
     for workload in ("shared_prefix", "unique"):
         for side in ("off", "on"):

@@ -2,25 +2,15 @@
 subprocess, as the GPU machine runs it)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import run_tiny_script
 
 
 @pytest.mark.slow
 def test_bench_weight_offload_tiny_reports_streamed_runs_against_bound_and_resident(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "scripts.bench_weight_offload", "--out", str(tmp_path), "--tiny"],
-        cwd=REPO,
-        text=True,
-        capture_output=True,
-        timeout=300,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_tiny_script("scripts.bench_weight_offload", tmp_path)
     report = json.loads((tmp_path / "bench_weight_offload.json").read_text())
     runs = report["runs"]
     assert sorted(runs) == ["tiny_f32_half_streamed", "tiny_f32_resident", "tiny_fp8_streamed"]
