@@ -25,9 +25,10 @@ ABSENT_FEATURES = {
     "encoder_output_lengths": "no encoder-decoder models",
     "cross_attention_mask": "no encoder-decoder models",
     "skip_cross_attn_blocks": "no encoder-decoder models",
-    "draft_input_ids": "no client draft tokens (its speculative decoding drafts its own: deploy.torch.spec)",
-    "draft_logits": "no client draft tokens (it drafts its own: deploy.torch.spec)",
-    "draft_acceptance_threshold": "no client draft tokens (it drafts its own: deploy.torch.spec)",
+    # speculative decoding drafts its own tokens (deploy.torch.spec)
+    "draft_input_ids": "no client draft tokens (speculative decoding drafts its own)",
+    "draft_logits": "no client draft tokens (speculative decoding drafts its own)",
+    "draft_acceptance_threshold": "no client draft tokens (speculative decoding drafts its own)",
     "lookahead_window_size": "no speculative decoding (lookahead)",
     "lookahead_ngram_size": "no speculative decoding (lookahead)",
     "lookahead_verification_set_size": "no speculative decoding (lookahead)",
