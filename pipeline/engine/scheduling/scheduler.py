@@ -211,17 +211,7 @@ class Scheduler:
             seq.num_pending_tokens -= num_steps
             if seq.is_finished:
                 continue
-            num_before = seq.num_tokens
-            try:
-                num_taken, reason = seq.append_tokens(tokens[row::num_seqs])
-            except Exception as exc:  # noqa: BLE001 - its own stop rules: fail it alone
-                logger.warning("request %s failed on its tokens: %r", seq.request_id, exc)
-                self.finish(seq, "error")
-                updates.append((seq, 0, 0, "error", f"{type(exc).__name__}: {exc}"))
-                continue
-            if reason is not None:
-                self.finish(seq, reason)
-            updates.append((seq, seq.num_tokens - num_before, num_taken, reason, None))
+            updates.append(self._append(seq, tokens[row::num_seqs]))
         return updates
 
     def _update_from_verify(
@@ -240,18 +230,22 @@ class Scheduler:
             emitted, num_accepted = accepted_tokens(drafts, targets)
             if seq.status == SequenceStatus.RUNNING:  # (a preempted one recomputes anyway)
                 seq.num_computed_tokens -= len(drafts) - num_accepted
-            num_before = seq.num_tokens
-            try:
-                num_taken, reason = seq.append_tokens(emitted)
-            except Exception as exc:  # noqa: BLE001 - its own stop rules: fail it alone
-                logger.warning("request %s failed on its tokens: %r", seq.request_id, exc)
-                self.finish(seq, "error")
-                updates.append((seq, 0, 0, "error", f"{type(exc).__name__}: {exc}"))
-                continue
-            if reason is not None:
-                self.finish(seq, reason)
-            updates.append((seq, seq.num_tokens - num_before, num_taken, reason, None))
+            updates.append(self._append(seq, emitted))
         return updates
+
+    def _append(self, seq: Sequence, tokens: list[int]) -> SequenceUpdate:
+        """The sequence's new tokens, finishing it when they end it; a failure of its own stop
+        rules fails it alone."""
+        num_before = seq.num_tokens
+        try:
+            num_taken, reason = seq.append_tokens(tokens)
+        except Exception as exc:  # noqa: BLE001 - its own stop rules: fail it alone
+            logger.warning("request %s failed on its tokens: %r", seq.request_id, exc)
+            self.finish(seq, "error")
+            return seq, 0, 0, "error", f"{type(exc).__name__}: {exc}"
+        if reason is not None:
+            self.finish(seq, reason)
+        return seq, seq.num_tokens - num_before, num_taken, reason, None
 
     def _num_tokens_to_run(self, seq: Sequence, budget: int) -> int:
         # wait for the host to see its pending tokens (overlap scheduling): a step can read only
