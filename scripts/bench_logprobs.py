@@ -23,7 +23,7 @@ import torch
 
 from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2, TINY
-from scripts.engine_run import TINY_WORKLOAD, Workload, prompts_for, sync
+from scripts.engine_run import TINY_WORKLOAD, Workload, free_memory, prompts_for, sync
 from scripts.model_shapes import build_engine, random_hf_model, write_checkpoint, write_tokenizer
 
 TOP = 5
@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             model = random_hf_model(shape, getattr(torch, dtype), torch.device(device))
             ckpt = write_checkpoint(model, dtype, tmp / f"{name}-ckpt")
             del model
+            free_memory()  # the engine gets the GPU to itself
             tokenizer = write_tokenizer(shape["vocab_size"], tmp / f"{name}-tokenizer")
             engine_dir = build_engine(ckpt, tokenizer, tmp / f"{name}-engine", limits)
             engine = LLMEngine.from_engine_dir(engine_dir, device=device, dtype=dtype)
@@ -137,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             engine.close()
             del engine
+            free_memory()  # the next shape's model and KV cache need the GPU the last one held
             (args.out / "bench_logprobs.json").write_text(json.dumps(results, indent=2))
     (args.out / "bench_logprobs.md").write_text(markdown(results) + "\n")
     print(markdown(results))
