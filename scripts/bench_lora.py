@@ -26,6 +26,8 @@ import torch
 from safetensors.torch import save_file
 
 from pipeline.engine import LLMEngine, SamplingParams
+from pipeline.engine.engine_config import ModelConfig
+from pipeline.engine.lora.weights import full_shapes
 from pipeline.lora.adapters import TARGET_MODULES
 from pipeline.synthetic.shapes import LLAMA_8B, TINY
 from pipeline.synthetic.weights import HOOK, checkpoint_config, write_engine
@@ -38,19 +40,9 @@ TINY_WORK = Workload(num_requests=8, input_len=12, output_len=8, max_batch_size=
 GOALS = {"offline": 0.8, "decode": 0.85}
 
 
-def module_shapes(shape: dict) -> dict[str, tuple[int, int]]:
-    hidden, inter = shape["hidden_size"], shape["intermediate_size"]
-    head = hidden // shape["num_attention_heads"]
-    q, kv = shape["num_attention_heads"] * head, shape["num_key_value_heads"] * head
-    return {
-        "q_proj": (q, hidden),
-        "k_proj": (kv, hidden),
-        "v_proj": (kv, hidden),
-        "o_proj": (hidden, q),
-        "gate_proj": (inter, hidden),
-        "up_proj": (inter, hidden),
-        "down_proj": (hidden, inter),
-    }
+def model_config(shape: dict) -> ModelConfig:
+    cfg = checkpoint_config(shape, "bfloat16", 1, 1, None)
+    return ModelConfig.from_pretrained_config(cfg, "bench_lora")
 
 
 def write_adapter(shape: dict, rank: int, seed: int, dtype: torch.dtype, out_dir: Path) -> None:
@@ -58,7 +50,7 @@ def write_adapter(shape: dict, rank: int, seed: int, dtype: torch.dtype, out_dir
     g = torch.Generator().manual_seed(seed)
     tensors = {}
     for layer in range(shape["num_hidden_layers"]):
-        for module, (out, inp) in module_shapes(shape).items():
+        for module, (out, inp) in full_shapes(model_config(shape)).items():
             kind = "self_attn" if module in ("q_proj", "k_proj", "v_proj", "o_proj") else "mlp"
             key = f"base_model.model.model.layers.{layer}.{kind}.{module}.lora_"
             tensors[key + "A.weight"] = (torch.randn(rank, inp, generator=g) / inp**0.5).to(dtype)
