@@ -14,6 +14,26 @@ from pipeline.server.ports import free_ports
 REPO = Path(__file__).resolve().parent.parent
 
 
+def hf_greedy_tokens(hf_dir: Path, prompt_ids, eos_token_ids, max_new_tokens: int) -> list:
+    """transformers' greedy tokens, one prompt at a time, cut before eos (the engine drops it)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    eos, refs = set(eos_token_ids), []
+    for ids in prompt_ids:
+        with torch.inference_mode():
+            out = model.generate(
+                torch.tensor([ids]),
+                attention_mask=torch.ones(1, len(ids)),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=eos_token_ids[0],
+            )
+        tokens = out[0, len(ids) :].tolist()
+        refs.append(tokens[: next((i for i, t in enumerate(tokens) if t in eos), len(tokens))])
+    return refs
+
+
 def run_tiny_script(module: str, out_dir: Path) -> None:
     """`python -m module --out out_dir --tiny` in a subprocess, as the GPU machine runs it (no
     inherited environment: what the script needs, it imports itself)."""

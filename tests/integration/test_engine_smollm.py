@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.engine.core.llm_engine import request_ms
+from tests.conftest import hf_greedy_tokens
 
 PROMPTS = [
     "The capital of France is",
@@ -38,22 +39,7 @@ def prompt_ids(engine) -> list[list[int]]:
 @pytest.fixture(scope="module")
 def hf_greedy(smollm_hf_dir, prompt_ids, engine) -> list[list[int]]:
     """transformers' greedy tokens, one prompt at a time, cut before eos (the engine drops it)."""
-    model = AutoModelForCausalLM.from_pretrained(smollm_hf_dir, dtype=torch.float32).eval()
-    eos = set(engine.eos_token_ids)
-    refs = []
-    for ids in prompt_ids:
-        with torch.inference_mode():
-            out = model.generate(
-                torch.tensor([ids]),
-                attention_mask=torch.ones(1, len(ids)),
-                max_new_tokens=NUM_NEW_TOKENS,
-                do_sample=False,
-                pad_token_id=engine.eos_token_ids[0],
-            )
-        tokens = out[0, len(ids) :].tolist()
-        cut = next((i for i, t in enumerate(tokens) if t in eos), len(tokens))
-        refs.append(tokens[:cut])
-    return refs
+    return hf_greedy_tokens(smollm_hf_dir, prompt_ids, engine.eos_token_ids, NUM_NEW_TOKENS)
 
 
 def test_greedy_tokens_equal_transformers(engine, prompt_ids, hf_greedy):

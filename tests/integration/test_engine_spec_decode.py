@@ -8,10 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM
 
 from pipeline.engine import LLMEngine, SamplingParams
+from tests.conftest import hf_greedy_tokens
 
 PASSAGE = (
     "The committee met on Tuesday to review the budget. The budget covers roads, schools and "
@@ -49,22 +48,7 @@ def prompt_ids(baseline) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def hf_greedy(smollm_hf_dir, prompt_ids, baseline) -> list[list[int]]:
-    model = AutoModelForCausalLM.from_pretrained(smollm_hf_dir, dtype=torch.float32).eval()
-    eos = set(baseline.eos_token_ids)
-    refs = []
-    for ids in prompt_ids:
-        with torch.inference_mode():
-            out = model.generate(
-                torch.tensor([ids]),
-                attention_mask=torch.ones(1, len(ids)),
-                max_new_tokens=NUM_NEW_TOKENS,
-                do_sample=False,
-                pad_token_id=baseline.eos_token_ids[0],
-            )
-        tokens = out[0, len(ids) :].tolist()
-        cut = next((i for i, t in enumerate(tokens) if t in eos), len(tokens))
-        refs.append(tokens[:cut])
-    return refs
+    return hf_greedy_tokens(smollm_hf_dir, prompt_ids, baseline.eos_token_ids, NUM_NEW_TOKENS)
 
 
 @pytest.fixture(scope="module")
