@@ -131,3 +131,23 @@ def test_compiled_grammars_are_reused(engine, prompt):
     compiled = engine.grammar_compiler().num_compiled
     engine.generate([prompt] * 2, SamplingParams(max_tokens=4, guide=guide))
     assert engine.grammar_compiler().num_compiled == compiled
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_several_steps_a_launch_give_guided_rows_the_one_step_tokens(
+    smollm_engine_dir, prompt, overlap
+):
+    """Launches of 4 steps fill a guided row's bitmask step by step from the step before's
+    tokens: the same greedy tokens as one step a launch, beside a free row that keeps its own,
+    in fewer launches than steps."""
+    steps = LLMEngine.from_engine_dir(
+        smollm_engine_dir, device="cpu", num_scheduler_steps=4, overlap_scheduling=overlap
+    )
+    guided = SamplingParams(max_tokens=40, guide=json_schema_guide(SCHEMA))
+    free = SamplingParams(max_tokens=10)
+    one = LLMEngine.from_engine_dir(smollm_engine_dir, device="cpu", num_scheduler_steps=1)
+    want = one.generate([prompt, prompt], [guided, free])
+    launches_before = steps.stats()["num_launches"]
+    got = steps.generate([prompt, prompt], [guided, free])
+    assert [list(o.token_ids) for o in got] == [list(o.token_ids) for o in want]
+    assert steps.stats()["num_launches"] - launches_before < len(got[0].token_ids)

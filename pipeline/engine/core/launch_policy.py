@@ -40,13 +40,11 @@ class LaunchPolicy:
 
     def plan(self, batch: SchedulerOutput) -> LaunchPlan:
         num_steps = self.pacer.num_steps
-        # a bad sequence of 2+ tokens, or a grammar (its bitmask), needs each new token on the
-        # host before the next step; so does a verify step of speculative decoding (its rows'
-        # accepted tokens vary)
+        # a bad sequence of 2+ tokens needs each new token on the host before the next step is
+        # queued; so does a verify step of speculative decoding (its rows' accepted tokens
+        # vary). A grammar needs it before the next sampler only (grammar_bitmask.py)
         if num_steps > 1 and (
-            batch.draft_token_ids is not None
-            or batch.grammar_rows is not None
-            or any(seq.needs_host_tokens for seq in batch.seqs)
+            batch.draft_token_ids is not None or any(seq.needs_host_tokens for seq in batch.seqs)
         ):
             num_steps = 1
         return LaunchPlan(num_steps, self.pacer.num_reserve_steps)

@@ -1,13 +1,21 @@
 """The token bitmask of a launch's guided rows: filled on the host from each row's grammar while
 the device runs the step's forward (the runner builds it when it queues the sampler), and sent
 in one copy. Rows without a grammar are left unwritten and unmasked (the sampler masks the
-guided rows only)."""
+guided rows only).
+
+A launch of several steps fills one bitmask a step: before step j's sampler is queued, the
+tokens step j - 1 sampled come back to the host (a small copy the runner queues after that
+sampler) and advance each guided row's matcher; the device meanwhile runs step j's forward,
+which reads those tokens on the device. So the host's share a step is one token copy, the
+matchers and the fill, hidden behind a forward wherever that forward takes longer."""
 
 import torch
 
 from pipeline.engine.execution.host_buffers import PinnedRing
 
 BITS = 32  # tokens a bitmask word holds (xgrammar's int32 words)
+
+HostTokens = tuple[torch.Tensor, torch.cuda.Event | None]  # tokens on the host, their copy's event
 
 
 class GrammarBitmask:
@@ -17,26 +25,59 @@ class GrammarBitmask:
         self.device = device
         # the bitmask's words, then the rows it applies to
         capacity = max_rows * (self.num_words + 1)
-        self._ring = PinnedRing(capacity, torch.int32) if device.type == "cuda" else None
+        is_cuda = device.type == "cuda"
+        self._ring = PinnedRing(capacity, torch.int32) if is_cuda else None
+        self._step_tokens = PinnedRing(max_rows) if is_cuda else None
+        # the matchers that took a token inside the launch being queued, once a token: given
+        # back when that launch fails, since its tokens never reach the sequences
+        self._taken: list = []
+
+    def start_launch(self) -> None:
+        self._taken = []
+
+    def discard_launch(self) -> None:
+        """The launch being queued failed: its steps' tokens leave the matchers."""
+        for grammar in reversed(self._taken):
+            grammar.discard_ahead()
+        self._taken = []
+
+    def step_tokens(self, tokens: torch.Tensor) -> HostTokens:
+        """Queue the copy of a step's sampled tokens [S] to the host, for the next step's fill."""
+        if self._step_tokens is None:
+            return tokens, None
+        host = self._step_tokens.take(tokens.numel())
+        host.copy_(tokens, non_blocking=True)
+        return host, self._step_tokens.copied()
 
     def fill(
-        self, seqs: list, last_tokens: tuple[torch.Tensor, torch.cuda.Event | None] | None
+        self, seqs: list, last_tokens: HostTokens | None, step_tokens: HostTokens | None = None
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(bitmask [S, words] int32, the rows it applies to [R] int32), on the device, for
         these sampling sequences in batch order; None when none has a grammar. last_tokens: the
-        last launch's sampled tokens on the host and the event of their copy, where a guided
-        row's pending token is (overlap scheduling: the engine has not read them yet)."""
+        last launch's last step's sampled tokens on the host and the event of their copy, where
+        a guided row's pending token is (overlap scheduling: the engine has not read them yet).
+        step_tokens: inside a launch, the step before's tokens of these same rows."""
         guided = [(row, seq) for row, seq in enumerate(seqs) if seq.grammar is not None]
         if not guided:
             return None
-        # (a launch that failed after its bitmask was filled took its row's token already)
-        pending = [seq for _, seq in guided if seq.num_pending_tokens > seq.grammar.num_ahead]
-        if pending:  # one a row: a guided row's launches run one step
-            tokens, done = last_tokens
+        if step_tokens is not None:  # every row that still runs its grammar sampled one
+            pending = [(row, seq) for row, seq in guided if not seq.grammar.is_terminated]
+            tokens = step_tokens
+        else:  # (a launch that failed after its bitmask was filled took its row's token already)
+            pending = [
+                (seq.pending_row, seq)
+                for _, seq in guided
+                if seq.num_pending_tokens > seq.grammar.num_ahead
+            ]
+            tokens = last_tokens
+        if pending:
+            host, done = tokens
             if done is not None:
                 done.synchronize()  # before this launch's forward on the stream
-            for seq in pending:
-                seq.grammar.accept_ahead(int(tokens[seq.pending_row]))
+            for row, seq in pending:
+                seq.grammar.accept_ahead(int(host[row]))
+            if step_tokens is not None:
+                self._taken += [seq.grammar for _, seq in pending]
         # a grammar its pending token ended: a wasted row (the request ends), left unmasked
         rows = [row for row, seq in guided if not seq.grammar.is_terminated]
         if not rows:

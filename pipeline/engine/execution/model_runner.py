@@ -316,6 +316,7 @@ class ModelRunner:
         try:
             return self._launch(batch, plan)
         except Exception as exc:
+            self.grammar_bitmask.discard_launch()
             if self.workers is not None and self.workers.wait_failure(FAILURE_WAIT_S):
                 raise RuntimeError(self.workers.failure) from exc
             if self.ranks is not None and "timed out" in str(exc).lower():
@@ -343,6 +344,10 @@ class ModelRunner:
         last_batch = sampling_batches[-1] if seqs else -1
         schedule_at = None
         sampling = {}
+        guided = batch.grammar_rows is not None
+        step_tokens = {}  # guided: micro-batch -> its last step's tokens on the host
+        if guided:
+            self.grammar_bitmask.start_launch()
 
         def take_tokens(m: int, step: int, logits: torch.Tensor | None) -> torch.Tensor:
             nonlocal schedule_at
@@ -351,11 +356,13 @@ class ModelRunner:
                     sampling[m] = sampling_tensors(
                         packed[m].seqs, self.device, self.model.vocab_size
                     )
-                    if batch.grammar_rows is not None:  # on the host while the forward runs
-                        sampling[m].token_bitmask = self.grammar_bitmask.fill(
-                            packed[m].seqs, self._last_tokens
-                        )
+                if guided:  # on the host while the forward runs
+                    sampling[m].token_bitmask = self.grammar_bitmask.fill(
+                        packed[m].seqs, self._last_tokens, step_tokens.get(m)
+                    )
                 tokens = self.tp.broadcast(self.sampler(logits, sampling[m]))
+                if guided and step < launch_steps - 1:
+                    step_tokens[m] = self.grammar_bitmask.step_tokens(tokens)
             if m == last_batch and step == mark_after and step < launch_steps - 1:
                 schedule_at = _recorded_event()
             return tokens
@@ -369,13 +376,14 @@ class ModelRunner:
         drafts = None
         if batch.draft_token_ids is not None:  # a verify step: [R] tokens, row after row
             seqs, drafts = verified_rows(batch)
+        last = slice((launch_steps - 1) * len(seqs), None)  # where pending tokens are
         if not is_cuda:
-            self._last_tokens = tokens, None
+            self._last_tokens = tokens[last], None
             return SampledTokens(seqs, tokens, None, launch_steps, drafts=drafts)
         host = self._tokens_ring.take(tokens.numel())
         host.copy_(tokens, non_blocking=True)
         done = self._tokens_ring.copied()
-        self._last_tokens = host, done
+        self._last_tokens = host[last], done
         return SampledTokens(seqs, host, done, launch_steps, schedule_at, drafts)
 
     @torch.inference_mode()

@@ -41,6 +41,12 @@ class GrammarState:
         """Advance past a sampled token the request has not appended yet."""
         self._ahead.append((token_id, self._matcher.accept_token(token_id)))
 
+    def discard_ahead(self) -> None:
+        """Give back the newest token taken ahead (its launch failed: it is never appended)."""
+        _, is_allowed = self._ahead.pop()
+        if is_allowed:
+            self._matcher.rollback(1)
+
     def fill(self, bitmask: torch.Tensor, row: int) -> None:
         """Write the tokens allowed next into bitmask's row ([rows, ceil(V / 32)] int32)."""
         self._matcher.fill_next_token_bitmask(bitmask, row)

@@ -96,3 +96,21 @@ def test_compiled_grammars_are_an_lru_by_text(tokenizer):
     assert compiler.num_compiled == 4
     with pytest.raises(ValueError, match=r"request: guided_decoding_guide \(regex\)"):
         compiler.compile(GuidedDecoding("regex", "(unclosed"))
+
+
+def test_a_launchs_steps_advance_the_matcher_and_a_failed_launch_gives_them_back(
+    tokenizer, compiler
+):
+    a, b, c = (byte_id(tokenizer, ch) for ch in "abc")
+    eos = tokenizer.eos_token_id
+    guided = seq(compiler, GuidedDecoding("regex", "a(b|c)"), eos)
+    masks = GrammarBitmask(WIDTH, 4, torch.device("cpu"))
+    masks.start_launch()
+    assert allowed(masks.fill([guided], None)[0], 0) == {a}  # step 0
+    step0 = masks.step_tokens(torch.tensor([a]))
+    assert allowed(masks.fill([guided], None, step0)[0], 0) == {b, c}  # step 1: after "a"
+    step1 = masks.step_tokens(torch.tensor([b]))
+    assert allowed(masks.fill([guided], None, step1)[0], 0) == {eos}
+    masks.discard_launch()  # the launch failed: neither token was appended
+    assert guided.grammar.num_ahead == 0
+    assert allowed(masks.fill([guided], None)[0], 0) == {a}
