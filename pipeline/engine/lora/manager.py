@@ -67,7 +67,13 @@ class LoraManager:
         self.options, self.cfg, self.mapping = options, cfg, mapping
         self.dtype, self.device = dtype, device
         num_slots = options.max_loras + 1
-        self.batch = LoraBatch(num_rows, num_slots, device, kernels.load("lora_sgmv", device))
+        self.batch = LoraBatch(
+            num_rows,
+            num_slots,
+            device,
+            kernels.load("lora_sgmv", device),
+            kernels.load("lora_bgmv", device),
+        )
         self.layers = self._attach(model, num_slots)
         model.register_forward_pre_hook(self.batch.prepare)
         self.ids: dict[str, int] = {}
