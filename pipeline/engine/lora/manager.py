@@ -171,7 +171,8 @@ class LoraManager:
                 self._free_slots.append(self._slot_of.pop(victim))
             slot = self._free_slots[-1]
             self._load(slot, self.adapters[adapter_id])
-            self._loads.append((slot, task_id(self.adapters[adapter_id].info.name)))
+            if self.mapping.world_size > 1:
+                self._loads.append((slot, task_id(self.adapters[adapter_id].info.name)))
             self._slot_of[adapter_id] = self._free_slots.pop()
         table = np.zeros(max(self.ids.values(), default=0) + 1, np.int64)
         for adapter_id, slot in self._slot_of.items():
