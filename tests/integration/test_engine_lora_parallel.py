@@ -1,7 +1,10 @@
 """LoRA adapters on tensor- and pipeline-parallel engines (CPU, gloo, one process a rank): a small
 random Llama with peft adapters gives the one-rank engine's greedy tokens at TP=2 and PP=2, with
 adapters and the base model mixed in a batch and one device slot, so the adapters take turns in
-it (rank 0's slot loads reach the other ranks before each launch)."""
+it (rank 0's slot loads reach the other ranks before each launch), and with an adapter added to
+the adapter dir while the engine runs."""
+
+import shutil
 
 import pytest
 import torch
@@ -47,20 +50,28 @@ def tiny(tmp_path_factory):
     return root
 
 
-def greedy(tiny, tp: int, pp: int, names: list[str | None]) -> list[list[int]]:
+def engine_for(tiny, tp: int, pp: int, adapter_dir) -> LLMEngine:
     ckpt, out = tiny / f"ckpt-tp{tp}-pp{pp}", tiny / f"engine-tp{tp}-pp{pp}"
     if not out.is_dir():
         ckpt.mkdir()
         out.mkdir()
         convert(tiny / "hf", ckpt, "float32", tp, pp)
         build_engine_dir(BUILD, ckpt, tiny / "hf", out)
-    engine = LLMEngine.from_engine_dir(
-        out, device="cpu", lora_dir=str(tiny / "adapters"), lora_max_rank=8, lora_max_loras=1,
+    return LLMEngine.from_engine_dir(
+        out, device="cpu", lora_dir=str(adapter_dir), lora_max_rank=8, lora_max_loras=1,
         overlap_scheduling=True, num_scheduler_steps=2,
     )  # fmt: skip
+
+
+def generate(engine: LLMEngine, names: list[str | None]) -> list[list[int]]:
+    params = [SamplingParams(max_tokens=16, ignore_eos=True, lora_name=n) for n in names]
+    return [o.token_ids for o in engine.generate(PROMPTS[: len(names)], params)]
+
+
+def greedy(tiny, tp: int, pp: int, names: list[str | None]) -> list[list[int]]:
+    engine = engine_for(tiny, tp, pp, tiny / "adapters")
     try:
-        params = [SamplingParams(max_tokens=16, ignore_eos=True, lora_name=n) for n in names]
-        return [o.token_ids for o in engine.generate(PROMPTS, params)]
+        return generate(engine, names)
     finally:
         engine.close()
 
@@ -79,3 +90,16 @@ def test_adapters_change_the_one_rank_tokens(tiny, one_rank):
 @pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2)])
 def test_split_engine_with_adapters_equals_one_rank(tiny, one_rank, tp, pp):
     assert greedy(tiny, tp, pp, NAMES) == one_rank
+
+
+def test_adapter_added_while_serving_reaches_every_rank(tiny, one_rank, tmp_path):
+    # the other rank has not read it: rank 0's slot load names it by task id, and that rank
+    # reads the adapter dir again
+    adapter_dir = tmp_path / "adapters"
+    shutil.copytree(tiny / "adapters", adapter_dir)
+    engine = engine_for(tiny, 2, 1, adapter_dir)
+    try:
+        shutil.copytree(adapter_dir / "a", adapter_dir / "c")
+        assert generate(engine, ["c"]) == one_rank[:1]  # NAMES[0] is "a"
+    finally:
+        engine.close()
