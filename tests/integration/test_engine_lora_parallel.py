@@ -1,6 +1,7 @@
 """LoRA adapters on tensor- and pipeline-parallel engines (CPU, gloo, one process a rank): a small
-random Llama with peft adapters gives the one-rank engine's greedy tokens at TP=2 and PP=2, with
-adapters and the base model mixed in a batch and one device slot, so the adapters take turns in
+random Llama with peft adapters gives the one-rank engine's greedy tokens at TP=2, PP=2 and
+TP=2 x PP=2, with adapters and the base model mixed in a batch and one device slot, so they take
+turns in
 it (rank 0's slot loads reach the other ranks before each launch), and with an adapter added to
 the adapter dir while the engine runs."""
 
@@ -87,7 +88,7 @@ def test_adapters_change_the_one_rank_tokens(tiny, one_rank):
     assert [t != b for t, b in zip(one_rank, base, strict=True)] == [n is not None for n in NAMES]
 
 
-@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2)])
+@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (1, 2), (2, 2)])
 def test_split_engine_with_adapters_equals_one_rank(tiny, one_rank, tp, pp):
     assert greedy(tiny, tp, pp, NAMES) == one_rank
 
