@@ -1,9 +1,8 @@
 """LoRA adapters on tensor- and pipeline-parallel engines (CPU, gloo, one process a rank): a small
 random Llama with peft adapters gives the one-rank engine's greedy tokens at TP=2, PP=2 and
 TP=2 x PP=2, with adapters and the base model mixed in a batch and one device slot, so they take
-turns in
-it (rank 0's slot loads reach the other ranks before each launch), and with an adapter added to
-the adapter dir while the engine runs."""
+turns in it (rank 0's slot loads reach the other ranks before each launch), and with an adapter
+added to the adapter dir while the engine runs."""
 
 import shutil
 
