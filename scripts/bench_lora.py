@@ -9,7 +9,7 @@ run, the base engine first, then the engine with the adapters (16 device slots):
   (out tok/s; the same requests without adapters on the LoRA engine too);
 - batch-1 decode tok/s (median of 3), base and with an adapter;
 - adapter load time (read, check, convert to the engine's layout) and memory per adapter (its
-  device slot, its host copy).
+  device slot, its host copy); the LoRA kernels a batch-1 decode step launches.
 Ratios are against the base engine of the same run (goals: offline >= 0.8x, batch-1 >= 0.85x).
 Writes bench_lora.json + bench_lora.md. --tiny: the same code on CPU with a tiny fp32 model.
 """
@@ -106,6 +106,15 @@ def slot_bytes(engine: LLMEngine) -> int:
     return total
 
 
+def decode_launches(engine: LLMEngine) -> int:
+    """LoRA kernels a batch-1 decode step launches (lora_bgmv's; 0 in plain PyTorch)."""
+    lora = engine.model_runner.lora
+    if lora.batch.bgmv is None:
+        return 0
+    num_launches = lora.batch.bgmv.num_launches
+    return sum(num_launches(m.lora_a.shape[2]) for layer in lora.layers for m in layer.values())
+
+
 def run(args: argparse.Namespace, tmp: Path) -> dict:
     device = torch.device("cpu" if args.tiny else "cuda")
     dtype = "float32" if args.tiny else "bfloat16"
@@ -163,7 +172,8 @@ def run(args: argparse.Namespace, tmp: Path) -> dict:
         "adapter_tokens_differ": tokens != base_tokens,
         **offline(engine, prompts, names, work),
         "offline_base_only": offline(engine, prompts, [None], work),
-        "kernel": "sgmv (Triton)" if lora.batch.sgmv is not None else "plain PyTorch",
+        "kernel": "bgmv + sgmv (Triton)" if lora.batch.sgmv is not None else "plain PyTorch",
+        "decode_step_lora_launches": decode_launches(engine),
     }
     print("lora", json.dumps(result["lora"]), flush=True)
     del engine, lora
@@ -206,7 +216,8 @@ def markdown(r: dict) -> str:
             f"memory per adapter: {on['adapter_device_mib']:.1f} MiB in its device slot, "
             f"{on['adapter_host_mib']:.1f} MiB host copy. Greedy tokens without an adapter "
             f"equal the base engine's: {on['base_tokens_equal']}; an adapter changes them: "
-            f"{on['adapter_tokens_differ']}.",
+            f"{on['adapter_tokens_differ']}. LoRA kernels a batch-1 decode step launches: "
+            f"{on['decode_step_lora_launches']}.",
         ]
     )
 

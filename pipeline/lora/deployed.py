@@ -1,5 +1,7 @@
 """Adapters into a repository: each checked against the engine's base model (every module,
-shape and rank, as the engine will load it), then copied beside the tensorrt_llm model."""
+shape and rank, as the engine will load it), then copied beside the tensorrt_llm model; for the
+tensorrtllm backend also as the lora_weights / lora_config tensors a client sends with an
+adapter's first request (trtllm_tensors.py)."""
 
 import shutil
 from pathlib import Path
@@ -19,6 +21,7 @@ from pipeline.lora.adapters import (
     task_id,
 )
 from pipeline.lora.fetch import FILES
+from pipeline.lora.trtllm_tensors import write_lora_tensors
 from pipeline.specs.lora import LoraSpec
 
 
@@ -26,10 +29,14 @@ def target_modules(spec: LoraSpec) -> tuple[str, ...]:
     return check_target_modules(spec.target_modules or TARGET_MODULES, "lora.target_modules")
 
 
+def _base_model(engine_dir: Path) -> ModelConfig:
+    engine = EngineJson.read(engine_dir, "build it first")
+    return ModelConfig.from_pretrained_config(engine.pretrained, f"engine {engine_dir}")
+
+
 def check_adapters(adapters: dict[str, Path], engine_dir: Path, spec: LoraSpec) -> None:
     """Every adapter against the base model of engine_dir; ConfigError naming the adapter."""
-    engine = EngineJson.read(engine_dir, "build it first")
-    cfg = ModelConfig.from_pretrained_config(engine.pretrained, f"engine {engine_dir}")
+    cfg = _base_model(engine_dir)
     targets = target_modules(spec)
     ids: dict[int, str] = {}
     for name, path in adapters.items():
@@ -51,3 +58,14 @@ def copy_adapters(adapters: dict[str, Path], llm_dir: Path) -> None:
         (llm_dir / REPOSITORY_DIR / name).mkdir(parents=True)
         for file in FILES:
             shutil.copy2(path / file, llm_dir / REPOSITORY_DIR / name / file)
+
+
+def write_trtllm_tensors(
+    adapters: dict[str, Path], engine_dir: Path, spec: LoraSpec, llm_dir: Path
+) -> None:
+    """Each copied adapter's model.lora_weights.npy and model.lora_config.npy, beside its files
+    (copy_adapters first)."""
+    cfg, targets = _base_model(engine_dir), target_modules(spec)
+    for name, path in adapters.items():
+        info = read_adapter(path, name, spec.max_rank)
+        write_lora_tensors(info, cfg, targets, llm_dir / REPOSITORY_DIR / name)

@@ -23,6 +23,15 @@ def engine_problems(engine: EngineJson, spec: LoraSpec) -> list[str]:
     if not engine.is_plugin_enabled("lora_plugin"):
         return [f"lora.adapters needs an engine built with the LoRA plugin; {fix}"]
     problems = []
+    dtype = engine.pretrained.get("dtype")
+    if dtype != "float16":
+        # upstream's template declares lora_weights TYPE_FP16 and the runtime takes only weights
+        # of the engine's dtype (docs/trtllm_reference.md, section 5.6)
+        problems.append(
+            f"lora.adapters needs a float16 engine (this one is {dtype}): the tensorrt_llm "
+            f"model takes lora_weights as FP16 and TensorRT-LLM refuses weights of another "
+            f"dtype than the engine's; convert with model.dtype=float16"
+        )
     if int(lora.get("max_lora_rank", 0)) < spec.max_rank:
         problems.append(
             f"the engine's max_lora_rank={lora.get('max_lora_rank')} is below lora.max_rank="

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pipeline.artifacts import Manifest, StageRequest, produce_artifact, verify_outputs
 from pipeline.backends import load_backend
-from pipeline.lora.deployed import check_adapters, copy_adapters
+from pipeline.lora.deployed import check_adapters, copy_adapters, write_trtllm_tensors
 from pipeline.lora.fetch import fetch_adapters
 from pipeline.specs.pipeline import PipelineSpec
 from pipeline.stages import build, forced
@@ -76,6 +76,10 @@ def run(spec: PipelineSpec) -> Path:
             backend, engine_dir, tokenizer_dir, out_dir / REPOSITORY, spec.deploy
         )
         copy_adapters(adapters, out_dir / REPOSITORY / "tensorrt_llm")
+        if backend.name == "trtllm":  # what a client sends with an adapter's first request
+            write_trtllm_tensors(
+                adapters, engine_dir, spec.lora, out_dir / REPOSITORY / "tensorrt_llm"
+            )
         return {
             "backend": backend.name,
             "engine_dir": str(Path(engine_dir).resolve()),

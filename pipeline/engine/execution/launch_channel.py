@@ -13,6 +13,7 @@ from pipeline.engine.execution.step_inputs import HEADER_LEN, StepHeader
 
 LAUNCH, STOP, SCORE = 1, 2, 3  # SCORE: prompt logits (ModelRunner.prompt_logits)
 SWAP = 4  # the host tier's block copies ahead of a launch (execution/kv_swap.py)
+LORA = 5  # the LoRA slot loads ahead of a launch (engine/lora/manager.py, take_loads)
 
 
 class ChannelPrefix(NamedTuple):

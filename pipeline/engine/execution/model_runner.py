@@ -18,7 +18,7 @@ from pipeline.engine.execution.grammar_bitmask import GrammarBitmask
 from pipeline.engine.execution.host_buffers import PinnedRing
 from pipeline.engine.execution.kv_cache_sizing import default_num_kv_blocks
 from pipeline.engine.execution.kv_swap import HostKVTier, host_blocks
-from pipeline.engine.execution.launch_channel import LAUNCH, SCORE, STOP, SWAP
+from pipeline.engine.execution.launch_channel import LAUNCH, LORA, SCORE, STOP, SWAP
 from pipeline.engine.execution.launch_schedule import (
     Stage,
     TakeTokens,
@@ -271,6 +271,9 @@ class ModelRunner:
             tokens = batch.num_tokens.tolist()
             slices = split_micro_batches(tokens, micro_batches(sum(tokens), self.mapping.pp_size))
         lora = None if batch.lora_ids is None else self.lora.slots_for(batch.lora_ids)
+        loads = None if lora is None or self.ranks is None else self.lora.take_loads()
+        if loads is not None:  # the other ranks fill the same slots before the launch
+            self.ranks.channel.send(LORA, [], torch.from_numpy(loads.reshape(-1)))
         packed = [
             pack_step(
                 batch.rows(part),
@@ -401,6 +404,10 @@ class ModelRunner:
                 continue
             if command == SWAP:
                 self.host_tier.copy(body.view(-1, 2).numpy())
+                channel.copied()
+                continue
+            if command == LORA:
+                self.lora.load_slots(body.view(-1, 2).numpy())
                 channel.copied()
                 continue
             if self.stage.link is not None:

@@ -9,10 +9,14 @@ rows and B columns are [g * R, (g + 1) * R), and its B rows are its own outputs.
 slot map is a static buffer (`LoraBatch.slots`) the runner fills before each forward, so a CUDA
 graph replays with the slots of the step it runs.
 
-Two paths compute the same delta. Plain PyTorch (the reference, used off CUDA): x times every
+Three paths compute the same delta. Plain PyTorch (the reference, used off CUDA): x times every
 slot's A in one GEMM, each token keeping its own slot's columns, then one GEMM with every slot's
-B. On CUDA, kernels/lora_sgmv.py: tokens sorted by slot once a forward, each slot's tokens in
-tiles through tl.dot (Punica's SGMV, as vLLM's lora_shrink / lora_expand).
+B. On CUDA, a decode-sized forward (at most lora_bgmv.MAX_TOKENS rows) runs kernels/lora_bgmv.py:
+a program a token and output tile, shrink and expand in one kernel per linear; a larger one runs
+kernels/lora_sgmv.py: tokens sorted by slot once a forward, each slot's tokens in tiles through
+tl.dot (Punica's SGMV, as vLLM's lora_shrink / lora_expand). Either way one shrink serves a fused
+linear's parts (q, k, v share x; so do gate and up) and the expand adds into its fused output.
+Everything a forward runs is on the device (the prepare hook too), so CUDA graphs capture it.
 """
 
 from types import ModuleType
@@ -27,14 +31,20 @@ class LoraBatch:
     """One forward's token -> slot map, shared by the model's adapted linears."""
 
     def __init__(
-        self, num_rows: int, num_slots: int, device: torch.device, sgmv: ModuleType | None
+        self,
+        num_rows: int,
+        num_slots: int,
+        device: torch.device,
+        sgmv: ModuleType | None,
+        bgmv: ModuleType | None,
     ):
         self.slots = torch.zeros(num_rows, dtype=torch.int64, device=device)
         self.num_slots = num_slots  # with slot 0
-        self.sgmv = sgmv
+        self.sgmv, self.bgmv = sgmv, bgmv
         self._slot_ids = torch.arange(num_slots, device=device)
         self.onehot: torch.Tensor | None = None  # plain path: [T, slots] 1 at a token's slot
-        self.segments: tuple[torch.Tensor, ...] | None = None  # kernel path: lora_sgmv.segments
+        self.segments: tuple[torch.Tensor, ...] | None = None  # SGMV: lora_sgmv.segments
+        self.token_slots: torch.Tensor | None = None  # BGMV: [T] each token's slot
 
     def set_step(self, token_slots: torch.Tensor | None) -> None:
         """The next forward's slots ([T] int64; None: no token has an adapter)."""
@@ -50,10 +60,22 @@ class LoraBatch:
         slots = self.slots[:num_tokens]
         if num_tokens > self.slots.shape[0]:  # a scoring prefill past the step limits: no adapter
             slots = self.slots.new_zeros(num_tokens)
-        if self.sgmv is not None:
+        self.onehot = self.segments = self.token_slots = None
+        if self.bgmv is not None and num_tokens <= self.bgmv.MAX_TOKENS:
+            self.token_slots = slots
+        elif self.sgmv is not None:
             self.segments = self.sgmv.segments(slots, self.num_slots)
         else:
             self.onehot = slots[:, None] == self._slot_ids
+
+    def add_delta(self, y: torch.Tensor, x: torch.Tensor, linear: "LoraLinear") -> torch.Tensor:
+        """y + each token's delta of `linear` (in place on the kernel paths)."""
+        a, b, rank = linear.lora_a, linear.lora_b, linear.rank
+        if self.token_slots is not None:
+            return self.bgmv.add_lora(y, x, a, b, rank, linear.part_starts, self.token_slots)
+        if self.segments is not None:
+            return self.sgmv.add_lora(y, x, a, b, rank, *self.segments)
+        return y + lora_delta(x, a, b, self.onehot).to(y.dtype)
 
 
 def lora_delta(
@@ -106,11 +128,7 @@ class LoraLinear(nn.Module):
             self.lora_b[starts[part] : starts[part + 1], slot, cols].copy_(b, non_blocking=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.base(x)
-        batch = self.batch
-        if batch.sgmv is not None:
-            return batch.sgmv.add_lora(y, x, self.lora_a, self.lora_b, self.rank, *batch.segments)
-        return y + lora_delta(x, self.lora_a, self.lora_b, batch.onehot).to(y.dtype)
+        return self.batch.add_delta(self.base(x), x, self)
 
 
 # engine linear -> (the decoder layer's submodule, its attribute)

@@ -9,6 +9,11 @@ Device slots are an LRU cache over the host copies: a launch's adapters are put 
 it is packed (a copy queued on the stream, after the launches that read the slot before), and
 the least recently used adapter not in the launch gives up its slot. The scheduler admits no
 more distinct adapters than there are slots (lora_admits), so a launch always fits.
+
+Tensor- and pipeline-parallel: every rank holds its own shards of its stage's layers
+(weights.py) and the same slots. Rank 0 alone picks the slots; the adapters it puts in slots go
+to the other ranks ahead of the launch (take_loads -> load_slots, by task id), so each rank fills
+the same slot with its shards before the forward that reads it.
 """
 
 import logging
@@ -31,7 +36,7 @@ from pipeline.engine.lora.layer import (
 from pipeline.engine.lora.weights import AdapterWeights, load_adapter
 from pipeline.engine.parallel.mapping import Mapping
 from pipeline.errors import ConfigError
-from pipeline.lora.adapters import adapter_dirs, read_adapter
+from pipeline.lora.adapters import adapter_dirs, read_adapter, task_id
 from pipeline.lora.options import LoraOptions
 
 logger = logging.getLogger(__name__)
@@ -59,23 +64,26 @@ class LoraManager:
                 f"quant_algo={quant} (its linears take quantized inputs); use quant=none or a "
                 f"weight-only quant"
             )
-        if mapping.world_size > 1:
-            raise ConfigError(
-                f"lora: the torch engine serves adapters on one rank; tp_size={mapping.tp_size} "
-                f"pp_size={mapping.pp_size}: set parallel.tp_size=1 parallel.pp_size=1 or "
-                f"backend=trtllm"
-            )
         self.options, self.cfg, self.mapping = options, cfg, mapping
         self.dtype, self.device = dtype, device
         num_slots = options.max_loras + 1
-        self.batch = LoraBatch(num_rows, num_slots, device, kernels.load("lora_sgmv", device))
+        self.batch = LoraBatch(
+            num_rows,
+            num_slots,
+            device,
+            kernels.load("lora_sgmv", device),
+            kernels.load("lora_bgmv", device),
+        )
         self.layers = self._attach(model, num_slots)
         model.register_forward_pre_hook(self.batch.prepare)
         self.ids: dict[str, int] = {}
         self.adapters: dict[int, AdapterWeights] = {}
+        self._by_task: dict[int, int] = {}  # task id (crc32 of the name) -> adapter id
         self.load_s: dict[str, float] = {}  # each adapter's read + check + convert time
         self._slot_of: OrderedDict[int, int] = OrderedDict()  # adapter id -> slot, LRU first
         self._free_slots = list(range(options.max_loras, 0, -1))
+        # (slot, task id) of the adapters slots_for put in slots since the last take_loads
+        self._loads: list[tuple[int, int]] = []
         self.refresh()
 
     def _attach(self, model: nn.Module, num_slots: int) -> list[dict[str, LoraLinear]]:
@@ -124,6 +132,7 @@ class LoraManager:
                         parts[:] = [(g, a.pin_memory(), b.pin_memory()) for g, a, b in parts]
             adapter_id = len(self.ids) + 1  # 0: no adapter
             self.ids[name], self.adapters[adapter_id] = adapter_id, weights
+            self._by_task[task_id(name)] = adapter_id
             self.load_s[name] = time.perf_counter() - start
             logger.info(
                 "lora adapter %r: rank %d, %.1f MiB, read in %.2f s",
@@ -162,11 +171,27 @@ class LoraManager:
                 self._free_slots.append(self._slot_of.pop(victim))
             slot = self._free_slots[-1]
             self._load(slot, self.adapters[adapter_id])
+            if self.mapping.world_size > 1:
+                self._loads.append((slot, task_id(self.adapters[adapter_id].info.name)))
             self._slot_of[adapter_id] = self._free_slots.pop()
         table = np.zeros(max(self.ids.values(), default=0) + 1, np.int64)
         for adapter_id, slot in self._slot_of.items():
             table[adapter_id] = slot
         return table[lora_ids]
+
+    def take_loads(self) -> np.ndarray | None:
+        """The slot loads since the last call as [n, 2] (slot, task id), for the other ranks
+        (each puts its own layers' shards in the same slots); None: none."""
+        loads, self._loads = self._loads, []
+        return np.array(loads, np.int64) if loads else None
+
+    def load_slots(self, loads: np.ndarray) -> None:
+        """Another rank: rank 0's slot loads (take_loads), by task id, since adapter ids
+        follow each rank's reads of the adapter dir."""
+        for slot, lora_task_id in loads.tolist():
+            if lora_task_id not in self._by_task:
+                self.refresh()
+            self._load(slot, self.adapters[self._by_task[lora_task_id]])
 
     def _load(self, slot: int, weights: AdapterWeights) -> None:
         for linears, parts_of in zip(self.layers, weights.layers, strict=True):

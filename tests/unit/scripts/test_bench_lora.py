@@ -24,5 +24,6 @@ def test_bench_lora_tiny_measures_base_and_adapters(tmp_path):
     assert lora["base_tokens_equal"] and lora["adapter_tokens_differ"]
     assert lora["num_out_tokens"] == result["base"]["num_out_tokens"] == 8 * 8
     assert lora["adapter_device_mib"] > lora["adapter_host_mib"] > 0
+    assert lora["decode_step_lora_launches"] == 0  # plain PyTorch: no LoRA kernels
     assert set(result["ratios"]) == {"offline", "offline_base_only", "decode", "decode_base_only"}
     assert "| LoRA engine, requests over the adapters |" in (tmp_path / "bench_lora.md").read_text()

@@ -202,6 +202,7 @@ def test_lora_cache_parameters_are_upstreams_and_set_from_lora_cache(tmp_path):
     assert not upstream & set(params(generate(tmp_path / "off", FIXTURE_ENGINE)))
 
     def lora_engine(config):
+        config["pretrained_config"]["dtype"] = "float16"  # what lora_weights are sent in
         config["build_config"]["plugin_config"]["lora_plugin"] = "auto"
         config["build_config"]["lora_config"]["lora_target_modules"] = ["attn_q", "attn_v"]
         config["build_config"]["lora_config"]["max_lora_rank"] = 16
@@ -235,7 +236,13 @@ def test_lora_adapters_need_an_engine_built_for_them(tmp_path):
         config["build_config"]["lora_config"]["lora_target_modules"] = ["attn_q"]
 
     engine = engine_copy(tmp_path, rank_8)
-    with pytest.raises(ConfigError, match=r"max_lora_rank=8 is below lora.max_rank=64.*adapts no"):
+    # the fixture engine is bfloat16: upstream's tensorrt_llm model takes lora_weights as FP16
+    # (config.pbtxt) and the runtime only weights of the engine's dtype (loraUtils.cpp)
+    with pytest.raises(
+        ConfigError,
+        match=r"needs a float16 engine \(this one is bfloat16\).*model.dtype=float16.*"
+        r"max_lora_rank=8 is below lora.max_rank=64.*adapts no",
+    ):
         generate(tmp_path / "r", engine, "+lora.adapters.sql=/adapters/sql")
 
 
