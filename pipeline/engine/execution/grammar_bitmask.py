@@ -74,8 +74,9 @@ class GrammarBitmask:
             host, done = tokens
             if done is not None:
                 done.synchronize()  # before this launch's forward on the stream
+            tokens = host.tolist()  # one conversion, not one a row
             for row, seq in pending:
-                seq.grammar.accept_ahead(int(host[row]))
+                seq.grammar.accept_ahead(tokens[row])
             if step_tokens is not None:
                 self._taken += [seq.grammar for _, seq in pending]
         # a grammar its pending token ended: a wasted row (the request ends), left unmasked
