@@ -32,13 +32,14 @@ from pipeline.engine.execution.phase_range import phase
 from pipeline.engine.execution.prompt_scoring import PromptScoring
 from pipeline.engine.execution.rank_groups import RankGroups, join_ranks
 from pipeline.engine.execution.scoring import stage_prompt_logits
-from pipeline.engine.execution.spec_step import verified_rows, with_verify_rows
 from pipeline.engine.execution.step_inputs import (
     PackedStep,
     StepHeader,
     StepInputs,
     pack_step,
     unpack_step,
+    verified_rows,
+    with_verify_rows,
 )
 from pipeline.engine.layers.batch_metadata import BatchMetadata
 from pipeline.engine.layers.linear import kernel_counts

@@ -6,8 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from pipeline.engine.execution.spec_step import with_verify_rows
-from pipeline.engine.execution.step_inputs import pack_step
+from pipeline.engine.execution.step_inputs import pack_step, with_verify_rows
 from pipeline.engine.scheduling.block_manager import BlockManager
 from pipeline.engine.scheduling.sampled_tokens import SampledTokens
 from pipeline.engine.scheduling.scheduler import Scheduler
