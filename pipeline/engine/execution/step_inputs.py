@@ -102,6 +102,42 @@ class StepInputs:
     num_sampled: int
 
 
+def micro_batch(batch: SchedulerOutput, part: slice) -> SchedulerOutput:
+    """The contiguous rows `part` (a pipeline-parallel micro-batch) as a batch of their own."""
+    if part.start == 0 and part.stop == len(batch.seqs):
+        return batch
+    qs = batch.query_start[part.start : part.stop + 1]
+    return SchedulerOutput(
+        batch.seqs[part],
+        batch.num_tokens[part],
+        batch.num_computed_tokens[part],
+        batch.num_known_tokens[part],
+        batch.num_pending_tokens[part],
+        batch.pending_rows[part],
+        batch.max_kv_tokens[part],
+        batch.block_tables[part],
+        _read_only(qs - qs[0]),
+        batch.input_ids[qs[0] : qs[-1]],
+        batch.samples[part],
+        draft_token_ids=None if batch.draft_token_ids is None else batch.draft_token_ids[part],
+        lora_ids=None if batch.lora_ids is None else batch.lora_ids[part],
+        grammar_rows=_rows_in(batch.grammar_rows, part),
+    )
+
+
+def _rows_in(rows: np.ndarray | None, part: slice) -> np.ndarray | None:
+    """The rows of `part` among rows, numbered from the part's first; None when none are."""
+    if rows is None:
+        return None
+    inside = rows[(rows >= part.start) & (rows < part.stop)] - part.start
+    return _read_only(inside) if inside.size else None
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False  # as the scheduler's own columns
+    return array
+
+
 def pack_step(
     batch: SchedulerOutput,
     num_steps: int,
