@@ -4,7 +4,8 @@ Scheduler.schedule() builds it once a step, in one pass over the scheduled seque
 as numpy columns (so the runner packs with numpy over the batch, never sequence by sequence),
 their block-table rows, and the input tokens the host already has. It is immutable (a frozen
 record, its arrays read-only): after the launch the scheduler alone updates the sequences
-(Scheduler.update_from_launch / update_from_output), never through it.
+(Scheduler.update_from_launch / update_from_output), never through it. It is data alone: the
+runner cuts a pipeline micro-batch's rows from it (execution/step_inputs.py: micro_batch).
 """
 
 from dataclasses import dataclass
