@@ -15,11 +15,14 @@ Who owns which state (each piece has one owner; others only read it):
   the only one that updates a Sequence after it was scheduled.
 - BlockManager: the free-block list and the block-table array (a row per Sequence holding
   blocks); a SchedulerOutput carries the scheduled rows of it.
-- LaunchPolicy: the pacer (steps a launch, the late-scheduling reserve) and the launch timer.
+- LaunchPolicy: the pacer (steps a launch, the late-scheduling reserve) and the launch timer,
+  in one module (core/launch_policy.py).
 - ModelRunner: every device tensor (weights, KV cache, sampling RNG) and, through
-  CudaGraphRunner, the CUDA graphs and their static buffers; creates a request's seeded
-  generator. It packs a SchedulerOutput into one int64 buffer (step_inputs.py: StepHeader,
-  StepParts), which is also what travels to the other ranks.
+  CudaGraphRunner, the CUDA graphs and their static buffers. It packs a SchedulerOutput into
+  one int64 buffer (step_inputs.py: StepHeader, StepParts; a pipeline micro-batch's rows, a
+  verify step's logits rows), which is also what travels to the other ranks, and builds what
+  the requests ask of the logits (request_logits.py: the sampler's inputs, with a request's
+  seeded generator and penalty counts, and the log probabilities sent back).
 - Sequence: one request's tokens, progress (num_computed_tokens), status and timings.
 - AsyncLLMEngine: the inbox and the per-request handles; its thread alone drives the LLMEngine.
 Layers and kernels (layers/, kernels/, quant/) hold only weights; the KV cache comes in as an
@@ -28,8 +31,9 @@ argument, with the step's BatchMetadata (no global forward context).
 Rooms, each importing only those below it (a test holds the order):
 - core/: the loop (LLMEngine, AsyncLLMEngine), its process (engine_process), the launch policy,
   the start-up probe;
-- execution/: the ModelRunner and what runs a launch: packing (step_inputs), CUDA graphs,
-  micro-batches, the other ranks' channel and worker entry point, weights loading;
+- execution/: the ModelRunner and what runs a launch: packing (step_inputs), the requests'
+  side of the logits (request_logits), CUDA graphs, micro-batches, the other ranks' channel and
+  worker entry point, weights loading;
 - engine_config.py: an engine dir's config.json and the runtime knobs, checked (speculative
   decoding's in spec_config.py);
 - spec/: speculative decoding: the proposers (prompt lookup, a draft model's runner) and the

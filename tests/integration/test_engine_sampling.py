@@ -7,8 +7,7 @@ import time
 import pytest
 
 from pipeline.engine import AsyncLLMEngine, LLMEngine, SamplingParams, StreamDelta
-from pipeline.engine.core.launch_pacer import LaunchPacer
-from pipeline.engine.core.launch_timer import ms_per_launch
+from pipeline.engine.core.launch_policy import LaunchPacer, ms_per_launch
 from pipeline.errors import ConfigError
 
 PROMPT = "My favourite animal is the"

@@ -4,16 +4,24 @@ LLMEngine.step() asks and tells only this: it starts a step (waiting, when reque
 until the launch in flight has only its reserve steps left), asks for the plan of the batch it
 scheduled, says when that launch was queued, reads the tokens through it, and ends the step.
 Behind it: the pacer (steps a launch and the reserve, adjusted to what the host keeps up with:
-launch_pacer.py), the launch timer (where the engine thread's time goes: launch_timer.py) and
-the bad-words fallback. The step counts it starts from are the model runner's (launch_steps.py:
+LaunchPacer), the launch timer (where the engine thread's time goes: LaunchTimer) and the
+bad-words fallback. The step counts it starts from are the model runner's (launch_steps.py:
 every rank measures a decode step's GPU time in step)."""
 
+import math
 import time
+from dataclasses import dataclass
 
-from pipeline.engine.core.launch_pacer import LaunchPacer
-from pipeline.engine.core.launch_timer import LaunchTimer
 from pipeline.engine.scheduling.sampled_tokens import SampledTokens
 from pipeline.engine.scheduling.scheduler_output import LaunchPlan, SchedulerOutput
+
+WINDOW = 32  # launches between decisions
+IDLE_WAIT_S = 50e-6  # a wait shorter than this found the device done: it had idled
+LATE_SHARE = 0.5  # add a step when more launches than this were late (no reserve left to give)
+RESERVE_LATE_SHARE = 0.1  # widen the reserve when more launches than this were late
+SPARE_STEPS = 1.5  # take a step back when the mean wait exceeds this many steps' time
+RESERVE_MARGIN = 1.25  # the reserve covers this many times the host's prep time
+TOTALS = ("host_s", "host_cpu_s", "gpu_wait_s", "away_s")  # summed over launches, in stats()
 
 
 class LaunchPolicy:
@@ -73,3 +81,139 @@ class LaunchPolicy:
             "num_reserve_steps": pacer.num_reserve_steps,
             "max_scheduler_steps": pacer.max_steps,
         } | self.timer.stats()
+
+
+class LaunchPacer:
+    """How many decode steps a launch runs, and how late in the launch before it the next one is
+    scheduled, adjusted to what the host keeps up with.
+
+    Steps: the auto rule sizes a launch from the GPU's step time alone (ModelRunner: the fewest
+    steps that cover AUTO_LAUNCH_GPU_MS). The host's part of a launch depends on the machine and on
+    what else runs there: beside a server's processes on a slow or loaded host it outgrew that
+    launch, so every launch waited for the host and the GPU idled between them. The pacer watches
+    each launch: when most launches of a window found the device already done with the one before
+    (the host is late), it adds a step, up to max_steps; when the host waited on the device for more
+    than 1.5 steps' time on average, it takes one back, down to min_steps. A quiet host stays at the
+    auto count; a loaded one gets longer launches (docs/design.md, "Pacing").
+
+    Reserve: a request that arrives while a launch runs waits for the next schedule. Scheduled as
+    soon as the launch before was postprocessed, the next launch is fixed a whole launch before it
+    runs; the engine instead waits until only num_reserve_steps of the running launch are left on
+    the device (an event after that step), then schedules, so requests that arrived meanwhile join
+    it. The reserve is the host's time to admit, schedule and queue a launch (prep), in steps: it
+    starts at the whole launch (schedule at once, as without it), and each window sets it to cover
+    RESERVE_MARGIN times the window's 90th-percentile prep, a step more than it was when more than
+    RESERVE_LATE_SHARE of its launches found the device done before they were queued."""
+
+    def __init__(self, min_steps: int, max_steps: int):
+        self.min_steps, self.max_steps = min_steps, max_steps
+        self.num_steps = min_steps
+        self.num_reserve_steps = min_steps  # the whole launch: schedule the next one at once
+        self._num = self._num_late = 0
+        self._wait_s = self._cycle_s = 0.0
+        self._prep_s: list[float] = []
+
+    def observe(self, wait_s: float, cycle_s: float, sync_wait_s: float, prep_s: float) -> None:
+        """One steady launch: how long the host waited on the device in all (before scheduling
+        and for the tokens), of it the wait for the tokens after the next launch was queued,
+        the host's whole cycle for it (its step() call and the caller's time before it), and
+        its prep: admitting, scheduling and queuing the next launch."""
+        self._num += 1
+        self._num_late += sync_wait_s < IDLE_WAIT_S
+        self._wait_s += wait_s
+        self._cycle_s += cycle_s
+        self._prep_s.append(prep_s)
+        if self._num < WINDOW:
+            return
+        # waiting: the cycle is the device's time for the launch
+        step_s = self._cycle_s / self._num / self.num_steps
+        is_late = self._num_late > LATE_SHARE * self._num
+        if is_late and self.num_reserve_steps == self.num_steps and self.num_steps < self.max_steps:
+            self.num_steps += 1
+        elif self._wait_s / self._num > SPARE_STEPS * step_s and self.num_steps > self.min_steps:
+            self.num_steps -= 1
+        self.num_reserve_steps = min(self.num_steps, self._reserve(step_s))
+        self._num = self._num_late = 0
+        self._wait_s = self._cycle_s = 0.0
+        self._prep_s.clear()
+
+    def _reserve(self, step_s: float) -> int:
+        prep_s = sorted(self._prep_s)[int(0.9 * (len(self._prep_s) - 1))]
+        steps = max(1, math.ceil(RESERVE_MARGIN * prep_s / step_s))
+        if self._num_late > RESERVE_LATE_SHARE * self._num:
+            steps = max(steps, self.num_reserve_steps + 1)
+        return steps
+
+
+@dataclass(slots=True)
+class LaunchTimer:
+    """Where the engine thread's time goes, launch by launch.
+
+    A launch's GPU work overlaps the host's work for the next one, so the device idles exactly
+    when the host takes longer than the GPU. Split the host's side three ways to see why:
+    - host: in step(), not waiting on the device (schedule, pack, launch, postprocess);
+    - host_cpu: the part of host this thread actually ran; host - host_cpu is time spent runnable
+      but not running (other threads holding the GIL, or the OS running other processes);
+    - away: between step() calls while a launch was in flight (the caller's work: routing deltas).
+    gpu_wait is time blocked on the device: for the launch's tokens, and (late scheduling) until
+    the launch in flight reached the pacer's reserve before the next one was scheduled; either
+    way the host was ahead."""
+
+    num_launches: int = 0
+    host_s: float = 0.0
+    host_cpu_s: float = 0.0
+    gpu_wait_s: float = 0.0
+    away_s: float = 0.0
+    _started: float = 0.0
+    _started_cpu: float = 0.0
+    _returned: float | None = None  # when step() last returned with a launch in flight
+    _wait_cpu_s: float = 0.0
+    _away_before_s: float = 0.0
+    step_wait_s: float = 0.0  # of the current (or last) step(): its wait on the device
+    last_wait_s: float = 0.0  # the last wait on the device (a step's last: for its tokens)
+    last_cycle_s: float = 0.0  # the last step() call and the time away before it
+
+    def start_step(self) -> None:
+        self._started, self._started_cpu = time.perf_counter(), time.thread_time()
+        self._away_before_s = 0.0 if self._returned is None else self._started - self._returned
+        self.away_s += self._away_before_s
+        self.step_wait_s = self._wait_cpu_s = 0.0
+
+    def wait_gpu(self, sync) -> list[int]:
+        """sync(): block until the device's tokens are on the host, and return them."""
+        started, started_cpu = time.perf_counter(), time.thread_time()
+        tokens = sync()
+        self.last_wait_s = time.perf_counter() - started
+        self.step_wait_s += self.last_wait_s
+        self._wait_cpu_s += time.thread_time() - started_cpu  # a spinning sync burns CPU
+        return tokens
+
+    def end_step(self, launched: bool, in_flight: bool) -> None:
+        now = time.perf_counter()
+        self.num_launches += launched
+        self.host_s += now - self._started - self.step_wait_s
+        self.host_cpu_s += time.thread_time() - self._started_cpu - self._wait_cpu_s
+        self.gpu_wait_s += self.step_wait_s
+        self.last_cycle_s = now - self._started + self._away_before_s
+        self._returned = now if in_flight else None
+
+    def stats(self) -> dict:
+        return {"num_launches": self.num_launches} | {key: getattr(self, key) for key in TOTALS}
+
+
+def mean_ms(
+    after: dict, before: dict | None, count: str, totals: tuple[str, ...], suffix: str = "_ms"
+) -> dict[str, float]:
+    """Summed seconds in two engine stats() -> ms per counted item between them (before: None
+    for since start); "<total>_s" becomes "<total><suffix>"."""
+    before = before or {}
+    num = max(1, after[count] - before.get(count, 0))
+    return {
+        key.removesuffix("_s") + suffix: 1e3 * (after[key] - before.get(key, 0.0)) / num
+        for key in totals
+    }
+
+
+def ms_per_launch(after: dict, before: dict | None = None) -> dict[str, float]:
+    """The timer's totals in two engine stats() (before: None for since start) -> ms a launch."""
+    return mean_ms(after, before, "num_launches", TOTALS, "_ms_per_launch")

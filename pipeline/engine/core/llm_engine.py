@@ -11,8 +11,7 @@ from tqdm import tqdm
 from transformers import AutoTokenizer
 
 from pipeline.engine.core.delta_scores import delta_scores
-from pipeline.engine.core.launch_policy import LaunchPolicy
-from pipeline.engine.core.launch_timer import mean_ms
+from pipeline.engine.core.launch_policy import LaunchPolicy, mean_ms
 from pipeline.engine.engine_config import EngineConfig, load_engine_config
 from pipeline.engine.execution.model_runner import ModelRunner
 from pipeline.engine.execution.phase_range import phase

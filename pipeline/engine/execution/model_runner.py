@@ -29,20 +29,22 @@ from pipeline.engine.execution.launch_schedule import (
 from pipeline.engine.execution.launch_steps import launch_steps
 from pipeline.engine.execution.layer_streamer import LayerStreamer
 from pipeline.engine.execution.phase_range import phase
-from pipeline.engine.execution.prompt_scoring import PromptScoring
 from pipeline.engine.execution.rank_groups import RankGroups, join_ranks
+from pipeline.engine.execution.request_logits import PromptScoring, sampling_tensors
 from pipeline.engine.execution.scoring import stage_prompt_logits
-from pipeline.engine.execution.spec_step import verified_rows, with_verify_rows
 from pipeline.engine.execution.step_inputs import (
     PackedStep,
     StepHeader,
     StepInputs,
+    micro_batch,
     pack_step,
     unpack_step,
+    verified_rows,
+    with_verify_rows,
 )
 from pipeline.engine.layers.batch_metadata import BatchMetadata
 from pipeline.engine.layers.linear import kernel_counts
-from pipeline.engine.layers.sampler import Sampler, sampling_tensors
+from pipeline.engine.layers.sampler import Sampler
 from pipeline.engine.lora.manager import attach_lora
 from pipeline.engine.models import MODELS
 from pipeline.engine.parallel.mapping import Mapping, rank_device
@@ -246,7 +248,7 @@ class ModelRunner:
             return self.model.compute_logits(out if logits_rows is None else out[logits_rows])
 
     def _score_prompts(self, out: torch.Tensor, is_logits: bool) -> None:
-        # the launch's first step scores the prompt rows that asked (prompt_scoring.py)
+        # the launch's first step scores the prompt rows that asked (request_logits.py)
         scoring, self._scoring = self._scoring, None
         if scoring is not None:
             compute_logits = None if is_logits else self.model.compute_logits
@@ -276,7 +278,7 @@ class ModelRunner:
             self.ranks.channel.send(LORA, [], torch.from_numpy(loads.reshape(-1)))
         packed = [
             pack_step(
-                batch.rows(part),
+                micro_batch(batch, part),
                 num_steps,
                 self.block_size,
                 self.scratch_slot,
@@ -287,7 +289,7 @@ class ModelRunner:
         ]
         if batch.draft_token_ids is not None:  # speculative decoding: logits at every draft
             packed = [
-                with_verify_rows(step, batch.rows(part))
+                with_verify_rows(step, micro_batch(batch, part))
                 for step, part in zip(packed, slices, strict=True)
             ]
         parts = [p for step in packed for p in step.parts]

@@ -102,6 +102,42 @@ class StepInputs:
     num_sampled: int
 
 
+def micro_batch(batch: SchedulerOutput, part: slice) -> SchedulerOutput:
+    """The contiguous rows `part` (a pipeline-parallel micro-batch) as a batch of their own."""
+    if part.start == 0 and part.stop == len(batch.seqs):
+        return batch
+    qs = batch.query_start[part.start : part.stop + 1]
+    return SchedulerOutput(
+        batch.seqs[part],
+        batch.num_tokens[part],
+        batch.num_computed_tokens[part],
+        batch.num_known_tokens[part],
+        batch.num_pending_tokens[part],
+        batch.pending_rows[part],
+        batch.max_kv_tokens[part],
+        batch.block_tables[part],
+        _read_only(qs - qs[0]),
+        batch.input_ids[qs[0] : qs[-1]],
+        batch.samples[part],
+        draft_token_ids=None if batch.draft_token_ids is None else batch.draft_token_ids[part],
+        lora_ids=None if batch.lora_ids is None else batch.lora_ids[part],
+        grammar_rows=_rows_in(batch.grammar_rows, part),
+    )
+
+
+def _rows_in(rows: np.ndarray | None, part: slice) -> np.ndarray | None:
+    """The rows of `part` among rows, numbered from the part's first; None when none are."""
+    if rows is None:
+        return None
+    inside = rows[(rows >= part.start) & (rows < part.stop)] - part.start
+    return _read_only(inside) if inside.size else None
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False  # as the scheduler's own columns
+    return array
+
+
 def pack_step(
     batch: SchedulerOutput,
     num_steps: int,
@@ -257,3 +293,39 @@ def unpack_step(
         for step in ahead:
             step.lora_slots = ahead_slots
     return StepInputs(input_ids, meta, logits_rows, ahead, num_tokens, num_sampled)
+
+
+# A speculative decoding step: the target verifies each row's drafts in one forward. A drafted
+# row feeds its newest token and its k drafts as k + 1 query tokens of the varlen step (the path
+# prompt chunks take), and every one of its positions gets a logits row, where a plain row gets
+# only its last; the sampler draws the target's token at each as for a decode step, and the host
+# keeps the drafts the target agrees with (scheduling/spec_tokens.py). The step runs alone in its
+# launch: the next step's drafts need its tokens on the host.
+
+
+def with_verify_rows(step: PackedStep, batch: SchedulerOutput) -> PackedStep:
+    """The packed step of `batch` with a logits row at every position of its drafted rows; its
+    seqs: the sequence of each logits row (a drafted row's k + 1 times), which the sampler
+    reads per row."""
+    header, parts = step.header, step.parts
+    assert header.num_ahead == 0, "a verify step runs alone in its launch"
+    sampled_at = np.flatnonzero(batch.samples)
+    num_drafts = np.fromiter(
+        (len(batch.draft_token_ids[i]) for i in sampled_at.tolist()), np.int64, len(sampled_at)
+    )
+    counts = 1 + num_drafts
+    num_rows = int(counts.sum())
+    firsts = batch.query_start[1:][sampled_at] - counts  # each row's first verified position
+    offsets = np.arange(num_rows) - np.repeat(np.cumsum(counts) - counts, counts)
+    logits_rows = np.repeat(firsts, counts) + offsets
+    samples_all = num_rows == header.num_tokens
+    header = header._replace(num_sampled=num_rows, samples_all=samples_all)
+    parts = parts._replace(logits_rows=() if samples_all else logits_rows)
+    seqs = [seq for seq, n in zip(step.seqs, counts.tolist(), strict=True) for _ in range(n)]
+    return PackedStep(header, parts, seqs)
+
+
+def verified_rows(batch: SchedulerOutput) -> tuple[list[Sequence], list[tuple[int, ...]]]:
+    """The sequences that sample, in batch order, and the drafts each verifies."""
+    rows = np.flatnonzero(batch.samples).tolist()
+    return [batch.seqs[i] for i in rows], [batch.draft_token_ids[i] for i in rows]

@@ -7,7 +7,8 @@ counts what presence and frequency see (the prompt after prompt_ignore_length, t
 generated token), row 1 marks the prompt tokens before it (repetition sees those too). The
 sampler adds every token it samples there, so tokens the host has not read yet (overlap
 scheduling, a launch's later steps) count at once. A launch stacks its rows' counts once, and
-each sequence keeps a view of its row, which the launch's steps update in place.
+each sequence keeps a view of its row, which the launch's steps update in place (the runner
+builds them: execution/request_logits.py).
 """
 
 from dataclasses import dataclass
@@ -71,53 +72,3 @@ class Penalties:
             torch.tensor(1.0, device=tokens.device),
             accumulate=True,
         )
-
-
-def _initial_counts(seq, device: torch.device, vocab_size: int) -> torch.Tensor:
-    """[2, V]: from the tokens the host holds; a sequence's first sampling has nothing pending."""
-    ignore = min(seq.params.prompt_ignore_length, seq.num_prompt_tokens)
-    ids = torch.tensor(seq.token_ids, dtype=torch.int64, device=device)
-    counts = torch.zeros(2, vocab_size, dtype=torch.float32, device=device)
-    counts[0] = torch.bincount(ids[ignore:], minlength=vocab_size)[:vocab_size]
-    counts[1] = torch.bincount(ids[:ignore], minlength=vocab_size)[:vocab_size].clamp(max=1)
-    return counts
-
-
-def penalties(seqs: list, device: torch.device, vocab_size: int) -> Penalties | None:
-    """The penalties and min_tokens bans of these sequences (Sequence objects) for one launch;
-    None when none has any (the sampler's usual path)."""
-    penalized = [i for i, seq in enumerate(seqs) if seq.params.has_penalties]
-    # generated so far: on the host, plus what launched steps sampled and the host has not read
-    generated = {
-        i: seq.num_completion_tokens + seq.num_pending_tokens
-        for i, seq in enumerate(seqs)
-        if seq.params.min_tokens
-    }
-    min_rows = [i for i, num in generated.items() if num < seqs[i].params.min_tokens]
-    if not penalized and not min_rows:
-        return None
-    out = Penalties(None, None, None, None, None, None, min_rows, [], [])
-    for i in min_rows:
-        seq = seqs[i]
-        out.steps_left.append(seq.params.min_tokens - generated[i])
-        ids = seq.end_ids | frozenset(seq.params.stop_token_ids)
-        out.end_ids.append(sorted(t for t in ids if 0 <= t < vocab_size))
-    if penalized:
-        rows = [seqs[i] for i in penalized]
-        for seq in rows:
-            if seq.penalty_counts is None:
-                seq.penalty_counts = _initial_counts(seq, device, vocab_size)
-        out.counts = torch.stack([seq.penalty_counts for seq in rows])
-        for row, seq in enumerate(rows):
-            seq.penalty_counts = out.counts[row]
-        params = [seq.params for seq in rows]
-        out.rows = torch.tensor(penalized, device=device)
-        out.temperatures = _floats([1.0 if p.is_greedy else p.temperature for p in params], device)
-        out.repetition = _floats([p.repetition_penalty for p in params], device)
-        out.presence = _floats([p.presence_penalty for p in params], device)
-        out.frequency = _floats([p.frequency_penalty for p in params], device)
-    return out
-
-
-def _floats(values: list[float], device: torch.device) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float32, device=device)

@@ -1,6 +1,8 @@
 """Next-token choice per row: logit biases, banned tokens, penalties, then greedy or temperature /
 top-k / top-p / min-p sampling; the log probabilities of the model's distribution (the sampled
-token's and the likeliest ones') for the rows that ask.
+token's and the likeliest ones') handed to a recorder for the rows that ask. Its inputs are
+built from the requests by the runner (execution/request_logits.py): the sampler never reads a
+request.
 
 A row with a seed draws from its own torch.Generator, so its tokens do not depend on what else
 is in the batch; rows without one share the sampler's generator. Penalties and log probabilities
@@ -9,12 +11,18 @@ cost nothing while no row in the batch uses them (None in SamplingTensors); so d
 """
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import nn
 
-from pipeline.engine.layers.penalties import Penalties, penalties
-from pipeline.engine.layers.token_logprobs import LaunchLogprobs
+from pipeline.engine.layers.penalties import Penalties
+
+
+class LogprobsRecorder(Protocol):
+    """Keeps what a launch's steps return of their logits (execution/request_logits.py)."""
+
+    def add(self, logits: torch.Tensor, tokens: torch.Tensor) -> None: ...
 
 
 @dataclass(slots=True)
@@ -33,7 +41,7 @@ class SamplingTensors:
     penalties: Penalties | None = None  # rows with penalties or min_tokens
     # log probabilities of the sampled tokens and the likeliest ones (all rows, when any asks):
     # the log-softmax of the model's logits, before biases, bans, penalties and temperature
-    logprobs: LaunchLogprobs | None = None
+    logprobs: LogprobsRecorder | None = None
     # guided decoding: (bitmask [S, ceil(V / 32)] int32 of allowed tokens, the rows it masks
     # [R] int32), on the device; None when no row has a grammar
     token_bitmask: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -58,58 +66,6 @@ def filtered_probs(
     if min_ps is not None:  # min-p (vLLM's): below min_p x the likeliest (column 0); 0 drops none
         drop |= probs < min_ps[:, None] * probs[:, :1]
     return probs.masked_fill(drop, 0.0), order
-
-
-def _logit_bias(params: list, device: torch.device):
-    pairs = [(row, token, bias) for row, p in enumerate(params) for token, bias in p.logit_bias]
-    if not pairs:
-        return None
-    rows, tokens, biases = zip(*pairs, strict=True)
-    return (
-        torch.tensor(rows, device=device),
-        torch.tensor(tokens, device=device),
-        torch.tensor(biases, dtype=torch.float32, device=device),
-    )
-
-
-def sampling_tensors(seqs: list, device: torch.device, vocab_size: int) -> SamplingTensors:
-    """The knobs of these sequences (Sequence objects) for one sampler call; creates a seeded
-    request's generator the first time."""
-    for seq in seqs:
-        if seq.params.seed is not None and seq.generator is None:
-            seq.generator = torch.Generator(device=device)
-            seq.generator.manual_seed(seq.params.seed)
-    params = [seq.params for seq in seqs]
-    is_greedy = [p.is_greedy for p in params]
-    tensors = SamplingTensors(
-        is_greedy=is_greedy,
-        generators=[seq.generator for seq in seqs],
-        banned_token_ids=[seq.banned_token_ids() for seq in seqs],
-        penalties=penalties(seqs, device, vocab_size),
-        logit_bias=_logit_bias(params, device),
-    )
-    if any(p.scores_tokens for p in params):
-        tensors.logprobs = LaunchLogprobs(
-            max(p.logprobs or 0 for p in params),
-            tuple(row for row, p in enumerate(params) if p.return_generation_logits),
-        )
-        for row, seq in enumerate(seqs):
-            if seq.params.scores_tokens:
-                seq.expect_logprobs(tensors.logprobs, row)
-    if not all(is_greedy):  # greedy batches need no knobs on the device
-        tensors.temperatures = torch.tensor(
-            # penalized rows are scaled by their penalties (temperature comes first)
-            [1.0 if p.is_greedy or p.has_penalties else p.temperature for p in params],
-            dtype=torch.float32,
-            device=device,
-        )
-        tensors.top_ks = torch.tensor([p.top_k or vocab_size for p in params], device=device)
-        tensors.top_ps = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
-        if any(p.min_p and not p.is_greedy for p in params):
-            tensors.min_ps = torch.tensor(
-                [p.min_p for p in params], dtype=torch.float32, device=device
-            )
-    return tensors
 
 
 class Sampler(nn.Module):

@@ -4,7 +4,8 @@ Scheduler.schedule() builds it once a step, in one pass over the scheduled seque
 as numpy columns (so the runner packs with numpy over the batch, never sequence by sequence),
 their block-table rows, and the input tokens the host already has. It is immutable (a frozen
 record, its arrays read-only): after the launch the scheduler alone updates the sequences
-(Scheduler.update_from_launch / update_from_output), never through it.
+(Scheduler.update_from_launch / update_from_output), never through it. It is data alone: the
+runner cuts a pipeline micro-batch's rows from it (execution/step_inputs.py: micro_batch).
 """
 
 from dataclasses import dataclass
@@ -50,36 +51,6 @@ class SchedulerOutput:
     @property
     def total_num_tokens(self) -> int:
         return int(self.query_start[-1])
-
-    def rows(self, part: slice) -> "SchedulerOutput":
-        """The contiguous rows `part` (a pipeline-parallel micro-batch) as a batch of their own."""
-        if part.start == 0 and part.stop == len(self.seqs):
-            return self
-        qs = self.query_start[part.start : part.stop + 1]
-        return SchedulerOutput(
-            self.seqs[part],
-            self.num_tokens[part],
-            self.num_computed_tokens[part],
-            self.num_known_tokens[part],
-            self.num_pending_tokens[part],
-            self.pending_rows[part],
-            self.max_kv_tokens[part],
-            self.block_tables[part],
-            _read_only(qs - qs[0]),
-            self.input_ids[qs[0] : qs[-1]],
-            self.samples[part],
-            draft_token_ids=None if self.draft_token_ids is None else self.draft_token_ids[part],
-            lora_ids=None if self.lora_ids is None else self.lora_ids[part],
-            grammar_rows=_rows_in(self.grammar_rows, part),
-        )
-
-
-def _rows_in(rows: np.ndarray | None, part: slice) -> np.ndarray | None:
-    """The rows of `part` among rows, numbered from the part's first; None when none are."""
-    if rows is None:
-        return None
-    inside = rows[(rows >= part.start) & (rows < part.stop)] - part.start
-    return _read_only(inside) if inside.size else None
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:

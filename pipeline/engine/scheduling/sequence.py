@@ -68,7 +68,7 @@ class Sequence:
         self.lora_id = 0
         self.finish_reason: str | None = None
         self.generator: torch.Generator | None = None
-        # [2, V] on the device, made and updated by the sampler (layers/penalties.py)
+        # [2, V] on the device, made by the runner and updated by the sampler (layers/penalties.py)
         self.penalty_counts: torch.Tensor | None = None
         # each generated token's log probability (params.logprobs set); the launches sampled
         # but not read yet: (their LaunchLogprobs, this sequence's row), oldest first

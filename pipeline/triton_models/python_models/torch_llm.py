@@ -372,7 +372,7 @@ class TritonPythonModel:
             text = ", ".join(f"{key} {value:.1f}" for key, value in hops.items())
             pb_utils.Logger.log_info(f"{self.instance}: hops: {text}")
         if self.service.owns_engine:  # how full and how mixed the steps were (once an engine)
-            from pipeline.engine.core.launch_timer import ms_per_launch
+            from pipeline.engine.core.launch_policy import ms_per_launch
             from pipeline.engine.core.llm_engine import request_ms
 
             stats = self.service.stats()

@@ -1,6 +1,6 @@
 """The launch pacer: steps a launch follow whether the host keeps up with the device."""
 
-from pipeline.engine.core.launch_pacer import WINDOW, LaunchPacer
+from pipeline.engine.core.launch_policy import WINDOW, LaunchPacer
 
 
 def run_window(pacer: LaunchPacer, wait_s: float, cycle_s: float, num_late: int = WINDOW) -> int:

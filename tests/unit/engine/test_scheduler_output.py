@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.engine.execution.step_inputs import HEADER_LEN, StepHeader, pack_step, unpack_step
+from pipeline.engine.execution.step_inputs import (
+    HEADER_LEN,
+    StepHeader,
+    micro_batch,
+    pack_step,
+    unpack_step,
+)
 from pipeline.engine.scheduling.block_manager import BlockManager
 from pipeline.engine.scheduling.scheduler import Scheduler
 from tests.unit.engine.fake_sequences import launch, make_seq
@@ -41,11 +47,11 @@ def test_the_scheduler_output_is_the_batch_as_read_only_columns():
 
 def test_a_micro_batch_of_rows_is_a_batch_of_its_own():
     _, batch = mixed_batch()
-    b = batch.rows(slice(1, 2))
+    b = micro_batch(batch, slice(1, 2))
     assert [seq.request_id for seq in b.seqs] == ["b"]
     assert b.query_start.tolist() == [0, 6] and b.input_ids.tolist() == [7] * 6
     assert b.num_computed_tokens.tolist() == [0] and b.block_tables.shape[0] == 1
-    assert batch.rows(slice(0, 2)) is batch
+    assert micro_batch(batch, slice(0, 2)) is batch
 
 
 def test_the_step_header_is_its_fields_in_order():

@@ -6,8 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from pipeline.engine.execution.spec_step import with_verify_rows
-from pipeline.engine.execution.step_inputs import pack_step
+from pipeline.engine.execution.step_inputs import micro_batch, pack_step, with_verify_rows
 from pipeline.engine.scheduling.block_manager import BlockManager
 from pipeline.engine.scheduling.sampled_tokens import SampledTokens
 from pipeline.engine.scheduling.scheduler import Scheduler
@@ -69,7 +68,7 @@ def test_a_drafted_row_feeds_its_newest_token_and_drafts():
     assert packed.parts.logits_rows.tolist() == [0, 1, 2, 3, 4]
     assert packed.header.num_sampled == 5 and not packed.header.samples_all
     assert [seq.request_id for seq in packed.seqs] == ["a"] * 4 + ["b"]
-    assert batch.rows(slice(0, 1)).draft_token_ids == ((11, 12, 13),)
+    assert micro_batch(batch, slice(0, 1)).draft_token_ids == ((11, 12, 13),)
 
 
 def test_a_verify_step_keeps_the_agreeing_drafts_and_rolls_back_the_rest():

@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from pipeline.engine.layers.sampler import Sampler, sampling_tensors
+from pipeline.engine.execution.request_logits import sampling_tensors
+from pipeline.engine.layers.sampler import Sampler
 from pipeline.engine.scheduling.sequence import Sequence
 from pipeline.request.sampling_params import SamplingParams
 

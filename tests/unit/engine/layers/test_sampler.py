@@ -109,7 +109,7 @@ def test_min_p_zero_is_off_and_min_p_drops_the_unlikely():
 
 
 def test_a_mixed_batch_builds_bias_and_min_p_tensors_once():
-    from pipeline.engine.layers.sampler import sampling_tensors
+    from pipeline.engine.execution.request_logits import sampling_tensors
     from pipeline.engine.scheduling.sequence import Sequence
     from pipeline.request.sampling_params import SamplingParams
 
