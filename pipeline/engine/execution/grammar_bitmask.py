@@ -5,9 +5,10 @@ guided rows only).
 
 A launch of several steps fills one bitmask a step: before step j's sampler is queued, the
 tokens step j - 1 sampled come back to the host (a small copy the runner queues after that
-sampler) and advance each guided row's matcher; the device meanwhile runs step j's forward,
-which reads those tokens on the device. So the host's share a step is one token copy, the
-matchers and the fill, hidden behind a forward wherever that forward takes longer."""
+sampler, into a pinned ring of its own) and advance each guided row's matcher; the device
+meanwhile runs step j's forward, which reads those tokens on the device. So the host's share a
+step is one token copy, the matchers and the fill, hidden behind a forward wherever that
+forward takes longer."""
 
 import torch
 
@@ -25,9 +26,7 @@ class GrammarBitmask:
         self.device = device
         # the bitmask's words, then the rows it applies to
         capacity = max_rows * (self.num_words + 1)
-        is_cuda = device.type == "cuda"
-        self._ring = PinnedRing(capacity, torch.int32) if is_cuda else None
-        self._step_tokens = PinnedRing(max_rows) if is_cuda else None
+        self._ring = PinnedRing(capacity, torch.int32) if device.type == "cuda" else None
         # the matchers that took a token inside the launch being queued, once a token: given
         # back when that launch fails, since its tokens never reach the sequences
         self._taken: list = []
@@ -40,14 +39,6 @@ class GrammarBitmask:
         for grammar in reversed(self._taken):
             grammar.discard_ahead()
         self._taken = []
-
-    def step_tokens(self, tokens: torch.Tensor) -> HostTokens:
-        """Queue the copy of a step's sampled tokens [S] to the host, for the next step's fill."""
-        if self._step_tokens is None:
-            return tokens, None
-        host = self._step_tokens.take(tokens.numel())
-        host.copy_(tokens, non_blocking=True)
-        return host, self._step_tokens.copied()
 
     def fill(
         self, seqs: list, last_tokens: HostTokens | None, step_tokens: HostTokens | None = None

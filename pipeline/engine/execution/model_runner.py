@@ -14,7 +14,7 @@ import torch.distributed as dist
 from pipeline.engine import kernels
 from pipeline.engine.engine_config import EngineConfig
 from pipeline.engine.execution.cuda_graph_runner import CudaGraphRunner
-from pipeline.engine.execution.grammar_bitmask import GrammarBitmask
+from pipeline.engine.execution.grammar_bitmask import GrammarBitmask, HostTokens
 from pipeline.engine.execution.host_buffers import PinnedRing
 from pipeline.engine.execution.kv_cache_sizing import default_num_kv_blocks
 from pipeline.engine.execution.kv_swap import HostKVTier, host_blocks
@@ -168,6 +168,8 @@ class ModelRunner:
             spec = config.speculation
             rows = 1 + spec.num_draft_tokens if spec.enabled else 1
             self._tokens_ring = PinnedRing(bs * max(self.max_scheduler_steps, rows))
+            # a step's tokens inside a launch, for guided rows' next bitmask (grammar_bitmask.py)
+            self._step_tokens_ring = PinnedRing(bs)
         logger.info(
             "model runner: %s %s, %d KV blocks x %d tokens (%s, %.2f GiB), linears %s, "
             "Triton kernels %s, CUDA graphs: decode %s, mixed %s, torch.compile %s, "
@@ -366,8 +368,8 @@ class ModelRunner:
                         packed[m].seqs, self._last_tokens, step_tokens.get(m)
                     )
                 tokens = self.tp.broadcast(self.sampler(logits, sampling[m]))
-                if guided and step < launch_steps - 1:
-                    step_tokens[m] = self.grammar_bitmask.step_tokens(tokens)
+                if guided and step < launch_steps - 1:  # queued before the next forward
+                    step_tokens[m] = self._step_tokens_to_host(tokens)
             if m == last_batch and step == mark_after and step < launch_steps - 1:
                 schedule_at = _recorded_event()
             return tokens
@@ -390,6 +392,13 @@ class ModelRunner:
         done = self._tokens_ring.copied()
         self._last_tokens = host[last], done
         return SampledTokens(seqs, host, done, launch_steps, schedule_at, drafts)
+
+    def _step_tokens_to_host(self, tokens: torch.Tensor) -> HostTokens:
+        if self.device.type != "cuda":
+            return tokens, None
+        host = self._step_tokens_ring.take(tokens.numel())
+        host.copy_(tokens, non_blocking=True)
+        return host, self._step_tokens_ring.copied()
 
     @torch.inference_mode()
     def follow(self) -> None:

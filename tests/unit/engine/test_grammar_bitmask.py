@@ -107,9 +107,9 @@ def test_a_launchs_steps_advance_the_matcher_and_a_failed_launch_gives_them_back
     masks = GrammarBitmask(WIDTH, 4, torch.device("cpu"))
     masks.start_launch()
     assert allowed(masks.fill([guided], None)[0], 0) == {a}  # step 0
-    step0 = masks.step_tokens(torch.tensor([a]))
+    step0 = torch.tensor([a]), None  # the runner's host copy of step 0's tokens
     assert allowed(masks.fill([guided], None, step0)[0], 0) == {b, c}  # step 1: after "a"
-    step1 = masks.step_tokens(torch.tensor([b]))
+    step1 = torch.tensor([b]), None
     assert allowed(masks.fill([guided], None, step1)[0], 0) == {eos}
     masks.discard_launch()  # the launch failed: neither token was appended
     assert guided.grammar.num_ahead == 0
