@@ -206,14 +206,16 @@ def bench_model(name: str, shape: dict, args, scratch: Path) -> dict:
 
 
 def settings_of(args) -> list[Setting]:
-    """Prompt lookup at each k, fixed, and adaptive at the largest; each draft model at each
-    k, fixed, and adaptive at the largest."""
+    """Prompt lookup on the copy task at each k, fixed, and adaptive at the largest (also on
+    the chat prompts: what it finds there); each draft model on the chat prompts at each k,
+    fixed, and adaptive at the largest."""
+    k = max(args.lookup_k)
     lookup = [Setting("prompt_lookup", k, False) for k in args.lookup_k]
-    lookup.append(Setting("prompt_lookup", max(args.lookup_k), True))
+    lookup += [Setting("prompt_lookup", k, True), Setting("prompt_lookup", k, True, task="chat")]
     drafts = []
     for n in args.draft_layers:
-        drafts += [Setting("draft_model", k, False, n) for k in args.draft_k]
-        drafts.append(Setting("draft_model", max(args.draft_k), True, n))
+        drafts += [Setting("draft_model", k, False, n, "chat") for k in args.draft_k]
+        drafts.append(Setting("draft_model", max(args.draft_k), True, n, "chat"))
     return lookup + drafts
 
 
@@ -238,7 +240,7 @@ def bench_real(gguf: Path, args, scratch: Path) -> dict:
             for b in batches
         },
         "batch1": rows,
-        "best": {m: best(rows, m) for m in ("prompt_lookup", "draft_model")},
+        "best": best(rows),
     }
 
 

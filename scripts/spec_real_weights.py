@@ -40,6 +40,7 @@ class Setting:
     k: int
     adaptive: bool
     draft_layers: int = 0  # draft_model: the target's first blocks kept
+    task: str = "copy"  # the prompts: copy (repeat a passage) or chat (ordinary)
 
     @property
     def name(self) -> str:
@@ -154,9 +155,8 @@ def spec_of(
 def batch1_table(
     real: RealModel, settings: list[Setting], args, max_tokens: dict[str, int], kv_blocks: int
 ) -> list[dict]:
-    """Each setting's batch-1 decode against off, on the copy task (prompt lookup) or the chat
-    prompts (draft models), both sides on an engine loaded with the same runtime options (one
-    request at a time, kv_blocks KV blocks)."""
+    """Each setting's batch-1 decode against off on its task's prompts, both sides on an engine
+    loaded with the same runtime options (one request at a time, kv_blocks KV blocks)."""
     target = real.engines[real.num_layers]
     tasks = {
         "copy": copy_prompts(real.tokenizer)[: args.num_prompts],
@@ -172,7 +172,7 @@ def batch1_table(
     engine, config = load(target, args.device, args.dtype, {**runtime, "speculation": widest})
     rows = []
     for setting in settings:
-        task = "copy" if setting.method == "prompt_lookup" else "chat"
+        task = setting.task
         draft_dir = real.engines.get(setting.draft_layers)
         set_speculation(engine, config, spec_of(setting, draft_dir, 1, kv_blocks))
         start = time.perf_counter()
@@ -180,7 +180,6 @@ def batch1_table(
         row = {
             "setting": setting.name,
             **dataclasses.asdict(setting),
-            "task": task,
             "off_tok_s": off[task]["tok_s"],
             "on_tok_s": on["tok_s"],
             "speedup": on["tok_s"] / off[task]["tok_s"],
@@ -202,7 +201,11 @@ def batch1_table(
     return rows
 
 
-def best(rows: list[dict], method: str) -> dict | None:
-    """The fastest row of a method."""
-    of_method = [r for r in rows if r["method"] == method]
-    return max(of_method, key=lambda r: r["speedup"]) if of_method else None
+def best(rows: list[dict]) -> dict[str, dict]:
+    """The fastest row of each method on each task, by "method/task"."""
+    out = {}
+    for row in rows:
+        key = f"{row['method']}/{row['task']}"
+        if key not in out or row["speedup"] > out[key]["speedup"]:
+            out[key] = row
+    return out

@@ -34,13 +34,13 @@ def hf_greedy_tokens(hf_dir: Path, prompt_ids, eos_token_ids, max_new_tokens: in
     return refs
 
 
-def run_tiny_script(module: str, out_dir: Path) -> None:
-    """`python -m module --out out_dir --tiny` in a subprocess, as the GPU machine runs it (no
-    inherited environment: what the script needs, it imports itself)."""
+def run_tiny_script(module: str, out_dir: Path, *args: str) -> None:
+    """`python -m module --out out_dir --tiny [args]` in a subprocess, as the GPU machine runs it
+    (no inherited environment: what the script needs, it imports itself)."""
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", module, "--out", str(out_dir), "--tiny"],
+        [sys.executable, "-m", module, "--out", str(out_dir), "--tiny", *args],
         cwd=REPO,
         text=True,
         capture_output=True,
