@@ -35,7 +35,7 @@ NOT_DEPLOYED = {
     "image_url_input": "a multimodal encoder",
     "video_bytes_input": "a multimodal encoder",
     "num_draft_tokens": "a draft model (speculative decoding)",
-    "use_draft_logits": "a draft model (speculative decoding)",
+    "use_draft_logits": "a draft model compared by its logits (the pipeline compares tokens)",
 }
 # the LLM model's results passed on as they come; output_log_probs of responses merged into one
 # (accumulate_tokens waits out split characters) are joined
