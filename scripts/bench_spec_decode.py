@@ -326,7 +326,7 @@ def main() -> None:
         args.device, args.dtype, args.spec_max_batch_size = "cuda", "bfloat16", 32
         args.max_tokens = {"copy": 160, "chat": 192}
         smollm2 = {"smollm2-135m-real": None} if real else {"smollm2-135m-shape": SMOLLM2}
-        models = {"llama-3.1-8b-shape": LLAMA_8B, **smollm2}
+        models = {**smollm2, "llama-3.1-8b-shape": LLAMA_8B}  # SmolLM2 first: the real weights
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     results = {}

@@ -17,8 +17,6 @@ import shutil
 import time
 from pathlib import Path
 
-import torch
-
 from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.engine.engine_config import EngineConfig, load_engine_config
 from pipeline.engine.spec.speculator import make_speculator
@@ -65,7 +63,7 @@ def real_engines(
 
     hf_dir = scratch / "smollm2-hf"
     gguf_to_hf(gguf, hf_dir)
-    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(hf_dir)  # float32, as gguf_to_hf saved it
     num_layers = model.config.num_hidden_layers
     engines = {}
     for n in (num_layers, *draft_layers):
