@@ -29,6 +29,7 @@ PREPROCESSED = {
     "OUT_PROMPT_TABLE_EXTRA_IDS": "prompt_table_extra_ids",
 }
 # upstream's BLS inputs for models the pipeline does not deploy -> what is missing
+# (num_draft_tokens is served when a draft model is deployed: draft_target.py)
 NOT_DEPLOYED = {
     "image_input": "a multimodal encoder",
     "image_bytes_input": "a multimodal encoder",
