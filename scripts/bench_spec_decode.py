@@ -271,7 +271,7 @@ def markdown(results: dict, device: str) -> str:
             "",
             f"1-token step {r['step_ms']['0']:.3f} ms; off: "
             f"{r['sides']['off']['decode_tok_s']:.0f} tok/s batch-1. Speedups are a projection "
-            f"at acceptance rate a (random weights: drafts are rejected here).",
+            f"at acceptance rate a (the verify steps' drafts are random tokens, rejected).",
             "",
             "| k | verify ms | / 1-token step | / off token | "
             + " | ".join(f"projected a={a}" for a in rates)

