@@ -32,6 +32,7 @@ Writes bench_spec_decode.json + bench_spec_decode.md into --out. Needs torch + t
 """
 
 import argparse
+import importlib.util
 import json
 import logging
 import shutil
@@ -46,7 +47,13 @@ from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2, TINY
 from scripts.engine_run import Workload, free_memory, offline_throughput, prompts_for, sync
 from scripts.model_shapes import build_engine, random_hf_model, write_checkpoint, write_tokenizer
-from scripts.spec_real_weights import Setting, batch1_table, best, real_engines
+from scripts.spec_real_weights import (
+    batch1_markdown,
+    batch1_table,
+    best,
+    real_engines,
+    settings_of,
+)
 
 log = logging.getLogger("bench_spec_decode")
 MAX_DRAFTS = 8
@@ -205,18 +212,9 @@ def bench_model(name: str, shape: dict, args, scratch: Path) -> dict:
     }
 
 
-def settings_of(args) -> list[Setting]:
-    """Prompt lookup on the copy task at each k, fixed, and adaptive at the largest (also on
-    the chat prompts: what it finds there); each draft model on the chat prompts at each k,
-    fixed, and adaptive at the largest."""
-    k = max(args.lookup_k)
-    lookup = [Setting("prompt_lookup", k, False) for k in args.lookup_k]
-    lookup += [Setting("prompt_lookup", k, True), Setting("prompt_lookup", k, True, task="chat")]
-    drafts = []
-    for n in args.draft_layers:
-        drafts += [Setting("draft_model", k, False, n, "chat") for k in args.draft_k]
-        drafts.append(Setting("draft_model", max(args.draft_k), True, n, "chat"))
-    return lookup + drafts
+def has_gguf_reader() -> bool:
+    """transformers reads a GGUF with the `gguf` package."""
+    return importlib.util.find_spec("gguf") is not None
 
 
 def bench_real(gguf: Path, args, scratch: Path) -> dict:
@@ -242,24 +240,6 @@ def bench_real(gguf: Path, args, scratch: Path) -> dict:
         "batch1": rows,
         "best": best(rows),
     }
-
-
-def batch1_markdown(rows: list[dict]) -> list[str]:
-    lines = [
-        "",
-        "Batch-1 greedy decode, real prompts (copy: repeat a passage; chat: ordinary prompts):",
-        "",
-        "| setting | task | off tok/s | on tok/s | on / off | acceptance | accepted / step "
-        "| same tokens as off |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['setting']} | {r['task']} | {r['off_tok_s']:.0f} | {r['on_tok_s']:.0f} | "
-            f"{r['speedup']:.2f}x | {r['acceptance_rate']:.3f} | "
-            f"{r['mean_accepted_tokens']:.2f} | {r['same_tokens_as_off']:.2f} |"
-        )
-    return lines
 
 
 def markdown(results: dict, device: str) -> str:
@@ -313,9 +293,13 @@ def main() -> None:
     args.acceptance = [float(a) for a in args.acceptance.split(",")]
     for key in ("draft_layers", "draft_k", "lookup_k"):
         setattr(args, key, tuple(int(v) for v in getattr(args, key).split(",")))
-    real = args.gguf is not None and args.gguf.is_file()
+    real = args.gguf is not None and args.gguf.is_file() and has_gguf_reader()
     if args.gguf is not None and not real:
-        log.warning("--gguf %s: no such file; SmolLM2's real-weights part is skipped", args.gguf)
+        log.warning(
+            "--gguf %s: no such file, or no `gguf` package to read it; SmolLM2's real-weights "
+            "part is skipped (its shape runs instead)",
+            args.gguf,
+        )
     if args.tiny:
         args.device, args.dtype, args.num_steps, args.batch_output_len = "cpu", "float32", 5, 8
         args.spec_max_batch_size, args.num_prompts = 2, 1

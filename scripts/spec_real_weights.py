@@ -207,3 +207,35 @@ def best(rows: list[dict]) -> dict[str, dict]:
         if key not in out or row["speedup"] > out[key]["speedup"]:
             out[key] = row
     return out
+
+
+def settings_of(args) -> list[Setting]:
+    """Prompt lookup on the copy task at each k, fixed, and adaptive at the largest (also on
+    the chat prompts: what it finds there); each draft model on the chat prompts at each k,
+    fixed, and adaptive at the largest."""
+    k = max(args.lookup_k)
+    lookup = [Setting("prompt_lookup", k, False) for k in args.lookup_k]
+    lookup += [Setting("prompt_lookup", k, True), Setting("prompt_lookup", k, True, task="chat")]
+    drafts = []
+    for n in args.draft_layers:
+        drafts += [Setting("draft_model", k, False, n, "chat") for k in args.draft_k]
+        drafts.append(Setting("draft_model", max(args.draft_k), True, n, "chat"))
+    return lookup + drafts
+
+
+def batch1_markdown(rows: list[dict]) -> list[str]:
+    lines = [
+        "",
+        "Batch-1 greedy decode, real prompts (copy: repeat a passage; chat: ordinary prompts):",
+        "",
+        "| setting | task | off tok/s | on tok/s | on / off | acceptance | accepted / step "
+        "| same tokens as off |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['setting']} | {r['task']} | {r['off_tok_s']:.0f} | {r['on_tok_s']:.0f} | "
+            f"{r['speedup']:.2f}x | {r['acceptance_rate']:.3f} | "
+            f"{r['mean_accepted_tokens']:.2f} | {r['same_tokens_as_off']:.2f} |"
+        )
+    return lines
