@@ -51,6 +51,11 @@ def build_problems(f: BuildFacts) -> list[str]:
             "which needs KV cache reuse; set build.trtllm.use_paged_context_fmha=enable and "
             "deploy.enable_prefix_caching=true"
         )
+    if f.tp_size * f.pp_size > 1:
+        out.append(
+            f"parallel.tp_size={f.tp_size}, pp_size={f.pp_size}: the draft-target deployment "
+            f"runs on one rank (the server's other ranks load tensorrt_llm alone); use 1 and 1"
+        )
     if f.build.max_beam_width > 1:
         out.append(
             f"build.max_beam_width={f.build.max_beam_width}: draft-target speculative "
@@ -94,6 +99,12 @@ def draft_problems(target: EngineJson, draft: EngineJson | None, deploy: DeployS
         out.append(
             f"{where}: vocab_size {draft.pretrained.get('vocab_size')} != the target's "
             f"{target.pretrained.get('vocab_size')} (a draft model needs the target's tokenizer)"
+        )
+    if draft.world_size != 1 or target.world_size != 1:
+        out.append(
+            f"{where}: world size {draft.world_size}, the target's {target.world_size}: the "
+            f"draft-target deployment runs both engines on one rank (the server's other ranks "
+            f"load tensorrt_llm alone); build both with parallel.tp_size=1 parallel.pp_size=1"
         )
     for key in ("max_seq_len", "max_batch_size"):
         if int(draft.build[key]) < int(target.build[key]):

@@ -98,6 +98,17 @@ def test_build_refuses_what_deploy_cannot_serve(tmp_path, overrides, expected):
     assert any(expected in message for message in found), found
 
 
+def test_build_refuses_a_parallel_target(tmp_path):
+    spec = trtllm_spec(tmp_path, DRAFT, *TARGET_BUILD, "parallel.tp_size=2")
+    mapping = {"world_size": 2, "tp_size": 2, "pp_size": 1}
+    ckpt = write_checkpoint(tmp_path / "c", ranks=2, mapping=mapping)
+    found = preflight.violations(facts_from_checkpoint(spec, ckpt, 90))
+    assert any(
+        "parallel.tp_size=2, pp_size=1: the draft-target deployment runs on one rank" in m
+        for m in found
+    ), found
+
+
 def deploy_spec(tmp_path: Path, draft_dir: Path, *overrides: str):
     return make_spec(
         "deploy",
@@ -186,6 +197,13 @@ def test_without_a_draft_model_the_bls_names_none(tmp_path):
         (
             {"max_draft_len": 4},
             {},
+            {"mapping": {"world_size": 2, "tp_size": 2, "pp_size": 1}},
+            (),
+            "world size 2, the target's 1: the draft-target deployment runs both engines on one",
+        ),
+        (
+            {"max_draft_len": 4},
+            {},
             {"vocab_size": 32000},
             (),
             "vocab_size 32000 != the target's 49152",
@@ -211,6 +229,8 @@ def test_deploy_refuses_engines_that_cannot_draft_together(
         config = json.loads((draft / "config.json").read_text())
         config["pretrained_config"].update(pretrained)
         (draft / "config.json").write_text(json.dumps(config))
+        if "mapping" in pretrained:  # a plan per rank
+            shutil.copy(draft / "rank0.engine", draft / "rank1.engine")
     with pytest.raises(ConfigError) as error:
         write(tmp_path, target, draft, *overrides)
     assert expected in str(error.value)
