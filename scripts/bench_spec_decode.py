@@ -288,6 +288,7 @@ def main() -> None:
     parser.add_argument("--draft-k", default="2,3,4,5", help="draft models' k")
     parser.add_argument("--lookup-k", default="2,4,6,8", help="prompt lookup's k")
     parser.add_argument("--num-prompts", type=int, default=4, help="real prompts per task")
+    parser.add_argument("--no-8b", action="store_true", help="SmolLM2 alone (minutes less)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args.acceptance = [float(a) for a in args.acceptance.split(",")]
@@ -311,6 +312,8 @@ def main() -> None:
         args.max_tokens = {"copy": 160, "chat": 192}
         smollm2 = {"smollm2-135m-real": None} if real else {"smollm2-135m-shape": SMOLLM2}
         models = {**smollm2, "llama-3.1-8b-shape": LLAMA_8B}  # SmolLM2 first: the real weights
+        if args.no_8b:
+            del models["llama-3.1-8b-shape"]
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     results = {}
