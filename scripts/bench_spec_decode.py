@@ -1,6 +1,6 @@
 """Speculative decoding on one GPU, on and off in one run.
 
-    python -m scripts.bench_spec_decode --out $OUT [--tiny] [--acceptance 0.5,0.7,0.9]
+    python -m scripts.bench_spec_decode --out $OUT [--tiny] [--gguf FILE] [--no-8b]
 
 Models: the Llama-3.1-8B and SmolLM2-135M shapes with random bf16 weights (--tiny: a tiny fp32
 model on the CPU, the unit test). With random weights a draft is almost never accepted, so
