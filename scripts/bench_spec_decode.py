@@ -1,6 +1,6 @@
 """Speculative decoding on one GPU, on and off in one run.
 
-    python -m scripts.bench_spec_decode --out $OUT [--tiny] [--acceptance 0.5,0.7,0.9]
+    python -m scripts.bench_spec_decode --out $OUT [--tiny] [--gguf FILE] [--no-8b]
 
 Models: the Llama-3.1-8B and SmolLM2-135M shapes with random bf16 weights (--tiny: a tiny fp32
 model on the CPU, the unit test). With random weights a draft is almost never accepted, so
@@ -18,10 +18,21 @@ acceptance itself is measured on real weights by the CPU tests; here, per model:
   spec.max_batch_size (32) decoding requests no request drafts, and steps keep overlap
   scheduling and several steps a launch, so on should equal off (--tiny: batches 4 and 8 over a
   limit of 2).
+With --gguf (SmolLM2-135M-Instruct's GGUF; needs the gguf package) SmolLM2 is measured on its
+real weights instead of its shape (scripts/spec_real_weights.py): the same three parts, then
+batch-1 greedy decode of real English prompts in the chat template, speculation off against
+each setting, with its acceptance rate and mean accepted drafts a verify step:
+- prompt lookup on a copy task (repeat a passage of a novel), k in --lookup-k, fixed and
+  adaptive;
+- draft models cut from the target (its first N blocks, final norm and head; N in
+  --draft-layers) on ordinary chat prompts, k in --draft-k, fixed and adaptive.
+A --gguf that does not exist is skipped with a message (the SmolLM2 shape runs instead).
+--tiny --gguf runs that path on the CPU in fp32 with a few tokens.
 Writes bench_spec_decode.json + bench_spec_decode.md into --out. Needs torch + transformers.
 """
 
 import argparse
+import importlib.util
 import json
 import logging
 import shutil
@@ -36,11 +47,21 @@ from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2, TINY
 from scripts.engine_run import Workload, free_memory, offline_throughput, prompts_for, sync
 from scripts.model_shapes import build_engine, random_hf_model, write_checkpoint, write_tokenizer
+from scripts.spec_real_weights import (
+    batch1_markdown,
+    batch1_table,
+    best,
+    real_engines,
+    settings_of,
+)
 
 log = logging.getLogger("bench_spec_decode")
 MAX_DRAFTS = 8
 STEP_WORK = Workload(num_requests=1, input_len=128, output_len=512, max_batch_size=512)
 TINY_STEP_WORK = Workload(num_requests=1, input_len=12, output_len=160, max_batch_size=8)
+TINY_REAL_WORK = Workload(num_requests=1, input_len=12, output_len=16, max_batch_size=8)
+REAL_INPUT_LEN = 512  # the real-weights engines' prompt limit: a chat-templated passage fits
+REAL_KV_BLOCKS = 128  # batch-1 engines: a request's blocks, not most of the GPU per engine
 
 
 class FixedDrafts:
@@ -191,6 +212,36 @@ def bench_model(name: str, shape: dict, args, scratch: Path) -> dict:
     }
 
 
+def has_gguf_reader() -> bool:
+    """transformers reads a GGUF with the `gguf` package."""
+    return importlib.util.find_spec("gguf") is not None
+
+
+def bench_real(gguf: Path, args, scratch: Path) -> dict:
+    """SmolLM2's real weights: the shape's three parts, then the batch-1 settings table."""
+    work = TINY_REAL_WORK if args.tiny else STEP_WORK
+    build_work = replace(work, input_len=REAL_INPUT_LEN)
+    real = real_engines(gguf, args.draft_layers, args.dtype, build_work, scratch)
+    target = real.engines[real.num_layers]
+    ms = verify_steps(target, args, real.vocab_size, work)
+    batches = (4, 8) if args.tiny else (64, 512)
+    sides = on_off(target, args, real.vocab_size, work, batches)
+    rows = batch1_table(real, settings_of(args), args, args.max_tokens, REAL_KV_BLOCKS)
+    off = sides["off"]
+    return {
+        "step_ms": ms,
+        "verify": projections(ms, off["decode_tok_s"], args.acceptance),
+        "sides": sides,
+        "copy_decode_on_vs_off": sides["on"]["decode_tok_s"] / off["decode_tok_s"],
+        **{
+            f"batch{b}_on_vs_off": sides["on"][f"batch{b}_out_tok_s"] / off[f"batch{b}_out_tok_s"]
+            for b in batches
+        },
+        "batch1": rows,
+        "best": best(rows),
+    }
+
+
 def markdown(results: dict, device: str) -> str:
     lines = [f"# Speculative decoding ({device})", ""]
     for name, r in results.items():
@@ -200,7 +251,7 @@ def markdown(results: dict, device: str) -> str:
             "",
             f"1-token step {r['step_ms']['0']:.3f} ms; off: "
             f"{r['sides']['off']['decode_tok_s']:.0f} tok/s batch-1. Speedups are a projection "
-            f"at acceptance rate a (random weights: drafts are rejected here).",
+            f"at acceptance rate a (the verify steps' drafts are random tokens, rejected).",
             "",
             "| k | verify ms | / 1-token step | / off token | "
             + " | ".join(f"projected a={a}" for a in rates)
@@ -219,6 +270,8 @@ def markdown(results: dict, device: str) -> str:
         )
         for key in (k for k in r if k.startswith("batch") and k.endswith("_on_vs_off")):
             lines.append(f"| {key.removesuffix('_on_vs_off')} offline throughput | {r[key]:.3f} |")
+        if "batch1" in r:
+            lines += batch1_markdown(r["batch1"])
         lines.append("")
     return "\n".join(lines)
 
@@ -230,22 +283,46 @@ def main() -> None:
     parser.add_argument("--acceptance", default="0.5,0.7,0.9", help="rates to project at")
     parser.add_argument("--num-steps", type=int, default=30, help="steps timed per k")
     parser.add_argument("--batch-output-len", type=int, default=64)
+    parser.add_argument("--gguf", type=Path, help="SmolLM2-135M-Instruct's GGUF: real weights")
+    parser.add_argument("--draft-layers", default="2,4,6", help="draft models' blocks kept")
+    parser.add_argument("--draft-k", default="2,3,4,5", help="draft models' k")
+    parser.add_argument("--lookup-k", default="2,4,6,8", help="prompt lookup's k")
+    parser.add_argument("--num-prompts", type=int, default=4, help="real prompts per task")
+    parser.add_argument("--no-8b", action="store_true", help="SmolLM2 alone (minutes less)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args.acceptance = [float(a) for a in args.acceptance.split(",")]
+    for key in ("draft_layers", "draft_k", "lookup_k"):
+        setattr(args, key, tuple(int(v) for v in getattr(args, key).split(",")))
+    real = args.gguf is not None and args.gguf.is_file() and has_gguf_reader()
+    if args.gguf is not None and not real:
+        log.warning(
+            "--gguf %s: no such file, or no `gguf` package to read it; SmolLM2's real-weights "
+            "part is skipped (its shape runs instead)",
+            args.gguf,
+        )
     if args.tiny:
         args.device, args.dtype, args.num_steps, args.batch_output_len = "cpu", "float32", 5, 8
-        args.spec_max_batch_size = 2
-        models = {"tiny": TINY}
+        args.spec_max_batch_size, args.num_prompts = 2, 1
+        args.draft_layers, args.draft_k, args.lookup_k = (2,), (2,), (2,)
+        args.max_tokens = {"copy": 12, "chat": 8}
+        models = {"smollm2-135m-real": None} if real else {"tiny": TINY}
     else:
         args.device, args.dtype, args.spec_max_batch_size = "cuda", "bfloat16", 32
-        models = {"llama-3.1-8b-shape": LLAMA_8B, "smollm2-135m-shape": SMOLLM2}
+        args.max_tokens = {"copy": 160, "chat": 192}
+        smollm2 = {"smollm2-135m-real": None} if real else {"smollm2-135m-shape": SMOLLM2}
+        models = {**smollm2, "llama-3.1-8b-shape": LLAMA_8B}  # SmolLM2 first: the real weights
+        if args.no_8b:
+            del models["llama-3.1-8b-shape"]
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench_spec_decode_") as tmp:
         for name, shape in models.items():
-            results[name] = bench_model(name, shape, args, Path(tmp))
+            if shape is None:
+                results[name] = bench_real(args.gguf, args, Path(tmp))
+            else:
+                results[name] = bench_model(name, shape, args, Path(tmp))
             # after each model: a later failure keeps the earlier results
             report = json.loads(json.dumps({"device": device, "models": results}))
             (args.out / "bench_spec_decode.json").write_text(json.dumps(report, indent=2))

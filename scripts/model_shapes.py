@@ -61,10 +61,12 @@ class ModelTensors:
         return self._tensors[name].detach().to("cpu", copy=True)
 
 
-def write_checkpoint(model, dtype: str, out_dir: Path) -> Path:
+def write_checkpoint(model, dtype: str, out_dir: Path, num_layers: int | None = None) -> Path:
     """The TensorRT-LLM checkpoint (one rank) that `python -m pipeline convert` would write for
-    this model's weights."""
+    this model's weights; num_layers: only its first blocks (with its final norm and head)."""
     source = ModelTensors(model)
+    if num_layers is not None:  # the converter reads blocks 0 .. num_hidden_layers - 1
+        source.config["num_hidden_layers"] = num_layers
     cfg = pretrained_config(source.config, dtype, 1, 1)
     tensors = rank_tensors(source, cfg, 0, getattr(torch, dtype))
     out_dir.mkdir(parents=True, exist_ok=True)

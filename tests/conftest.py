@@ -34,17 +34,17 @@ def hf_greedy_tokens(hf_dir: Path, prompt_ids, eos_token_ids, max_new_tokens: in
     return refs
 
 
-def run_tiny_script(module: str, out_dir: Path) -> None:
-    """`python -m module --out out_dir --tiny` in a subprocess, as the GPU machine runs it (no
-    inherited environment: what the script needs, it imports itself)."""
+def run_tiny_script(module: str, out_dir: Path, *args: str, timeout_s: int = 300) -> None:
+    """`python -m module --out out_dir --tiny [args]` in a subprocess, as the GPU machine runs it
+    (no inherited environment: what the script needs, it imports itself)."""
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", module, "--out", str(out_dir), "--tiny"],
+        [sys.executable, "-m", module, "--out", str(out_dir), "--tiny", *args],
         cwd=REPO,
         text=True,
         capture_output=True,
-        timeout=300,
+        timeout=timeout_s,
         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
     )
     assert done.returncode == 0, done.stderr[-3000:]

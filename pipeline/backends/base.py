@@ -23,3 +23,9 @@ class Backend(Protocol):
         Same public inputs/outputs for both backends (those of the tensorrtllm backend), so the
         shared preprocessing/postprocessing/ensemble/BLS models work unchanged on either.
         """
+
+    def triton_draft_model(self, engine_dir: Path, repo: Path) -> tuple[str, int, int] | None:
+        """When the deployment has a draft model (draft-target speculative decoding), write it
+        into repo/<its name> (engine_dir: the target's) and return its name, the default
+        num_draft_tokens of a request and the target's max_draft_len (tensorrt_llm_bls's
+        parameters); else None."""

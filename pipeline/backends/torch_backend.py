@@ -212,3 +212,7 @@ class TorchBackend:
             device=self._device,
             lora=self._lora,
         )
+
+    def triton_draft_model(self, engine_dir: Path, repo: Path) -> None:
+        """No draft model of its own: the engine drafts in-process (deploy.torch.spec)."""
+        return None

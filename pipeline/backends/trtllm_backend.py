@@ -8,12 +8,13 @@ import shlex
 from pathlib import Path
 
 from pipeline.artifacts import MANIFEST, Manifest
-from pipeline.errors import ConfigError, StageError
+from pipeline.errors import ArtifactError, ConfigError, StageError
 from pipeline.hardware import target_sm
 from pipeline.specs.pipeline import PipelineSpec
 from pipeline.trtllm import preflight
 from pipeline.trtllm.build_command import build_command
 from pipeline.trtllm.build_runner import run_trtllm_build
+from pipeline.trtllm.draft_target import DRAFT_MODEL_NAME, draft_problems
 from pipeline.trtllm.engine_config import read_engine_config
 from pipeline.trtllm.facts import facts_from_checkpoint, facts_from_spec
 from pipeline.trtllm.guided_decoding import TOKENIZER_INFO, write_tokenizer_info
@@ -102,9 +103,8 @@ class TrtllmBackend:
             "timing_cache": timing,
         }
 
-    def triton_llm_model(self, engine_dir: Path, tokenizer_dir: Path, model_dir: Path) -> str:
-        """The tensorrtllm-backend model; the tokenizer is only used by pre/postprocessing."""
-        engine = read_engine_config(engine_dir)
+    def _serving_target(self, engine_dir: Path) -> tuple[ServingTarget, int | None]:
+        """Where the engine will run, and the GPU SM it was built on (None: not recorded)."""
         sm, problems = self._target_sm()
         if problems:
             raise ConfigError(problems[0])
@@ -114,6 +114,12 @@ class TrtllmBackend:
         target = ServingTarget(
             self._options.trtllm_version, self._options.container_image, sm, self._hardware
         )
+        return target, built_sm
+
+    def triton_llm_model(self, engine_dir: Path, tokenizer_dir: Path, model_dir: Path) -> str:
+        """The tensorrtllm-backend model; the tokenizer is only used by pre/postprocessing."""
+        engine = read_engine_config(engine_dir)
+        target, built_sm = self._serving_target(engine_dir)
         model_dir = Path(model_dir)
         is_guided = self._spec.deploy.trtllm.guided_decoding_backend == "xgrammar"
         # the tokenizer info's place once the repository is published (deploy.repo_dir)
@@ -130,3 +136,31 @@ class TrtllmBackend:
         (model_dir / "1" / ".gitkeep").write_text("")
         (model_dir / "config.pbtxt").write_text(text)
         return text
+
+    def triton_draft_model(self, engine_dir: Path, repo: Path) -> tuple[str, int, int] | None:
+        """deploy.trtllm.spec.method=draft_model: the draft engine's `tensorrt_llm_draft` model
+        in repo (engine_dir: the target's), and the BLS's settings for it; else None."""
+        spec = self._spec.deploy.trtllm.spec
+        if spec.method != "draft_model":
+            return None
+        draft_dir = Path(spec.draft_engine_dir)
+        try:
+            draft = read_engine_config(draft_dir) if spec.draft_engine_dir else None
+        except ArtifactError:
+            draft = None
+        target_engine = read_engine_config(engine_dir)
+        problems = draft_problems(target_engine, draft, self._spec.deploy)
+        if problems:
+            raise ConfigError(
+                f"deploy: backend=trtllm cannot serve the draft model: {'; '.join(problems)}"
+            )
+        target, built_sm = self._serving_target(draft_dir)
+        text = tensorrt_llm_config(
+            draft, self._spec.deploy, target, built_sm, model_name=DRAFT_MODEL_NAME
+        )
+        model_dir = Path(repo) / DRAFT_MODEL_NAME
+        (model_dir / "1").mkdir(parents=True, exist_ok=True)
+        (model_dir / "1" / ".gitkeep").write_text("")  # the engine stays at gpt_model_path
+        (model_dir / "config.pbtxt").write_text(text)
+        max_draft_len = int(target_engine.build.get("max_draft_len", 0))
+        return DRAFT_MODEL_NAME, spec.num_draft_tokens, max_draft_len

@@ -70,6 +70,18 @@ class TorchDeployOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class TrtllmSpecOptions:
+    """Draft-target speculative decoding served by tensorrt_llm_bls (the torch engine's keys:
+    SpecDecodeOptions). The target engine is built with build.trtllm.speculative_decoding_mode=
+    draft_tokens_external and max_draft_len >= num_draft_tokens; the draft engine by its own
+    `python -m pipeline build backend=trtllm` (docs/guide/speculative.md)."""
+
+    method: str = "none"  # none | draft_model
+    num_draft_tokens: int = 4  # drafts a request's BLS asks of the draft model a round, default
+    draft_engine_dir: str = ""  # draft_model: a trtllm engine dir (same tokenizer), absolute
+
+
+@dataclass(frozen=True, slots=True)
 class TrtllmDeployOptions:
     """tensorrtllm-backend parameters (names as in its config.pbtxt template); only backend=trtllm
     reads them."""
@@ -84,6 +96,7 @@ class TrtllmDeployOptions:
     # into the tensorrt_llm model and names it there; "" leaves it off
     guided_decoding_backend: str = ""
     shm_size: str = "2g"  # docker --shm-size for the TensorRT-LLM image (>= 64 MB a python model)
+    spec: TrtllmSpecOptions = field(default_factory=TrtllmSpecOptions)
 
 
 @dataclass(frozen=True, slots=True)

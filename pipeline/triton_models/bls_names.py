@@ -29,13 +29,14 @@ PREPROCESSED = {
     "OUT_PROMPT_TABLE_EXTRA_IDS": "prompt_table_extra_ids",
 }
 # upstream's BLS inputs for models the pipeline does not deploy -> what is missing
+# (num_draft_tokens is served when a draft model is deployed: draft_target.py)
 NOT_DEPLOYED = {
     "image_input": "a multimodal encoder",
     "image_bytes_input": "a multimodal encoder",
     "image_url_input": "a multimodal encoder",
     "video_bytes_input": "a multimodal encoder",
     "num_draft_tokens": "a draft model (speculative decoding)",
-    "use_draft_logits": "a draft model (speculative decoding)",
+    "use_draft_logits": "a draft model compared by its logits (the pipeline compares tokens)",
 }
 # the LLM model's results passed on as they come; output_log_probs of responses merged into one
 # (accumulate_tokens waits out split characters) are joined

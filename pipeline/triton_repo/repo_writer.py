@@ -22,6 +22,7 @@ SOURCES = SERVED / "python_models"
 # version dir, so the models need no other part of this package (the tensorrtllm backend's image)
 INPUT_CHECKS = SERVED / "input_checks.py"
 BLS_NAMES = SERVED / "bls_names.py"  # the same, for the BLS's tables
+DRAFT_TARGET = SERVED / "draft_target.py"  # the same, for the BLS's draft-target rounds
 MARKER = ".pipeline_repository.json"  # marks a dir this module may replace
 KEPT_FILES = ("README.md",)
 
@@ -33,7 +34,7 @@ def _write_model(repo: Path, cfg, source: str | None) -> None:
         (version_dir / ".gitkeep").write_text("")  # Triton needs the version dir to exist
     else:
         shutil.copyfile(SOURCES / source, version_dir / "model.py")
-        for module in (INPUT_CHECKS, BLS_NAMES):
+        for module in (INPUT_CHECKS, BLS_NAMES, DRAFT_TARGET):
             shutil.copyfile(module, version_dir / module.name)
     (repo / cfg.name / "config.pbtxt").write_text(mcfg.render(cfg))
 
@@ -66,11 +67,6 @@ def write_repository(
         shared_models.ensemble(max_batch_size, is_llm_tokenizing, is_llm_detokenizing, logits_type),
         None,
     )
-    _write_model(
-        repo,
-        shared_models.bls(deploy, max_batch_size, is_llm_detokenizing, logits_type),
-        "tensorrt_llm_bls.py",
-    )
     llm_dir = repo / "tensorrt_llm"
     text = backend.triton_llm_model(Path(engine_dir).resolve(), tokenizer_dir, llm_dir)
     written = llm_dir / "config.pbtxt"
@@ -80,6 +76,12 @@ def write_repository(
             f"differs from {written}; its triton_llm_model must write what it "
             f"returns"
         )
+    draft = backend.triton_draft_model(Path(engine_dir).resolve(), repo)
+    _write_model(
+        repo,
+        shared_models.bls(deploy, max_batch_size, is_llm_detokenizing, logits_type, draft),
+        "tensorrt_llm_bls.py",
+    )
     check_repository(repo, engine.max_batch_size, backend.name)
     return {
         "triton_max_batch_size": max_batch_size,
@@ -88,6 +90,7 @@ def write_repository(
         "world_size": engine.world_size,
         "is_llm_tokenizing": is_llm_tokenizing,
         "is_llm_detokenizing": is_llm_detokenizing,
+        "draft_model": draft[0] if draft else None,
     }
 
 

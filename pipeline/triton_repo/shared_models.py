@@ -64,7 +64,20 @@ def ensemble(
     return cfg
 
 
-def bls(deploy: DeploySpec, max_batch_size: int, is_llm_detokenizing: bool, logits_type: str):
+# tensorrt_llm_bls's draft-target parameters: upstream's, then the default num_draft_tokens of a
+# request and the target engine's max_draft_len
+DRAFT_PARAMETERS = ("tensorrt_llm_draft_model_name", "num_draft_tokens", "max_draft_len")
+
+
+def bls(
+    deploy: DeploySpec,
+    max_batch_size: int,
+    is_llm_detokenizing: bool,
+    logits_type: str,
+    draft: tuple[str, int, int] | None = None,
+):
+    """draft: the draft model's name, the default num_draft_tokens and the target engine's
+    max_draft_len (draft-target speculative decoding), or None."""
     cfg = mcfg.new_config("tensorrt_llm_bls", max_batch_size, backend="python")
     mcfg.add_inputs(cfg, io.BLS_INPUTS)
     mcfg.add_outputs(cfg, io.with_logits_type(io.ENSEMBLE_OUTPUTS, logits_type))
@@ -74,6 +87,8 @@ def bls(deploy: DeploySpec, max_batch_size: int, is_llm_detokenizing: bool, logi
             "accumulate_tokens": deploy.accumulate_tokens,
             "tensorrt_llm_model_name": "tensorrt_llm",
             "llm_text_output": is_llm_detokenizing,
+            # upstream's draft parameter, then the pipeline's two
+            **(dict(zip(DRAFT_PARAMETERS, draft, strict=True)) if draft else {}),
         },
     )
     mcfg.set_decoupled(cfg, deploy.decoupled_mode)

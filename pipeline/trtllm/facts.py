@@ -10,6 +10,7 @@ from pathlib import Path
 from pipeline.checkpoint.trtllm_config import read_checkpoint_config
 from pipeline.quant.recipes import KV_CACHE_FORMATS, RECIPES, for_backend
 from pipeline.specs.build import BuildSpec
+from pipeline.specs.deploy import TrtllmSpecOptions
 from pipeline.specs.pipeline import PipelineSpec
 from pipeline.trtllm.memory_settings import kv_cache_reuse
 
@@ -37,6 +38,7 @@ class BuildFacts:
     sm: int | None  # target GPU; None = unknown (precision rules are skipped)
     checkpoint: dict | None = None  # the checkpoint's config.json, once it exists
     checkpoint_dir: Path | None = None
+    spec: TrtllmSpecOptions = TrtllmSpecOptions()  # deploy.trtllm.spec: what deploy will serve
 
 
 def facts_from_spec(spec: PipelineSpec, sm: int | None) -> BuildFacts:
@@ -51,6 +53,7 @@ def facts_from_spec(spec: PipelineSpec, sm: int | None) -> BuildFacts:
         tp_size=spec.parallel.tp_size,
         pp_size=spec.parallel.pp_size,
         sm=sm,
+        spec=spec.deploy.trtllm.spec,
     )
 
 
@@ -71,4 +74,5 @@ def facts_from_checkpoint(spec: PipelineSpec, checkpoint_dir: Path, sm: int | No
         sm=sm,
         checkpoint=config,
         checkpoint_dir=Path(checkpoint_dir),
+        spec=spec.deploy.trtllm.spec,
     )

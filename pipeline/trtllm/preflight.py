@@ -7,7 +7,7 @@ the checkpoint or the GPU (checkpoint_rules) run once those are known and are sk
 """
 
 from pipeline.errors import ConfigError
-from pipeline.trtllm import checkpoint_rules, memory_settings
+from pipeline.trtllm import checkpoint_rules, draft_target, memory_settings
 from pipeline.trtllm.build_command import FEATURE_FLAGS
 from pipeline.trtllm.facts import BuildFacts
 
@@ -285,6 +285,7 @@ RULES = (
     inflight_batching,
     runtime_features,
     speculative_decoding,
+    draft_target.build_problems,
     plugins,
     weight_streaming,
     checkpoint_rules.checkpoint,

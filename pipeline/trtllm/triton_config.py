@@ -17,6 +17,7 @@ from pipeline.lora.trtllm import cache_parameters as lora_cache_parameters
 from pipeline.lora.trtllm import engine_problems as lora_engine_problems
 from pipeline.specs.deploy import DeploySpec
 from pipeline.specs.lora import LoraSpec
+from pipeline.trtllm.draft_target import target_problems
 from pipeline.trtllm.guided_decoding import check_backend
 from pipeline.trtllm.memory_settings import deploy_problems, kv_cache_reuse, memory_params
 from pipeline.trtllm.triton_io import INPUTS, OUTPUTS
@@ -141,11 +142,15 @@ def tensorrt_llm_config(
     gpu_weight_budget_gb: float | None = None,
     lora: LoraSpec | None = None,
     tokenizer_info_path: str = "",
+    model_name: str = MODEL_NAME,
 ) -> str:
     """config.pbtxt text of the `tensorrt_llm` model; ConfigError listing every refusal reason.
     gpu_weight_budget_gb: build.gpu_weight_budget_gb (gpu_weights_percent); tokenizer_info_path:
-    the xgrammar tokenizer info guided decoding reads ("" when off)."""
+    the xgrammar tokenizer info guided decoding reads ("" when off); model_name: another name
+    for the same model of another engine (a draft model)."""
     problems = _engine_problems(engine, deploy, target, built_sm) + _deploy_problems(deploy, engine)
+    if model_name == MODEL_NAME:
+        problems += target_problems(engine, deploy.trtllm.spec)
     problems += deploy_problems(engine, deploy, gpu_weight_budget_gb)
     lora = lora or LoraSpec()
     problems += lora_engine_problems(engine, lora)
@@ -155,7 +160,7 @@ def tensorrt_llm_config(
             + "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
         )
     batch = deploy.triton_max_batch_size or int(engine.build["max_batch_size"])
-    config = mc.ModelConfig(name=MODEL_NAME, backend="tensorrtllm", max_batch_size=batch)
+    config = mc.ModelConfig(name=model_name, backend="tensorrtllm", max_batch_size=batch)
     config.model_transaction_policy.decoupled = deploy.decoupled_mode
     batching = config.dynamic_batching
     batching.preferred_batch_size.extend(deploy.preferred_batch_sizes or (batch,))

@@ -10,8 +10,8 @@ Upstream's client interface (docs/trtllm_reference.md, section 9.1): every ensem
 passed on (to preprocessing or, renamed as upstream's BLS does, to the LLM model, which serves it
 or refuses it by name), and the LLM model's results (log probs, sequence_index, token counts)
 come back in the response they belong to. num_return_sequences is passed on too (upstream's BLS
-drops it): each sequence's responses carry its sequence_index. The BLS's own multimodal and
-draft-model inputs are refused: the pipeline deploys neither.
+drops it): each sequence's responses carry its sequence_index. Its own multimodal inputs are
+refused, and num_draft_tokens unless a draft model is deployed (draft_target.py).
 
 Cancellation: Triton 2.51's python backend can neither pass a request's cancellation on to the BLS
 requests it made nor cancel one (its response iterator has no cancel() before 25.04), so a
@@ -31,6 +31,7 @@ from bls_names import (  # copied beside this file by the deploy stage, as input
     PREPROCESSING_INPUTS,
     RESULTS,
 )
+from draft_target import DraftTarget
 from input_checks import LLM_DIRECT_INPUTS, check_inputs
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -98,11 +99,12 @@ def _with_batch_index(response, index: int):
     return pb_utils.InferenceResponse(output_tensors=tensors)
 
 
-def _refuse_not_deployed(inputs: dict) -> None:
+def _refuse_not_deployed(inputs: dict, has_draft: bool) -> None:
     sent = [
         name
         for name in NOT_DEPLOYED
         if name in inputs
+        and (name != "num_draft_tokens" or not has_draft)
         and inputs[name].size
         and (name != "use_draft_logits" or inputs[name].any())
     ]
@@ -126,6 +128,9 @@ class TritonPythonModel:
         self.accumulate = _param(params, "accumulate_tokens", "false").lower() in ("true", "1")
         self.llm_text = _param(params, "llm_text_output", "false").lower() in ("true", "1")
         self.llm_outputs = ["text_output" if self.llm_text else "output_ids", "sequence_length"]
+        draft = _param(params, "tensorrt_llm_draft_model_name", "")
+        limits = [int(_param(params, key, "0")) for key in ("num_draft_tokens", "max_draft_len")]
+        self.draft = DraftTarget(draft, self.llm_name, *limits) if draft else None
 
     def execute(self, requests):
         if not self.decoupled:
@@ -213,9 +218,10 @@ class TritonPythonModel:
 
     def _texts(self, inputs: dict, wanted: set, streaming_allowed: bool, sender=None):
         """The text_output responses for one prompt (a list, or a generator when streaming)."""
-        _refuse_not_deployed(inputs)
+        _refuse_not_deployed(inputs, self.draft is not None)
         try:
             check_inputs(inputs)
+            num_drafts = self.draft.num_drafts(inputs.get("num_draft_tokens")) if self.draft else 0
         except ValueError as exc:
             raise pb_utils.TritonModelException(f"tensorrt_llm_bls: {exc}") from None
         stream = "stream" in inputs and bool(inputs["stream"].reshape(-1)[0])
@@ -245,6 +251,11 @@ class TritonPythonModel:
             for name in LLM_INPUTS
             if name in inputs
         ]
+        if num_drafts:  # draft-target rounds, one response
+            base = {tensor.name(): tensor.as_numpy() for tensor in llm_inputs}
+            tokens, counts = self.draft.serve(base, num_drafts, self._round)
+            found = {name: value for name, value in counts.items() if name in relayed}
+            return [self._text_response(np.array(tokens, np.int32), found)]
         llm_request = pb_utils.InferenceRequest(
             model_name=self.llm_name,
             inputs=llm_inputs,
@@ -256,6 +267,18 @@ class TritonPythonModel:
             return [self._llm_response(response, _results(response, results, relayed))]
         responses = llm_request.exec(decoupled=True)
         return self._deltas(responses, stream, sender, llm_request.request_id(), results, relayed)
+
+    def _round(self, model: str, inputs: dict) -> list[int]:
+        """A draft-target round's request to one model: the tokens it generated."""
+        tensors = [pb_utils.Tensor(name, value) for name, value in inputs.items()]
+        request = pb_utils.InferenceRequest(
+            model_name=model,
+            inputs=tensors,
+            requested_output_names=["output_ids", "sequence_length"],
+        )
+        responses = request.exec(decoupled=True) if self.decoupled else [request.exec()]
+        found = [self._tokens(_check(response)) for response in responses]
+        return [int(t) for new in found if new is not None for t in new]
 
     def _stop(self, request_id: str, responses) -> None:
         """Cancel the LLM request `request_id`, then take its responses up to the final one (the
