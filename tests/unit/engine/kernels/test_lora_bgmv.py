@@ -94,20 +94,20 @@ def test_add_lora_launches_its_kernels_count(kernel_device, monkeypatch):
     # the count scripts/bench_lora.py reports a batch-1 decode step
     from pipeline.engine.kernels import lora_bgmv
 
-    grids = []
+    launches = []
 
     class Counted:
         def __init__(self, kernel):
             self.kernel = kernel
 
         def __getitem__(self, grid):
-            grids.append(grid)
+            launches.append(grid)
             return self.kernel[grid]
 
     for name in ("_shrink_kernel", "_expand_kernel"):
         monkeypatch.setattr(lora_bgmv, name, Counted(getattr(lora_bgmv, name)))
     run_add_lora(kernel_device, torch.float32, torch.float32, [24, 8, 8], 40, 16, torch.tensor([1]))
-    assert len(grids) == lora_bgmv.NUM_LAUNCHES_PER_LINEAR
+    assert len(launches) == lora_bgmv.NUM_LAUNCHES_PER_LINEAR
 
 
 def test_lora_linear_runs_bgmv_at_decode_sizes_and_sgmv_above(kernel_device, monkeypatch):
