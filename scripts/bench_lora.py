@@ -111,8 +111,8 @@ def decode_launches(engine: LLMEngine) -> int:
     lora = engine.model_runner.lora
     if lora.batch.bgmv is None:
         return 0
-    num_launches = lora.batch.bgmv.num_launches
-    return sum(num_launches(m.lora_a.shape[2]) for layer in lora.layers for m in layer.values())
+    num_linears = sum(len(layer) for layer in lora.layers)
+    return lora.batch.bgmv.NUM_LAUNCHES_PER_LINEAR * num_linears
 
 
 def run(args: argparse.Namespace, tmp: Path) -> dict:

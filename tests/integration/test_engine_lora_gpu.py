@@ -1,6 +1,6 @@
 """Multi-LoRA on CUDA with the real SmolLM2 (fp32): the Triton kernels under CUDA graphs give
-HF + peft's merged greedy tokens, each adapter alone (its decode steps through the fused BGMV
-kernel) and all of them with the base in one batch (SGMV). Skipped without a GPU; run on one
+HF + peft's merged greedy tokens, each adapter alone (its decode steps through the BGMV
+kernels) and all of them with the base in one batch (SGMV). Skipped without a GPU; run on one
 with `python -m pytest -m gpu tests/integration/test_engine_lora_gpu.py -q`."""
 
 import pytest

@@ -12,10 +12,11 @@ graph replays with the slots of the step it runs.
 Three paths compute the same delta. Plain PyTorch (the reference, used off CUDA): x times every
 slot's A in one GEMM, each token keeping its own slot's columns, then one GEMM with every slot's
 B. On CUDA, a decode-sized forward (at most lora_bgmv.MAX_TOKENS rows) runs kernels/lora_bgmv.py:
-a program a token and output tile, shrink and expand in one kernel per linear; a larger one runs
-kernels/lora_sgmv.py: tokens sorted by slot once a forward, each slot's tokens in tiles through
-tl.dot (Punica's SGMV, as vLLM's lora_shrink / lora_expand). Either way one shrink serves a fused
-linear's parts (q, k, v share x; so do gate and up) and the expand adds into its fused output.
+programs a token, a shrink split over `in` then an expand over output tiles, each program one
+load of weights deep; a larger one runs kernels/lora_sgmv.py: tokens sorted by slot once a
+forward, each slot's tokens in tiles through tl.dot (Punica's SGMV, as vLLM's lora_shrink /
+lora_expand). Either way one shrink serves a fused linear's parts (q, k, v share x; so do gate
+and up) and the expand adds into its fused output.
 Everything a forward runs is on the device (the prepare hook too), so CUDA graphs capture it.
 """
 
