@@ -30,7 +30,8 @@ from collections import OrderedDict
 import numpy as np
 
 from pipeline.engine.scheduling.block_manager import BlockManager
-from pipeline.engine.scheduling.host_block_pool import HostBlockPool
+from pipeline.engine.scheduling.host_block_pool import HostBlockPool, SwapCosts
+from pipeline.engine.scheduling.scheduler_output import SchedulerOutput
 from pipeline.engine.scheduling.sequence import Sequence
 
 
@@ -64,6 +65,7 @@ class PrefixCachingBlockManager(BlockManager):
         max_blocks_per_seq: int = 1,
         kv_dtype: str = "",
         num_host_blocks: int = 0,
+        swap_costs: SwapCosts | None = None,
     ):
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
         self._root = hashlib.blake2b(f"{kv_dtype}/{block_size}".encode(), digest_size=16)
@@ -72,7 +74,9 @@ class PrefixCachingBlockManager(BlockManager):
         self.cached: dict[bytes, int] = {}  # name -> GPU block
         self.evictable: OrderedDict[int, None] = OrderedDict()  # named, unheld; LRU first
         self.host = HostBlockPool(num_host_blocks) if num_host_blocks else None
+        self.swap_costs = swap_costs  # None: every host hit is loaded
         self._copies: list[tuple[int, int]] = []
+        self._loading: set[int] = set()  # GPU blocks whose loads go with the next launch
         self.num_queried_tokens = self.num_hit_tokens = 0
         self.num_host_hit_blocks = self.num_offloaded_blocks = self.num_evicted_blocks = 0
 
@@ -85,7 +89,6 @@ class PrefixCachingBlockManager(BlockManager):
         hashes = seq.block_hashes
         if index < len(hashes):
             return hashes[index]
-        size, tokens = self.block_size, seq.token_ids
         if hashes:
             parent = hashes[-1]
         else:
@@ -93,9 +96,12 @@ class PrefixCachingBlockManager(BlockManager):
             if seq.kv_extra_key is not None:
                 root.update(repr(seq.kv_extra_key).encode())
             parent = root.digest()
-        for i in range(len(hashes), index + 1):
-            block = array("q", tokens[i * size : (i + 1) * size]).tobytes()
-            parent = hashlib.blake2b(parent + block, digest_size=16).digest()
+        # the new blocks' tokens as bytes in one conversion, then a hash a block
+        size, blake2b = self.block_size, hashlib.blake2b
+        data = array("q", seq.token_ids[len(hashes) * size : (index + 1) * size]).tobytes()
+        step = 8 * size
+        for start in range(0, len(data), step):
+            parent = blake2b(parent + data[start : start + step], digest_size=16).digest()
             hashes.append(parent)
         return parent
 
@@ -112,7 +118,18 @@ class PrefixCachingBlockManager(BlockManager):
             if block is None:
                 break
             hit.append(block)
+        costs = self.swap_costs
+        first_host = next((i for i, block in enumerate(hit) if block < 0), None)
+        if costs is not None and first_host is not None:
+            if not costs.loads_pay(sum(1 for block in hit if block < 0)):
+                return hit[:first_host]  # cheaper to compute them again
         return hit
+
+    def swaps_in(self, hit: PrefixHit) -> bool:
+        """Whether taking this hit loads blocks from the host tier, or reads blocks still being
+        loaded: such a request runs from the step after the launch that carries the copies."""
+        loading = self._loading
+        return any(block < 0 or block in loading for block in hit)
 
     def grow_from_prefix(self, seq: Sequence, num_tokens: int, hit: PrefixHit) -> bool:
         """grow() for a sequence that holds no blocks, its table starting with the hit's
@@ -136,6 +153,7 @@ class PrefixCachingBlockManager(BlockManager):
                 if block < 0:  # a host slot's bytes into a new GPU block
                     source, block = block, self._take_block()
                     self._copies.append((source, block))
+                    self._loading.add(block)
                     block_hash = self._hash(seq, i)
                     self.host.touch(block_hash)
                     self._name(block, block_hash)
@@ -169,6 +187,15 @@ class PrefixCachingBlockManager(BlockManager):
                 self._copies.append((block, host_slot_ref(slot)))
                 self.num_offloaded_blocks += 1
         return block
+
+    def cache_launched(self, batch: SchedulerOutput) -> None:
+        """cache_blocks() for a launch's rows that fed more than one token (prompt chunks,
+        verify steps): a decode row's blocks are named when its sequence ends or is preempted,
+        so a decode step costs no Python per row here."""
+        rows = np.flatnonzero(batch.num_tokens > 1).tolist()
+        if rows:
+            seqs = batch.seqs
+            self.cache_blocks([seqs[row] for row in rows])
 
     def cache_blocks(self, seqs) -> None:
         """Name the blocks these sequences have filled since last asked (their tokens on the
@@ -207,6 +234,7 @@ class PrefixCachingBlockManager(BlockManager):
         copies = np.array(self._copies, np.int64)
         copies.flags.writeable = False
         self._copies = []
+        self._loading.clear()
         return copies
 
     def stats(self) -> dict:
