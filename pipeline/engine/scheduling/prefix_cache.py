@@ -77,6 +77,8 @@ class PrefixCachingBlockManager(BlockManager):
         self.swap_costs = swap_costs  # None: every host hit is loaded
         self._copies: list[tuple[int, int]] = []
         self._loading: set[int] = set()  # GPU blocks whose loads go with the next launch
+        # names of the blocks this step's prompt chunks complete -> the sequence computing them
+        self._computing: dict[bytes, Sequence] = {}
         self.num_queried_tokens = self.num_hit_tokens = 0
         self.num_host_hit_blocks = self.num_offloaded_blocks = self.num_evicted_blocks = 0
 
@@ -124,6 +126,23 @@ class PrefixCachingBlockManager(BlockManager):
             if not costs.loads_pay(sum(1 for block in hit if block < 0)):
                 return hit[:first_host]  # cheaper to compute them again
         return hit
+
+    def computes(self, seq: Sequence, num_tokens: int) -> None:
+        """This step runs num_tokens of the sequence's known tokens: the blocks they complete
+        are named after its launch (cache_launched), and a request that continues into them
+        meanwhile waits for that rather than computing them too."""
+        size = self.block_size
+        end = min(seq.num_computed_tokens + num_tokens, len(seq.token_ids)) // size
+        for i in range(max(seq.num_computed_tokens // size, seq.num_cached_blocks), end):
+            self._computing[self._hash(seq, i)] = seq
+
+    def is_being_computed(self, seq: Sequence, hit: PrefixHit) -> bool:
+        """Whether the block after this hit is one that another sequence computes this step."""
+        hashes, i = seq.block_hashes, len(hit)
+        if not self._computing or i >= len(hashes):
+            return False
+        owner = self._computing.get(hashes[i])
+        return owner is not None and owner is not seq and owner.block_row >= 0
 
     def swaps_in(self, hit: PrefixHit) -> bool:
         """Whether taking this hit loads blocks from the host tier, or reads blocks still being
@@ -196,6 +215,7 @@ class PrefixCachingBlockManager(BlockManager):
         if rows:
             seqs = batch.seqs
             self.cache_blocks([seqs[row] for row in rows])
+        self._computing.clear()
 
     def cache_blocks(self, seqs) -> None:
         """Name the blocks these sequences have filled since last asked (their tokens on the

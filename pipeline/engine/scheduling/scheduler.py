@@ -112,6 +112,8 @@ class Scheduler:
                 scheduled_tokens.append(num_tokens)
                 budget -= num_tokens
                 i += 1
+                if num_tokens > 1 and self.caches_prefixes:  # a prompt chunk: blocks to share
+                    self.block_manager.computes(seq, num_tokens)
         # after a preemption, admitting new work would only take the freed blocks back
         has_preempted = self.num_preemptions > num_preemptions_before
         # waiting: admit in arrival order; stop at the first that does not fit (no overtaking)
@@ -130,6 +132,8 @@ class Scheduler:
             scheduled.append(seq)
             scheduled_tokens.append(num_tokens)
             budget -= num_tokens
+            if num_tokens > 1 and self.caches_prefixes:
+                self.block_manager.computes(seq, num_tokens)
 
     def _admit(self, seq: Sequence, budget: int) -> int:
         """Move the first waiting sequence to the running batch if its next chunk fits:
@@ -142,6 +146,8 @@ class Scheduler:
         # its cached prefix is computed already; a request that scores its prompt computes it all
         if self.caches_prefixes and not seq.params.scores_prompt:
             hit = self.block_manager.find_prefix(seq)
+            if self.block_manager.is_being_computed(seq, hit):  # shared once named: wait
+                return 0
             seq.num_computed_tokens = len(hit) * self.block_manager.block_size
         swaps_in = hit is not None and self.block_manager.swaps_in(hit)
         num_tokens = self._num_tokens_to_run(seq, budget)
