@@ -133,8 +133,12 @@ class PrefixCachingBlockManager(BlockManager):
         meanwhile waits for that rather than computing them too."""
         size = self.block_size
         end = min(seq.num_computed_tokens + num_tokens, len(seq.token_ids)) // size
-        for i in range(max(seq.num_computed_tokens // size, seq.num_cached_blocks), end):
-            self._computing[self._hash(seq, i)] = seq
+        start = max(seq.num_computed_tokens // size, seq.num_cached_blocks)
+        if start < end:
+            self._hash(seq, end - 1)  # the new names in one pass
+            computing = self._computing
+            for name in seq.block_hashes[start:end]:
+                computing[name] = seq
 
     def is_being_computed(self, seq: Sequence, hit: PrefixHit) -> bool:
         """Whether the block after this hit is one that another sequence computes this step."""
@@ -220,16 +224,18 @@ class PrefixCachingBlockManager(BlockManager):
     def cache_blocks(self, seqs) -> None:
         """Name the blocks these sequences have filled since last asked (their tokens on the
         host, their K/V computed; past max_kv_tokens a launch's decode rows write no block)."""
-        size, tables = self.block_size, self.tables
+        size, tables, names, cached = self.block_size, self.tables, self.block_hashes, self.cached
         for seq in seqs:
             num_full = min(seq.num_computed_tokens, len(seq.token_ids), seq.max_kv_tokens) // size
-            if num_full <= seq.num_cached_blocks:
+            first = seq.num_cached_blocks
+            if num_full <= first:
                 continue
-            row = tables[seq.block_row]
-            for i in range(seq.num_cached_blocks, num_full):
-                block, block_hash = int(row[i]), self._hash(seq, i)
-                if self.block_hashes[block] is None and block_hash not in self.cached:
-                    self._name(block, block_hash)
+            self._hash(seq, num_full - 1)  # the new names in one pass
+            blocks = tables[seq.block_row, first:num_full].tolist()
+            for block, block_hash in zip(blocks, seq.block_hashes[first:num_full], strict=True):
+                if names[block] is None and block_hash not in cached:
+                    names[block] = block_hash
+                    cached[block_hash] = block
             seq.num_cached_blocks = num_full
 
     def free(self, seq: Sequence) -> None:
