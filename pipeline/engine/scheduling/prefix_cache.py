@@ -141,9 +141,12 @@ class PrefixCachingBlockManager(BlockManager):
                 computing[name] = seq
 
     def is_being_computed(self, seq: Sequence, hit: PrefixHit) -> bool:
-        """Whether the block after this hit is one that another sequence computes this step."""
+        """Whether the block after this hit is one that another sequence computes this step
+        and this one could take (never its last known token's)."""
         hashes, i = seq.block_hashes, len(hit)
-        if not self._computing or i >= len(hashes):
+        if not self._computing or i >= min(
+            len(hashes), (len(seq.token_ids) - 1) // self.block_size
+        ):
             return False
         owner = self._computing.get(hashes[i])
         return owner is not None and owner is not seq and owner.block_row >= 0

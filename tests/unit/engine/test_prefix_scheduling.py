@@ -102,3 +102,14 @@ def test_swap_costs_pay_for_a_copy_only_past_the_steps_wait():
     costs = SwapCosts(load_s_per_block=1e-4, recompute_s_per_block=5e-4, step_s=2e-3)
     assert not costs.loads_pay(4)  # 0.4 + 2 ms against 2 ms
     assert costs.loads_pay(6)  # 0.6 + 2 ms against 3 ms
+
+
+def test_a_request_does_not_wait_for_a_block_it_could_not_take():
+    s = caching_scheduler(64, max_num_tokens=100)
+    s.add(seq_of("warm", PREFIX[:4] + [1, 2]))
+    run_to_completion(s)
+    # the same 8 tokens twice: block 0 cached, block 1 holds each one's last token, which a
+    # step must compute anyway: both run at once
+    for name in "ab":
+        s.add(seq_of(name, PREFIX[:8]))
+    assert step(s) == [("a", 4), ("b", 4)]
