@@ -329,6 +329,9 @@ class ModelRunner:
                     f"ranks' log lines, or raise collective_timeout_s"
                 ) from exc
             raise
+        finally:  # host-tier loads that ran beside this launch: what follows waits for them
+            if self.host_tier is not None:
+                self.host_tier.settle()
 
     def _launch(self, batch: SchedulerOutput, plan: LaunchPlan) -> SampledTokens:
         if batch.blocks_to_copy is not None:  # the host tier's, every rank's, before all else
@@ -366,8 +369,6 @@ class ModelRunner:
             return tokens
 
         tokens = run_launch(batches, self.stage, take_tokens)
-        if self.host_tier is not None:  # loads that ran beside this step: the next one waits
-            self.host_tier.settle()
         if not seqs:
             return SampledTokens([], None, None, 1)
         steps = [_cat([tokens[m][j] for m in sampling_batches]) for j in range(launch_steps)]
