@@ -10,12 +10,11 @@ refilled in one step is read before it is written); a pair that would break the 
 (a load's slot or block that a later offload reuses, a block loaded twice) starts a new batch.
 
 On CUDA the batches run on a copy stream that first waits for the work queued before them (the
-blocks' K/V may still be being written). The compute stream waits for the offloads at once (the
-step may write the blocks they read), and for the loads either at once or, when the step reads
-none of the loaded blocks (the scheduler runs a request one step after its swap-in), only after
-the step's forward is queued (settle()): the loads then overlap that step's compute. The host
-never touches the pool's bytes, so nothing waits on the host. On the CPU the same functions run
-as plain copies in order.
+blocks' K/V may still be being written). The compute stream waits for them at once when the
+launch reads or writes any of their GPU blocks, else only after the launch's forward is queued
+(settle()): the scheduler runs a request one step after its swap-in, and the blocks it evicts
+for that go to it, so such copies overlap the step's compute. The host never touches the pool's
+bytes, so nothing waits on the host. On the CPU the same functions run as plain copies in order.
 
 Each slot holds one block of every layer this rank serves, contiguous: [layers, 2, block_size,
 kv_heads, head_dim] as raw bytes (an FP8 cache's codes copy as they are)."""
@@ -108,7 +107,7 @@ class HostKVTier:
                 f"host_kv_cache_gb"
             ) from exc
         self._stream = torch.cuda.Stream(self.device) if self.is_cuda else None
-        self._loaded: torch.cuda.Event | None = None  # loads the next launch waits for
+        self._copied: torch.cuda.Event | None = None  # copies the next launch waits for
         self.num_copied_bytes = 0
         self.num_batches = 0
         # CUDA: (start, end, bytes) of each batch, while timed (the bench's GB/s per batch)
@@ -126,10 +125,12 @@ class HostKVTier:
         reads: np.ndarray | None = None,
     ) -> None:
         """Run the (source, destination) copies in order, before anything queued after that
-        reads or writes their blocks. reads: the blocks the launch's step reads (its block
-        tables); loads into none of them are waited for only by the next launch. The driver of
-        several ranks first sends them to the others (their receive() runs them)."""
-        defer = reads is not None and not np.isin(pairs[pairs[:, 1] >= 0, 1], reads).any()
+        reads or writes their blocks. reads: the blocks the launch's steps read and write (their
+        block tables); copies that touch none of them are waited for only after the launch
+        (settle()). The driver of several ranks first sends them to the others (their
+        receive() runs them)."""
+        gpu_blocks = np.where(pairs[:, 1] < 0, pairs[:, 0], pairs[:, 1])
+        defer = reads is not None and not np.isin(gpu_blocks, reads).any()
         if channel is not None:
             body = np.concatenate(([int(defer)], pairs.reshape(-1)))
             channel.send(SWAP, [], torch.from_numpy(body))
@@ -141,11 +142,11 @@ class HostKVTier:
         self._run(values[1:].reshape(-1, 2), bool(values[0]))
 
     def settle(self) -> None:
-        """After a launch's forward is queued: what comes after waits for the loads it let run
+        """After a launch's forward is queued: what comes after waits for the copies it let run
         beside it."""
-        if self._loaded is not None:
-            torch.cuda.current_stream(self.device).wait_event(self._loaded)
-            self._loaded = None
+        if self._copied is not None:
+            torch.cuda.current_stream(self.device).wait_event(self._copied)
+            self._copied = None
 
     def _run(self, pairs: np.ndarray, defer: bool) -> None:
         batches = copy_batches(pairs)
@@ -158,19 +159,17 @@ class HostKVTier:
             return
         current = torch.cuda.current_stream(self.device)
         self._stream.wait_stream(current)
-        defer = defer and len(batches) == 1  # order across batches: wait for them all
         with torch.cuda.stream(self._stream):
             for offloads, loads in batches:
                 start = self._record()
                 self._offload(offloads)
-                offloaded = self._stream.record_event()
                 self._load(loads)
                 self._timing(start, len(offloads) + len(loads))
-        current.wait_event(offloaded)
+        done = self._stream.record_event()
         if defer:
-            self._loaded = self._stream.record_event()
+            self._copied = done
         else:
-            current.wait_stream(self._stream)
+            current.wait_event(done)
 
     def _offload(self, offloads: np.ndarray) -> None:
         if not len(offloads):

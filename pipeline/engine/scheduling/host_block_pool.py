@@ -17,6 +17,11 @@ class SwapCosts:
     recompute_s_per_block: float  # a block's tokens in a full prefill step
     step_s: float  # a decode step at the largest batch
 
+    @property
+    def could_pay(self) -> bool:
+        """Whether a long enough hit would load (else evicted blocks are not even offloaded)."""
+        return self.load_s_per_block < self.recompute_s_per_block
+
     def loads_pay(self, num_blocks: int) -> bool:
         load_s = num_blocks * self.load_s_per_block + self.step_s
         return load_s < num_blocks * self.recompute_s_per_block

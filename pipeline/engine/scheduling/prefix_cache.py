@@ -75,6 +75,8 @@ class PrefixCachingBlockManager(BlockManager):
         self.evictable: OrderedDict[int, None] = OrderedDict()  # named, unheld; LRU first
         self.host = HostBlockPool(num_host_blocks) if num_host_blocks else None
         self.swap_costs = swap_costs  # None: every host hit is loaded
+        # a block whose copy costs more than its tokens' prefill is never worth keeping
+        self._offloads = swap_costs is None or swap_costs.could_pay
         self._copies: list[tuple[int, int]] = []
         self._loading: set[int] = set()  # GPU blocks whose loads go with the next launch
         # names of the blocks this step's prompt chunks complete -> the sequence computing them
@@ -207,7 +209,7 @@ class PrefixCachingBlockManager(BlockManager):
         del self.cached[block_hash]
         self.block_hashes[block] = None
         self.num_evicted_blocks += 1
-        if self.host is not None:
+        if self.host is not None and self._offloads:
             slot = self.host.store(block_hash)
             if slot is not None:
                 self._copies.append((block, host_slot_ref(slot)))

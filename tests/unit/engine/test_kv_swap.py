@@ -103,9 +103,10 @@ def test_another_rank_runs_the_copies_it_is_sent():
     other_cache, other = cache_and_tier(torch.bfloat16)
     pairs = np.array([[1, host_slot_ref(4)], [host_slot_ref(4), 6], [3, host_slot_ref(2)]])
     channel = Channel()
-    tier.copy(pairs, channel, reads=np.array([[0, 1]]))
-    assert channel.body[0] == 1  # the step reads neither loaded block: loads may run beside it
+    tier.copy(pairs, channel, reads=np.array([[0, 5]]))
+    assert channel.body[0] == 1  # the step touches none of blocks 1, 3, 6: copies run beside it
     other.receive(channel.body)
     assert torch.equal(other_cache, cache) and torch.equal(other.pool, tier.pool)
-    tier.copy(pairs, channel, reads=np.array([[6, 7]]))
-    assert channel.body[0] == 0
+    for touched in ([[6, 7]], [[3, 0]]):  # a block loaded, a block offloaded
+        tier.copy(pairs, channel, reads=np.array(touched))
+        assert channel.body[0] == 0

@@ -85,17 +85,29 @@ def test_a_request_whose_blocks_swap_in_runs_from_the_next_step():
     assert again.num_cached_tokens == 32 and again.num_completion_tokens == 2
 
 
-def test_host_hits_are_recomputed_when_copying_them_costs_more():
-    costs = SwapCosts(load_s_per_block=1e-3, recompute_s_per_block=1e-4, step_s=1e-3)
+def evicted_to_host(costs: SwapCosts) -> Scheduler:
+    """A scheduler whose PREFIX blocks were computed, then evicted by another request."""
     s = caching_scheduler(10, max_num_tokens=100, num_host_blocks=16, swap_costs=costs)
     for tokens in (PREFIX + [1], [9] * 37):
         s.add(seq_of("x", tokens))
         run_to_completion(s)
-    s.add(seq_of("again", PREFIX + [1]))
+    return s
+
+
+def test_a_short_host_hit_is_recomputed_when_its_copy_and_wait_cost_more():
+    s = evicted_to_host(SwapCosts(load_s_per_block=1e-4, recompute_s_per_block=5e-4, step_s=2e-3))
+    assert s.block_manager.stats()["num_offloaded_blocks"] == 8
+    s.add(seq_of("short", PREFIX[:16] + [1]))  # 4 blocks: 0.4 + 2 ms to load, 2 ms to compute
     batch = s.schedule()
-    assert scheduled(batch) == [("again", 33)]
+    assert scheduled(batch) == [("short", 17)]
     assert batch.blocks_to_copy is None or (batch.blocks_to_copy[:, 1] < 0).all()
     assert s.block_manager.stats()["num_host_hit_blocks"] == 0
+
+
+def test_blocks_are_not_offloaded_when_no_hit_could_pay_for_its_copy():
+    s = evicted_to_host(SwapCosts(load_s_per_block=1e-3, recompute_s_per_block=1e-4, step_s=0))
+    stats = s.block_manager.stats()
+    assert stats["num_evicted_blocks"] >= 8 and stats["num_offloaded_blocks"] == 0
 
 
 def test_swap_costs_pay_for_a_copy_only_past_the_steps_wait():
