@@ -15,9 +15,11 @@ After vLLM v1's KVCacheManager and BlockPool (vllm/v1/core/kv_cache_manager.py, 
 - a new request takes its longest named prefix, never its last prompt token (a step must
   compute it to sample), so a shared block is never written again.
 
-Host tier (num_host_blocks > 0): an evicted block's bytes are first copied to a host pool slot
-(HostBlockPool, LRU too); a request whose prefix continues there gets those blocks copied back
-into new GPU blocks. The copies are (source, destination) pairs, a host slot k written -1 - k,
+Host tier (num_host_blocks > 0): a named block's bytes are copied to a host pool slot
+(HostBlockPool, LRU too) when its last holder frees it, so its eviction later needs no copy
+(unless the pool dropped it meanwhile); a request whose prefix continues there gets those blocks
+copied back into new GPU blocks, and runs from the step after the copy (swaps_in); SwapCosts
+decides whether copying back pays at all. The copies are (source, destination) pairs, a host slot k written -1 - k,
 in the order decided; the scheduler hands them to the runner in SchedulerOutput.blocks_to_copy,
 which performs them in that order before the step's forward (so a block evicted and reloaded in
 one step, or a slot reused, reads what the order says).
@@ -209,12 +211,16 @@ class PrefixCachingBlockManager(BlockManager):
         del self.cached[block_hash]
         self.block_hashes[block] = None
         self.num_evicted_blocks += 1
+        self._offload(block, block_hash)  # usually a no-op: copied when it was freed
+        return block
+
+    def _offload(self, block: int, block_hash: bytes) -> None:
+        """Copy a named block to the host tier unless it holds it already."""
         if self.host is not None and self._offloads:
             slot = self.host.store(block_hash)
             if slot is not None:
                 self._copies.append((block, host_slot_ref(slot)))
                 self.num_offloaded_blocks += 1
-        return block
 
     def cache_launched(self, batch: SchedulerOutput) -> None:
         """cache_blocks() for a launch's rows that fed more than one token (prompt chunks,
@@ -253,8 +259,9 @@ class PrefixCachingBlockManager(BlockManager):
             if self.ref_counts[block] == 0:
                 if self.block_hashes[block] is None:
                     self.free_block_ids.append(block)
-                else:
+                else:  # to the host tier now, while no step writes it: its eviction waits not
                     self.evictable[block] = None
+                    self._offload(block, self.block_hashes[block])
         self._free_rows.append(seq.block_row)
         seq.block_row, seq.num_blocks, seq.num_cached_blocks = -1, 0, 0
 

