@@ -19,10 +19,11 @@ Host tier (num_host_blocks > 0): a named block's bytes are copied to a host pool
 (HostBlockPool, LRU too) when its last holder frees it, so its eviction later needs no copy
 (unless the pool dropped it meanwhile); a request whose prefix continues there gets those blocks
 copied back into new GPU blocks, and runs from the step after the copy (swaps_in); SwapCosts
-decides whether copying back pays at all. The copies are (source, destination) pairs, a host slot k written -1 - k,
-in the order decided; the scheduler hands them to the runner in SchedulerOutput.blocks_to_copy,
-which performs them in that order before the step's forward (so a block evicted and reloaded in
-one step, or a slot reused, reads what the order says).
+decides whether copying back pays at all. The copies are (source, destination) pairs, a host
+slot k written -1 - k, in the order decided; the scheduler hands them to the runner in
+SchedulerOutput.blocks_to_copy, which performs them as if in that order before the step's
+forward (so a block evicted and reloaded in one step, or a slot reused, reads what the order
+says).
 """
 
 import hashlib
