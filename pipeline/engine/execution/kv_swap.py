@@ -12,8 +12,8 @@ refilled in one step is read before it is written); a pair that would break the 
 On CUDA the batches run on a copy stream that first waits for the work queued before them (the
 blocks' K/V may still be being written). The compute stream waits for them at once when the
 launch reads or writes any of their GPU blocks, else only after the launch's forward is queued
-(settle()): the scheduler runs a request one step after its swap-in, and the blocks it evicts
-for that go to it, so such copies overlap the step's compute. The host never touches the pool's
+(settle()), and they overlap the step's compute: a freed block is offloaded while no step
+writes it, and the scheduler runs a request one step after its swap-in. The host never touches the pool's
 bytes, so nothing waits on the host. On the CPU the same functions run as plain copies in order.
 
 Each slot holds one block of every layer this rank serves, contiguous: [layers, 2, block_size,
