@@ -13,8 +13,9 @@ On CUDA the batches run on a copy stream that first waits for the work queued be
 blocks' K/V may still be being written). The compute stream waits for them at once when the
 launch reads or writes any of their GPU blocks, else only after the launch's forward is queued
 (settle()), and they overlap the step's compute: a freed block is offloaded while no step
-writes it, and the scheduler runs a request one step after its swap-in. The host never touches the pool's
-bytes, so nothing waits on the host. On the CPU the same functions run as plain copies in order.
+writes it, and the scheduler runs a request one step after its swap-in. The host never touches
+the pool's bytes, so nothing waits on the host. On the CPU the same functions run as plain
+copies in order.
 
 Each slot holds one block of every layer this rank serves, contiguous: [layers, 2, block_size,
 kv_heads, head_dim] as raw bytes (an FP8 cache's codes copy as they are)."""
@@ -29,6 +30,9 @@ from pipeline.engine.execution.launch_channel import SWAP, LaunchChannel
 from pipeline.engine.scheduling.host_block_pool import SwapCosts
 from pipeline.errors import ConfigError
 
+# the most a batch's device buffer holds at once (a copy of more blocks goes in pieces): a step
+# that swaps in many requests' prefixes must not need GPU memory the KV cache was sized into
+STAGING_BYTES = 256 * 2**20
 # a batch of copies: (offloads [k, 2] (block, slot), loads [m, 2] (slot, block)), slots as >= 0
 CopyBatch = tuple[np.ndarray, np.ndarray]
 
@@ -171,32 +175,35 @@ class HostKVTier:
         else:
             current.wait_event(done)
 
+    def _chunks(self, pairs: np.ndarray) -> list[np.ndarray]:
+        """The pairs in runs of at most STAGING_BYTES of blocks (the device buffer's size)."""
+        step = max(1, STAGING_BYTES // self.block_nbytes)
+        return [pairs[i : i + step] for i in range(0, len(pairs), step)]
+
     def _offload(self, offloads: np.ndarray) -> None:
-        if not len(offloads):
-            return
-        blocks = torch.from_numpy(np.ascontiguousarray(offloads[:, 0])).to(
-            self.device, non_blocking=True
-        )
-        gathered = self._blocks.index_select(0, blocks)  # [k, layers, 2, ...] contiguous
-        for a, b, slot in slot_runs(offloads[:, 1]):
-            self.pool[slot : slot + b - a].copy_(gathered[a:b], non_blocking=True)
+        for chunk in self._chunks(offloads):
+            blocks = torch.from_numpy(np.ascontiguousarray(chunk[:, 0])).to(
+                self.device, non_blocking=True
+            )
+            gathered = self._blocks.index_select(0, blocks)  # [k, layers, 2, ...] contiguous
+            for a, b, slot in slot_runs(chunk[:, 1]):
+                self.pool[slot : slot + b - a].copy_(gathered[a:b], non_blocking=True)
         self.num_copied_bytes += len(offloads) * self.block_nbytes
-        self.num_batches += 1
+        self.num_batches += bool(len(offloads))
 
     def _load(self, loads: np.ndarray) -> None:
-        if not len(loads):
-            return
-        staging = torch.empty(
-            (len(loads), *self.pool.shape[1:]), dtype=torch.uint8, device=self.device
-        )
-        for a, b, slot in slot_runs(loads[:, 0]):
-            staging[a:b].copy_(self.pool[slot : slot + b - a], non_blocking=True)
-        blocks = torch.from_numpy(np.ascontiguousarray(loads[:, 1])).to(
-            self.device, non_blocking=True
-        )
-        self._blocks.index_copy_(0, blocks, staging)
+        for chunk in self._chunks(loads):
+            staging = torch.empty(
+                (len(chunk), *self.pool.shape[1:]), dtype=torch.uint8, device=self.device
+            )
+            for a, b, slot in slot_runs(chunk[:, 0]):
+                staging[a:b].copy_(self.pool[slot : slot + b - a], non_blocking=True)
+            blocks = torch.from_numpy(np.ascontiguousarray(chunk[:, 1])).to(
+                self.device, non_blocking=True
+            )
+            self._blocks.index_copy_(0, blocks, staging)
         self.num_copied_bytes += len(loads) * self.block_nbytes
-        self.num_batches += 1
+        self.num_batches += bool(len(loads))
 
     def _record(self) -> torch.cuda.Event | None:
         if not self.timed:

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from pipeline.engine.execution import kv_swap
 from pipeline.engine.execution.kv_swap import HostKVTier, copy_batches, host_blocks, slot_runs
 from pipeline.engine.scheduling.prefix_cache import host_slot_ref
 
@@ -60,10 +61,14 @@ def test_a_block_evicted_and_refilled_in_one_step_is_read_before_it_is_written()
     assert torch.equal(cache, expected_cache) and torch.equal(tier.pool, expected_pool)
 
 
-def test_copies_in_any_order_equal_copying_each_pair_in_turn():
-    rng = np.random.default_rng(0)
+@pytest.mark.parametrize("staging_blocks", [1, 3, 64])
+def test_copies_in_any_order_equal_copying_each_pair_in_turn(monkeypatch, staging_blocks):
+    block_nbytes = 3 * 2 * 4 * 2 * 8 * 4  # a float32 block of every layer
+    monkeypatch.setattr(kv_swap, "STAGING_BYTES", staging_blocks * block_nbytes)
+    rng = np.random.default_rng(staging_blocks)
     for _ in range(20):
         cache, tier = cache_and_tier(torch.float32)
+        assert tier.block_nbytes == block_nbytes
         tier.pool.copy_(torch.randint(0, 255, tier.pool.shape, dtype=torch.uint8))
         expected_cache, expected_pool = cache.clone(), tier.pool.clone()
         pairs = []
