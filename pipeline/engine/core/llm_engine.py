@@ -84,6 +84,7 @@ class LLMEngine:
                 runner.max_blocks_per_seq,
                 str(runner.kv_dtype),
                 runner.num_host_blocks,
+                runner.swap_costs,
             )
             if config.enable_prefix_caching
             else BlockManager(

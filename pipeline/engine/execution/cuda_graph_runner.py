@@ -119,6 +119,20 @@ class CudaGraphRunner:
         end.synchronize()
         return start.elapsed_time(end) / num_replays
 
+    def prefill_tokens_per_s(self, num_replays: int = 3) -> float:
+        """Tokens a second of the largest mixed graph, on its capture-time inputs (the host
+        tier's copy-or-recompute rule, kv_swap.swap_costs)."""
+        num_tokens = self.token_counts[-1]
+        graph = self.graphs[("mixed", num_tokens)]
+        graph.replay()  # warm
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(num_replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return num_tokens * num_replays / (start.elapsed_time(end) / 1e3)
+
     def can_run(self, meta: BatchMetadata) -> bool:
         return meta.is_decode or bool(self.token_counts)
 

@@ -17,7 +17,7 @@ from pipeline.engine.execution.cuda_graph_runner import CudaGraphRunner
 from pipeline.engine.execution.grammar_bitmask import GrammarBitmask, HostTokens
 from pipeline.engine.execution.host_buffers import PinnedRing
 from pipeline.engine.execution.kv_cache_sizing import default_num_kv_blocks
-from pipeline.engine.execution.kv_swap import HostKVTier, host_blocks
+from pipeline.engine.execution.kv_swap import HostKVTier, host_blocks, swap_costs
 from pipeline.engine.execution.launch_channel import LAUNCH, LORA, SCORE, STOP, SWAP
 from pipeline.engine.execution.launch_schedule import (
     Stage,
@@ -144,6 +144,10 @@ class ModelRunner:
             )
         self.num_scheduler_steps, self.max_scheduler_steps = launch_steps(
             config.num_scheduler_steps, self.mapping.pp_size, self._decode_ms
+        )
+        # copy a host-tier hit back or compute it again (timed here: a graph replay of one rank)
+        self.swap_costs = swap_costs(
+            self.host_tier, None if self.ranks else self.graphs, config.block_size
         )
         mapping, is_pp = self.mapping, self.mapping.pp_size > 1
         self.stage = Stage(
@@ -333,10 +337,14 @@ class ModelRunner:
                     f"ranks' log lines, or raise collective_timeout_s"
                 ) from exc
             raise
+        finally:  # host-tier loads that ran beside this launch: what follows waits for them
+            if self.host_tier is not None:
+                self.host_tier.settle()
 
     def _launch(self, batch: SchedulerOutput, plan: LaunchPlan) -> SampledTokens:
         if batch.blocks_to_copy is not None:  # the host tier's, every rank's, before all else
-            self.host_tier.copy(batch.blocks_to_copy, self.ranks.channel if self.ranks else None)
+            channel = self.ranks.channel if self.ranks else None
+            self.host_tier.copy(batch.blocks_to_copy, channel, batch.block_tables)
         if self.stage.link is not None:
             self.stage.link.settle()
         with phase("engine.prepare"):
@@ -414,7 +422,7 @@ class ModelRunner:
                 channel.copied()
                 continue
             if command == SWAP:
-                self.host_tier.copy(body.view(-1, 2).numpy())
+                self.host_tier.receive(body)
                 channel.copied()
                 continue
             if command == LORA:
@@ -427,6 +435,8 @@ class ModelRunner:
             channel.copied()
             batches = self._unpack(headers, packed)
             tokens = run_launch(batches, self.stage, self._receive_tokens(batches))
+            if self.host_tier is not None:
+                self.host_tier.settle()
             last = [t[-1] for t, b in zip(tokens, batches, strict=True) if b.num_sampled and t]
             if last:
                 self._last_sampled = _cat(last)

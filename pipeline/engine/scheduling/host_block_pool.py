@@ -3,6 +3,28 @@ host pool, least recently used first. The bytes live with the model runner (exec
 here only slots are handed out, as the GPU's BlockManager hands out blocks."""
 
 from collections import OrderedDict
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SwapCosts:
+    """Whether a request's blocks in the host tier are worth copying back, or cheaper to compute
+    again: both measured once at start (execution/kv_swap.py's swap_costs). A request whose
+    blocks swap in waits one step for them (the copy overlaps the step), so loading n blocks
+    costs n copies and a step; recomputing them costs their tokens' prefill."""
+
+    load_s_per_block: float  # a block of a batched host -> device copy
+    recompute_s_per_block: float  # a block's tokens in a full prefill step
+    step_s: float  # a decode step at the largest batch
+
+    @property
+    def could_pay(self) -> bool:
+        """Whether a long enough hit would load (else evicted blocks are not even offloaded)."""
+        return self.load_s_per_block < self.recompute_s_per_block
+
+    def loads_pay(self, num_blocks: int) -> bool:
+        load_s = num_blocks * self.load_s_per_block + self.step_s
+        return load_s < num_blocks * self.recompute_s_per_block
 
 
 class HostBlockPool:

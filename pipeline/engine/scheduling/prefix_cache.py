@@ -15,12 +15,15 @@ After vLLM v1's KVCacheManager and BlockPool (vllm/v1/core/kv_cache_manager.py, 
 - a new request takes its longest named prefix, never its last prompt token (a step must
   compute it to sample), so a shared block is never written again.
 
-Host tier (num_host_blocks > 0): an evicted block's bytes are first copied to a host pool slot
-(HostBlockPool, LRU too); a request whose prefix continues there gets those blocks copied back
-into new GPU blocks. The copies are (source, destination) pairs, a host slot k written -1 - k,
-in the order decided; the scheduler hands them to the runner in SchedulerOutput.blocks_to_copy,
-which performs them in that order before the step's forward (so a block evicted and reloaded in
-one step, or a slot reused, reads what the order says).
+Host tier (num_host_blocks > 0): a named block's bytes are copied to a host pool slot
+(HostBlockPool, LRU too) when its last holder frees it, so its eviction later needs no copy
+(unless the pool dropped it meanwhile); a request whose prefix continues there gets those blocks
+copied back into new GPU blocks, and runs from the step after the copy (swaps_in); SwapCosts
+decides whether copying back pays at all. The copies are (source, destination) pairs, a host
+slot k written -1 - k, in the order decided; the scheduler hands them to the runner in
+SchedulerOutput.blocks_to_copy, which performs them as if in that order before the step's
+forward (so a block evicted and reloaded in one step, or a slot reused, reads what the order
+says).
 """
 
 import hashlib
@@ -30,7 +33,8 @@ from collections import OrderedDict
 import numpy as np
 
 from pipeline.engine.scheduling.block_manager import BlockManager
-from pipeline.engine.scheduling.host_block_pool import HostBlockPool
+from pipeline.engine.scheduling.host_block_pool import HostBlockPool, SwapCosts
+from pipeline.engine.scheduling.scheduler_output import SchedulerOutput
 from pipeline.engine.scheduling.sequence import Sequence
 
 
@@ -64,6 +68,7 @@ class PrefixCachingBlockManager(BlockManager):
         max_blocks_per_seq: int = 1,
         kv_dtype: str = "",
         num_host_blocks: int = 0,
+        swap_costs: SwapCosts | None = None,
     ):
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
         self._root = hashlib.blake2b(f"{kv_dtype}/{block_size}".encode(), digest_size=16)
@@ -72,7 +77,13 @@ class PrefixCachingBlockManager(BlockManager):
         self.cached: dict[bytes, int] = {}  # name -> GPU block
         self.evictable: OrderedDict[int, None] = OrderedDict()  # named, unheld; LRU first
         self.host = HostBlockPool(num_host_blocks) if num_host_blocks else None
+        self.swap_costs = swap_costs  # None: every host hit is loaded
+        # a block whose copy costs more than its tokens' prefill is never worth keeping
+        self._offloads = swap_costs is None or swap_costs.could_pay
         self._copies: list[tuple[int, int]] = []
+        self._loading: set[int] = set()  # GPU blocks whose loads go with the next launch
+        # names of the blocks this step's prompt chunks complete -> the sequence computing them
+        self._computing: dict[bytes, Sequence] = {}
         self.num_queried_tokens = self.num_hit_tokens = 0
         self.num_host_hit_blocks = self.num_offloaded_blocks = self.num_evicted_blocks = 0
 
@@ -85,7 +96,6 @@ class PrefixCachingBlockManager(BlockManager):
         hashes = seq.block_hashes
         if index < len(hashes):
             return hashes[index]
-        size, tokens = self.block_size, seq.token_ids
         if hashes:
             parent = hashes[-1]
         else:
@@ -93,9 +103,12 @@ class PrefixCachingBlockManager(BlockManager):
             if seq.kv_extra_key is not None:
                 root.update(repr(seq.kv_extra_key).encode())
             parent = root.digest()
-        for i in range(len(hashes), index + 1):
-            block = array("q", tokens[i * size : (i + 1) * size]).tobytes()
-            parent = hashlib.blake2b(parent + block, digest_size=16).digest()
+        # the new blocks' tokens as bytes in one conversion, then a hash a block
+        size, blake2b = self.block_size, hashlib.blake2b
+        data = array("q", seq.token_ids[len(hashes) * size : (index + 1) * size]).tobytes()
+        step = 8 * size
+        for start in range(0, len(data), step):
+            parent = blake2b(parent + data[start : start + step], digest_size=16).digest()
             hashes.append(parent)
         return parent
 
@@ -112,7 +125,42 @@ class PrefixCachingBlockManager(BlockManager):
             if block is None:
                 break
             hit.append(block)
+        costs = self.swap_costs
+        first_host = next((i for i, block in enumerate(hit) if block < 0), None)
+        if costs is not None and first_host is not None:
+            if not costs.loads_pay(sum(1 for block in hit if block < 0)):
+                return hit[:first_host]  # cheaper to compute them again
         return hit
+
+    def computes(self, seq: Sequence, num_tokens: int) -> None:
+        """This step runs num_tokens of the sequence's known tokens: the blocks they complete
+        are named after its launch (cache_launched), and a request that continues into them
+        meanwhile waits for that rather than computing them too."""
+        size = self.block_size
+        end = min(seq.num_computed_tokens + num_tokens, len(seq.token_ids)) // size
+        start = max(seq.num_computed_tokens // size, seq.num_cached_blocks)
+        if start < end:
+            self._hash(seq, end - 1)  # the new names in one pass
+            computing = self._computing
+            for name in seq.block_hashes[start:end]:
+                computing[name] = seq
+
+    def is_being_computed(self, seq: Sequence, hit: PrefixHit) -> bool:
+        """Whether the block after this hit is one that another sequence computes this step
+        and this one could take (never its last known token's)."""
+        hashes, i = seq.block_hashes, len(hit)
+        if not self._computing or i >= min(
+            len(hashes), (len(seq.token_ids) - 1) // self.block_size
+        ):
+            return False
+        owner = self._computing.get(hashes[i])
+        return owner is not None and owner is not seq and owner.block_row >= 0
+
+    def swaps_in(self, hit: PrefixHit) -> bool:
+        """Whether taking this hit loads blocks from the host tier, or reads blocks still being
+        loaded: such a request runs from the step after the launch that carries the copies."""
+        loading = self._loading
+        return any(block < 0 or block in loading for block in hit)
 
     def grow_from_prefix(self, seq: Sequence, num_tokens: int, hit: PrefixHit) -> bool:
         """grow() for a sequence that holds no blocks, its table starting with the hit's
@@ -136,6 +184,7 @@ class PrefixCachingBlockManager(BlockManager):
                 if block < 0:  # a host slot's bytes into a new GPU block
                     source, block = block, self._take_block()
                     self._copies.append((source, block))
+                    self._loading.add(block)
                     block_hash = self._hash(seq, i)
                     self.host.touch(block_hash)
                     self._name(block, block_hash)
@@ -163,26 +212,42 @@ class PrefixCachingBlockManager(BlockManager):
         del self.cached[block_hash]
         self.block_hashes[block] = None
         self.num_evicted_blocks += 1
-        if self.host is not None:
+        self._offload(block, block_hash)  # usually a no-op: copied when it was freed
+        return block
+
+    def _offload(self, block: int, block_hash: bytes) -> None:
+        """Copy a named block to the host tier unless it holds it already."""
+        if self.host is not None and self._offloads:
             slot = self.host.store(block_hash)
             if slot is not None:
                 self._copies.append((block, host_slot_ref(slot)))
                 self.num_offloaded_blocks += 1
-        return block
+
+    def cache_launched(self, batch: SchedulerOutput) -> None:
+        """cache_blocks() for a launch's rows that fed more than one token (prompt chunks,
+        verify steps): a decode row's blocks are named when its sequence ends or is preempted,
+        so a decode step costs no Python per row here."""
+        rows = np.flatnonzero(batch.num_tokens > 1).tolist()
+        if rows:
+            seqs = batch.seqs
+            self.cache_blocks([seqs[row] for row in rows])
+        self._computing.clear()
 
     def cache_blocks(self, seqs) -> None:
         """Name the blocks these sequences have filled since last asked (their tokens on the
         host, their K/V computed; past max_kv_tokens a launch's decode rows write no block)."""
-        size, tables = self.block_size, self.tables
+        size, tables, names, cached = self.block_size, self.tables, self.block_hashes, self.cached
         for seq in seqs:
             num_full = min(seq.num_computed_tokens, len(seq.token_ids), seq.max_kv_tokens) // size
-            if num_full <= seq.num_cached_blocks:
+            first = seq.num_cached_blocks
+            if num_full <= first:
                 continue
-            row = tables[seq.block_row]
-            for i in range(seq.num_cached_blocks, num_full):
-                block, block_hash = int(row[i]), self._hash(seq, i)
-                if self.block_hashes[block] is None and block_hash not in self.cached:
-                    self._name(block, block_hash)
+            self._hash(seq, num_full - 1)  # the new names in one pass
+            blocks = tables[seq.block_row, first:num_full].tolist()
+            for block, block_hash in zip(blocks, seq.block_hashes[first:num_full], strict=True):
+                if names[block] is None and block_hash not in cached:
+                    names[block] = block_hash
+                    cached[block_hash] = block
             seq.num_cached_blocks = num_full
 
     def free(self, seq: Sequence) -> None:
@@ -195,8 +260,9 @@ class PrefixCachingBlockManager(BlockManager):
             if self.ref_counts[block] == 0:
                 if self.block_hashes[block] is None:
                     self.free_block_ids.append(block)
-                else:
+                else:  # to the host tier now, while no step writes it: its eviction waits not
                     self.evictable[block] = None
+                    self._offload(block, self.block_hashes[block])
         self._free_rows.append(seq.block_row)
         seq.block_row, seq.num_blocks, seq.num_cached_blocks = -1, 0, 0
 
@@ -207,6 +273,7 @@ class PrefixCachingBlockManager(BlockManager):
         copies = np.array(self._copies, np.int64)
         copies.flags.writeable = False
         self._copies = []
+        self._loading.clear()
         return copies
 
     def stats(self) -> dict:

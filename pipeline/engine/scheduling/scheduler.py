@@ -112,6 +112,8 @@ class Scheduler:
                 scheduled_tokens.append(num_tokens)
                 budget -= num_tokens
                 i += 1
+                if num_tokens > 1 and self.caches_prefixes:  # a prompt chunk: blocks to share
+                    self.block_manager.computes(seq, num_tokens)
         # after a preemption, admitting new work would only take the freed blocks back
         has_preempted = self.num_preemptions > num_preemptions_before
         # waiting: admit in arrival order; stop at the first that does not fit (no overtaking)
@@ -125,20 +127,29 @@ class Scheduler:
             num_tokens = 0 if suspects and seq in suspects else self._admit(seq, budget)
             if num_tokens == 0:
                 break
+            if num_tokens < 0:  # admitted; it runs once its blocks are swapped in
+                continue
             scheduled.append(seq)
             scheduled_tokens.append(num_tokens)
             budget -= num_tokens
+            if num_tokens > 1 and self.caches_prefixes:
+                self.block_manager.computes(seq, num_tokens)
 
     def _admit(self, seq: Sequence, budget: int) -> int:
         """Move the first waiting sequence to the running batch if its next chunk fits:
-        the tokens it runs this step, or 0 (it stays waiting)."""
+        the tokens it runs this step, 0 (it stays waiting), or -1: admitted, but its cached
+        prefix is copied in from the host tier with this step's launch, so it runs from the
+        next step (the copy overlaps this step instead of holding it up)."""
         if self.max_loras and not lora_admits(self.running, seq, self.max_loras):
             return 0
         hit = None
         # its cached prefix is computed already; a request that scores its prompt computes it all
         if self.caches_prefixes and not seq.params.scores_prompt:
             hit = self.block_manager.find_prefix(seq)
+            if self.block_manager.is_being_computed(seq, hit):  # shared once named: wait
+                return 0
             seq.num_computed_tokens = len(hit) * self.block_manager.block_size
+        swaps_in = hit is not None and self.block_manager.swaps_in(hit)
         num_tokens = self._num_tokens_to_run(seq, budget)
         needed = seq.kv_tokens_after(num_tokens, self.num_lookahead_tokens)
         if self.is_no_evict:
@@ -156,7 +167,7 @@ class Scheduler:
             seq.num_cached_tokens = seq.num_computed_tokens
         seq.status = SequenceStatus.RUNNING
         self.running.append(seq)
-        return num_tokens
+        return -1 if swaps_in else num_tokens
 
     def _schedule_suspect(self, scheduled: list[Sequence], scheduled_tokens: list[int]) -> None:
         """The oldest suspect's next chunk, alone; nothing when it cannot run this step."""
@@ -171,7 +182,7 @@ class Scheduler:
             seq = next((s for s in self.waiting if s in self.suspects), None)
             if seq is not None and seq is self.waiting[0]:  # preempted ones went first
                 num_tokens = self._admit(seq, self.max_num_tokens)
-        if num_tokens:
+        if num_tokens > 0:
             scheduled.append(seq)
             scheduled_tokens.append(num_tokens)
 
@@ -194,7 +205,7 @@ class Scheduler:
             seq.num_pending_tokens += num_steps
             seq.pending_row = row
         if self.caches_prefixes:
-            self.block_manager.cache_blocks(batch.seqs)
+            self.block_manager.cache_launched(batch)
         if self.suspects:
             self.suspects.difference_update(sampled.seqs)
 

@@ -62,15 +62,18 @@ def test_shared_blocks_are_counted_and_evicted_least_recently_used_last():
     assert manager.find_prefix(seq_of("d", [1, 2, 3, 4, 7])) == shared[:1]
 
 
-def test_an_evicted_block_goes_to_the_host_tier_and_comes_back_in_order():
+def test_a_freed_block_goes_to_the_host_tier_and_comes_back_in_order():
     manager = PrefixCachingBlockManager(3, 2, kv_dtype="float32", num_host_blocks=4)
     table = run_and_free(manager, seq_of("a", [1, 2, 3, 4, 5]))  # 2 full blocks named
-    assert manager.take_copies() is None
-    b = seq_of("b", [8, 8, 8, 8, 8])
-    assert manager.grow(b, 5)  # evicts a's named blocks, tail first, each to a host slot
+    # copied to host slots as they are freed (tail first), while no step writes them
     copies = manager.take_copies()
     assert copies.tolist() == [[table[1], host_slot_ref(0)], [table[0], host_slot_ref(1)]]
-    manager.free(b)
+    b = seq_of("b", [8, 8, 8, 8, 8])
+    assert manager.grow(b, 5)  # evicts a's named blocks: the host tier holds them already
+    assert manager.take_copies() is None
+    assert manager.stats()["num_evicted_blocks"] == 2
+    manager.free(b)  # computed nothing: names nothing, copies nothing
+    assert manager.take_copies() is None
     again = seq_of("c", [1, 2, 3, 4, 5])
     hit = manager.find_prefix(again)
     assert hit == [host_slot_ref(1), host_slot_ref(0)]
