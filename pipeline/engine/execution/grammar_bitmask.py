@@ -10,18 +10,33 @@ meanwhile runs step j's forward, which reads those tokens on the device. So the 
 step is one token copy, the matchers and the fill, hidden behind a forward wherever that
 forward takes longer."""
 
+import os
+
 import torch
 
 from pipeline.engine.execution.host_buffers import PinnedRing
 
 BITS = 32  # tokens a bitmask word holds (xgrammar's int32 words)
+# rows a fill spreads over xgrammar's thread pool from: a row inside a free-text field of a JSON
+# schema takes ~25 us to fill (the precomputed masks cover structure, not string contents), and
+# a small model's step at batch 64 is ~1 ms on the device, which the serial fill would exceed
+PARALLEL_FILL_ROWS = 16
 
 HostTokens = tuple[torch.Tensor, torch.cuda.Event | None]  # tokens on the host, their copy's event
 
 
 class GrammarBitmask:
-    def __init__(self, vocab_size: int, max_rows: int, device: torch.device):
-        """vocab_size: the logits' width (the grammars' tokenizer info covers the same)."""
+    def __init__(
+        self,
+        vocab_size: int,
+        max_rows: int,
+        device: torch.device,
+        fill_threads: int = min(8, (os.cpu_count() or 1) // 2),
+    ):
+        """vocab_size: the logits' width (the grammars' tokenizer info covers the same);
+        fill_threads: xgrammar threads a large fill runs on (<= 1: the engine thread alone)."""
+        self.fill_threads = fill_threads
+        self._batch_fill = None  # xgrammar's BatchGrammarMatcher, made with the first large fill
         self.num_words = -(-vocab_size // BITS)
         self.device = device
         # the bitmask's words, then the rows it applies to
@@ -81,13 +96,23 @@ class GrammarBitmask:
         else:  # pinned, so the copy is queued without waiting for the step in flight
             host = self._ring.take(size + len(rows))
         bitmask = host[:size].view(shape)
-        # one row at a time: ~3 us a row for a JSON schema over a 128k vocabulary (its masks are
-        # mostly precomputed), where xgrammar's threaded batch fill took 2-5 ms for 64 rows
-        for row in rows:
-            seqs[row].grammar.fill(bitmask, row)
+        if len(rows) >= PARALLEL_FILL_ROWS and self.fill_threads > 1:
+            self._fill_in_parallel(bitmask, [seqs[row].grammar for row in rows], rows)
+        else:
+            for row in rows:
+                seqs[row].grammar.fill(bitmask, row)
         # the rows as a tensor too: a list would cross to the device from pageable memory
         host[size:] = torch.tensor(rows, dtype=torch.int32)
         if self._ring is not None:
             host = host.to(self.device, non_blocking=True)
             self._ring.copied()
         return host[:size].view(shape), host[size:]
+
+    def _fill_in_parallel(self, bitmask: torch.Tensor, grammars: list, rows: list[int]) -> None:
+        if self._batch_fill is None:
+            import xgrammar
+
+            self._batch_fill = xgrammar.BatchGrammarMatcher(self.fill_threads)
+        self._batch_fill.batch_fill_next_token_bitmask(
+            [grammar.matcher for grammar in grammars], bitmask, rows
+        )

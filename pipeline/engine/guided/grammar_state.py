@@ -22,6 +22,10 @@ class GrammarState:
         self._ahead: deque[tuple[int, bool]] = deque()
 
     @property
+    def matcher(self) -> "xgrammar.GrammarMatcher":
+        return self._matcher
+
+    @property
     def is_terminated(self) -> bool:
         return self._matcher.is_terminated()
 

@@ -114,3 +114,24 @@ def test_a_launchs_steps_advance_the_matcher_and_a_failed_launch_gives_them_back
     masks.discard_launch()  # the launch failed: neither token was appended
     assert guided.grammar.num_ahead == 0
     assert allowed(masks.fill([guided], None)[0], 0) == {a}
+
+
+def test_a_large_fill_on_xgrammars_threads_writes_the_serial_fills_rows(tokenizer, compiler):
+    a, b = (byte_id(tokenizer, ch) for ch in "ab")
+    eos = tokenizer.eos_token_id
+    guides = [GuidedDecoding("regex", "a(b|c)"), GuidedDecoding("regex", "(a|b)+c")]
+    seqs = [seq(compiler, guides[i % 2], eos) for i in range(20)]
+    for s in seqs[::3]:  # rows in different states
+        s.grammar.accept(a)
+    seqs.insert(5, seq(compiler, None, eos))  # a free row between them stays unwritten
+    serial, serial_rows = GrammarBitmask(WIDTH, 32, torch.device("cpu"), fill_threads=1).fill(
+        seqs, None
+    )
+    threads = GrammarBitmask(WIDTH, 32, torch.device("cpu"), fill_threads=2)
+    parallel, rows = threads.fill(seqs, None)
+    assert threads._batch_fill is not None  # the threaded path ran
+    assert rows.tolist() == serial_rows.tolist() and 5 not in rows.tolist()
+    assert torch.equal(parallel[rows], serial[serial_rows])
+    c = byte_id(tokenizer, "c")
+    assert allowed(parallel, 0) == {b, c}  # "a(b|c)" after "a"
+    assert allowed(parallel, 1) == {a, b}  # "(a|b)+c" fresh
