@@ -36,5 +36,5 @@ def copy_blocks(
 
 
 def _device_copies(kv_cache: torch.Tensor, pairs: np.ndarray) -> None:
-    index = torch.from_numpy(np.ascontiguousarray(pairs.T)).to(kv_cache.device)
+    index = torch.tensor(pairs.T, dtype=torch.int64, device=kv_cache.device)
     kv_cache.index_copy_(2, index[1], kv_cache.index_select(2, index[0]))

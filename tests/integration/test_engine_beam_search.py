@@ -1,0 +1,92 @@
+"""Beam search on real SmolLM2 (fp32): the engine's beams are transformers' beams
+(`generate(num_beams=W, num_return_sequences=W)`), token for token and in the same order, for
+widths 2 and 4 and several length_penalty / early_stopping settings; greedy requests batched
+with a beam request keep their tokens; forked beams share the prompt's KV blocks."""
+
+import pytest
+import torch
+
+from pipeline.engine import LLMEngine, SamplingParams
+from tests.conftest import hf_greedy_tokens
+
+PROMPTS = ("The capital of France is", "def fibonacci(n):")
+NUM_TOKENS = 12
+# (length_penalty, early_stopping as TensorRT-LLM's integer, transformers' early_stopping)
+SETTINGS = ((1.0, 1, True), (0.5, 0, False), (2.0, 2, "never"))
+
+
+@pytest.fixture(scope="module")
+def engine(smollm_beam_engine_dir) -> LLMEngine:
+    return LLMEngine.from_engine_dir(smollm_beam_engine_dir, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def hf_model(smollm_hf_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(smollm_hf_dir, dtype=torch.float32).eval()
+
+
+def hf_beams(model, ids, width, length_penalty, early_stopping, eos) -> list[list[int]]:
+    """transformers' W beams, best first, each cut before its end token (the engine drops it)."""
+    with torch.inference_mode():
+        out = model.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids)),
+            num_beams=width,
+            num_return_sequences=width,
+            do_sample=False,
+            length_penalty=length_penalty,
+            early_stopping=early_stopping,
+            max_new_tokens=NUM_TOKENS,
+            pad_token_id=eos[0],
+        )
+    beams = []
+    for row in out[:, len(ids) :].tolist():
+        beams.append(row[: next((i for i, t in enumerate(row) if t in eos), len(row))])
+    return beams
+
+
+@pytest.mark.parametrize("width", [2, 4])
+@pytest.mark.parametrize("setting", SETTINGS, ids=["es1", "es0", "never"])
+def test_beams_are_transformers_beams(engine, hf_model, width, setting):
+    length_penalty, early_stopping, hf_early_stopping = setting
+    eos = engine.eos_token_ids
+    for prompt in PROMPTS:
+        ids = engine.tokenizer.encode(prompt)
+        params = SamplingParams(
+            max_tokens=NUM_TOKENS,
+            beam_width=width,
+            length_penalty=length_penalty,
+            early_stopping=early_stopping,
+            logprobs=0,
+        )
+        out = engine.generate([ids], params)[0]
+        expected = hf_beams(hf_model, ids, width, length_penalty, hf_early_stopping, eos)
+        assert [list(b.token_ids) for b in out.beams] == expected
+        assert list(out.token_ids) == expected[0]
+        scores = [b.score for b in out.beams]
+        assert scores == sorted(scores, reverse=True)
+        for beam in out.beams:  # the kept tokens' log probabilities sum to at most the total
+            assert len(beam.logprobs) == len(beam.token_ids)
+            assert sum(beam.logprobs) == pytest.approx(beam.cum_logprob, abs=1e-3) or (
+                beam.finish_reason == "stop" and sum(beam.logprobs) > beam.cum_logprob
+            )
+
+
+def test_greedy_requests_beside_a_beam_request_keep_their_tokens(engine, smollm_hf_dir):
+    prompts = [engine.tokenizer.encode(p) for p in PROMPTS]
+    greedy = SamplingParams(max_tokens=NUM_TOKENS)
+    beams = SamplingParams(max_tokens=NUM_TOKENS, beam_width=4)
+    out = engine.generate([prompts[0], prompts[1], prompts[0]], [greedy, beams, greedy])
+    expected = hf_greedy_tokens(smollm_hf_dir, [prompts[0]], engine.eos_token_ids, NUM_TOKENS)
+    assert list(out[0].token_ids) == expected[0] == list(out[2].token_ids)
+    assert out[0].beams is None and len(out[1].beams) == 4
+    assert engine.scheduler.block_manager.num_free_blocks == engine.stats()["num_total_blocks"]
+
+
+def test_beam_width_above_the_build_is_refused(engine):
+    with pytest.raises(ValueError, match="max_beam_width=4"):
+        engine.generate(["Hi"], SamplingParams(max_tokens=4, beam_width=5))
+    with pytest.raises(ValueError, match="temperature"):
+        engine.generate(["Hi"], SamplingParams(max_tokens=4, beam_width=2, temperature=0.7))
