@@ -3,21 +3,30 @@
 widths 2 and 4 and several length_penalty / early_stopping settings; greedy requests batched
 with a beam request keep their tokens; forked beams share the prompt's KV blocks."""
 
+import numpy as np
 import pytest
 import torch
 
 from pipeline.engine import LLMEngine, SamplingParams
 from tests.conftest import hf_greedy_tokens
 
-PROMPTS = ("The capital of France is", "def fibonacci(n):")
+# chat prompts whose beams end (eos) at different lengths, so the settings rank them apart
+QUESTIONS = ("What is 2+2? Reply with just the number.", "Say hi.")
 NUM_TOKENS = 12
 # (length_penalty, early_stopping as TensorRT-LLM's integer, transformers' early_stopping)
-SETTINGS = ((1.0, 1, True), (0.5, 0, False), (2.0, 2, "never"))
+SETTINGS = ((1.0, 1, True), (0.5, 0, False), (2.0, 2, "never"), (-1.0, 0, False))
 
 
 @pytest.fixture(scope="module")
 def engine(smollm_beam_engine_dir) -> LLMEngine:
     return LLMEngine.from_engine_dir(smollm_beam_engine_dir, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def prompts(engine) -> list[list[int]]:
+    chats = [[{"role": "user", "content": q}] for q in QUESTIONS]
+    encoded = [engine.tokenizer.apply_chat_template(c, add_generation_prompt=True) for c in chats]
+    return [list(e if isinstance(e, list) else e["input_ids"]) for e in encoded]
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +57,11 @@ def hf_beams(model, ids, width, length_penalty, early_stopping, eos) -> list[lis
 
 
 @pytest.mark.parametrize("width", [2, 4])
-@pytest.mark.parametrize("setting", SETTINGS, ids=["es1", "es0", "never"])
-def test_beams_are_transformers_beams(engine, hf_model, width, setting):
+@pytest.mark.parametrize("setting", SETTINGS, ids=["es1", "es0", "never", "short"])
+def test_beams_are_transformers_beams(engine, prompts, hf_model, width, setting):
     length_penalty, early_stopping, hf_early_stopping = setting
     eos = engine.eos_token_ids
-    for prompt in PROMPTS:
-        ids = engine.tokenizer.encode(prompt)
+    for ids in prompts:
         params = SamplingParams(
             max_tokens=NUM_TOKENS,
             beam_width=width,
@@ -74,8 +82,7 @@ def test_beams_are_transformers_beams(engine, hf_model, width, setting):
             )
 
 
-def test_greedy_requests_beside_a_beam_request_keep_their_tokens(engine, smollm_hf_dir):
-    prompts = [engine.tokenizer.encode(p) for p in PROMPTS]
+def test_greedy_requests_beside_a_beam_request_keep_their_tokens(engine, prompts, smollm_hf_dir):
     greedy = SamplingParams(max_tokens=NUM_TOKENS)
     beams = SamplingParams(max_tokens=NUM_TOKENS, beam_width=4)
     out = engine.generate([prompts[0], prompts[1], prompts[0]], [greedy, beams, greedy])
@@ -90,3 +97,29 @@ def test_beam_width_above_the_build_is_refused(engine):
         engine.generate(["Hi"], SamplingParams(max_tokens=4, beam_width=5))
     with pytest.raises(ValueError, match="temperature"):
         engine.generate(["Hi"], SamplingParams(max_tokens=4, beam_width=2, temperature=0.7))
+
+
+def test_forked_beams_share_the_prompt_blocks_and_copy_the_partial_one(engine, prompts):
+    ids = prompts[0]
+    size = engine.scheduler.block_manager.block_size
+    assert len(ids) % size  # the prompt ends inside a block
+    engine.add_request(ids, SamplingParams(max_tokens=NUM_TOKENS, beam_width=4), "fork")
+    handle = engine.scheduler.waiting[-1]
+    while not handle.beam.has_forked:
+        engine.step()
+    blocks, beams = engine.scheduler.block_manager, handle.beam.beams
+    num_full = len(ids) // size
+    prompt_blocks = blocks.block_table(beams[0])[:num_full]
+    for beam in beams:
+        assert blocks.block_table(beam)[:num_full] == prompt_blocks
+    assert all(blocks.ref_count(b) == 4 for b in prompt_blocks)
+    copies = np.array(blocks._copies)
+    assert len(copies) == 4 and len(set(copies[:, 0].tolist())) == 1  # the prompt's last block
+    engine.step()  # the copies run before this step's forward, which writes one slot past them
+    kv = engine.model_runner.kv_cache
+    filled = len(ids) % size
+    for source, dest in copies.tolist():
+        assert torch.equal(kv[:, :, dest, :filled], kv[:, :, source, :filled])
+    while engine.has_unfinished():
+        engine.step()
+    assert blocks.num_free_blocks == blocks.num_total_blocks
