@@ -208,6 +208,22 @@ def _logit_bias(arrays: dict[str, np.ndarray]) -> tuple[tuple[int, float], ...]:
     return tuple((int(t), float(bias[t])) for t in np.flatnonzero(bias))
 
 
+def _beams(arrays: dict[str, np.ndarray]) -> dict:
+    """Beam search, as the tensorrtllm backend takes it: beam_width, len_penalty (the ensemble's
+    length_penalty) and early_stopping (a bool: TensorRT-LLM's 1 or 0; unsent, its default 1)."""
+    width = int(_scalar(arrays, "beam_width", 1))
+    if width > 1 and int(_scalar(arrays, "num_return_sequences", 1)) > 1:
+        raise ValueError(
+            f"num_return_sequences with beam_width={width}: every beam comes back in one "
+            f"response ([1, {width}, tokens]); send num_return_sequences=1"
+        )
+    return {
+        "beam_width": width,
+        "length_penalty": float(_scalar(arrays, "len_penalty", 1.0)),
+        "early_stopping": int(bool(_scalar(arrays, "early_stopping", True))),
+    }
+
+
 def _lora_name(arrays: dict[str, np.ndarray], lora_dir: str | None) -> str | None:
     """The adapter lora_task_id names (the repository's adapter dir, read again each time, so
     an adapter copied in while serving is found); None without one."""
@@ -286,6 +302,7 @@ def from_arrays(
         guide=_guide(arrays),
         **_scores(arrays),
         **_sampling(arrays),
+        **_beams(arrays),
     )
     return LLMRequest(
         prompt_token_ids=prompt,
