@@ -1,5 +1,5 @@
-"""Beam search served by a real tritonserver: the `tensorrt_llm` model and the ensemble return
-transformers' beams in the tensorrtllm backend's shapes (output_ids [1, beams, tokens],
+"""Beam search served by a real tritonserver: the `tensorrt_llm` model, the ensemble and the BLS
+return transformers' beams in the tensorrtllm backend's shapes (output_ids [1, beams, tokens],
 sequence_length / cum_log_probs [1, beams], output_log_probs [1, beams, tokens], text_output
 flat [beams]), streamed or not; a width above the build's is refused by name."""
 
@@ -70,8 +70,9 @@ def test_tensorrt_llm_returns_transformers_beams(server, hf, width, length_penal
         assert np.all(row[:n] < 0) and total <= row[:n].sum() + 1e-3
 
 
+@pytest.mark.parametrize("model_name", ["ensemble", "tensorrt_llm_bls"])
 @pytest.mark.parametrize("streaming", [False, True])
-def test_ensemble_returns_every_beam_text_flat(server, hf, streaming):
+def test_every_beam_text_comes_back_flat(server, hf, model_name, streaming):
     model, tokenizer = hf
     width = 2
     prompt = tokenizer.apply_chat_template(
@@ -84,7 +85,7 @@ def test_ensemble_returns_every_beam_text_flat(server, hf, streaming):
         "stream": np.array([[streaming]], bool),
         "exclude_input_in_output": np.array([[True]], bool),
     }
-    results = stream(server, "ensemble", inputs, ["text_output", "sequence_length"])
+    results = stream(server, model_name, inputs, ["text_output", "sequence_length"])
     assert len(results) == 1  # the beams are settled at the end: one response, streamed or not
     texts = [t.decode() for t in results[0].as_numpy("text_output")]
     ids = tokenizer.encode(prompt)
