@@ -123,3 +123,21 @@ def test_forked_beams_share_the_prompt_blocks_and_copy_the_partial_one(engine, p
     while engine.has_unfinished():
         engine.step()
     assert blocks.num_free_blocks == blocks.num_total_blocks
+
+
+def test_a_cancelled_beam_request_frees_its_beams(engine, prompts):
+    engine.add_request(prompts[0], SamplingParams(max_tokens=NUM_TOKENS, beam_width=4), "gone")
+    engine.add_request(prompts[1], SamplingParams(max_tokens=NUM_TOKENS), "stays")
+    handle = engine.scheduler.waiting[0]
+    while not handle.beam.has_forked:
+        engine.step()
+    engine.step()
+    assert engine.abort("gone")
+    deltas = []
+    while engine.has_unfinished():
+        deltas += engine.step()
+    assert [d.finish_reason for d in deltas if d.request_id == "gone"] == ["cancelled"]
+    assert any(d.finished and d.request_id == "stays" for d in deltas)
+    assert engine.scheduler.beams.num_requests == 0 and not engine.scheduler.running
+    blocks = engine.scheduler.block_manager
+    assert blocks.num_free_blocks == blocks.num_total_blocks

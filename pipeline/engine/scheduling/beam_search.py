@@ -180,11 +180,13 @@ class BeamSearch:
         return child
 
     def _release(self, seqs: list[Sequence]) -> None:
-        """Drop these beams from the queues and their blocks' references; the handle stays the
-        request's (out of the queues)."""
+        """Drop these beams from the queues and their blocks' references; a launch still in
+        flight finds them finished. The handle stays the request's (out of the queues)."""
         for seq in seqs:
             (self.running if seq.status == SequenceStatus.RUNNING else self.waiting).remove(seq)
             self.block_manager.free(seq)
+            if seq is not seq.beam.handle:
+                seq.status = SequenceStatus.FINISHED
 
     def _finish(self, request: BeamRequest) -> None:
         handle, hypotheses = request.handle, request.group.hypotheses
@@ -198,6 +200,8 @@ class BeamSearch:
 
     def cancel(self, request: BeamRequest, reason: str) -> Sequence:
         """End the request now (cancelled, or failed): its live beams are released."""
+        if request.handle.is_finished:
+            return request.handle
         self._release(request.beams)
         request.pending.clear()
         request.handle.mark_finished(reason)
