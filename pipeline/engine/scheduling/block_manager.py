@@ -105,6 +105,11 @@ class BlockManager:
         child.num_blocks = len(blocks)
         return True
 
+    @property
+    def has_copies(self) -> bool:
+        """Copies wait for the next step (a beam request's forks, even if it ended since)."""
+        return bool(self._copies)
+
     def take_copies(self) -> np.ndarray | None:
         """The block copies decided since last taken ([N, 2] (source, destination)), or None."""
         if not self._copies:

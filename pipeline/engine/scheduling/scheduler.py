@@ -93,7 +93,7 @@ class Scheduler:
             self._schedule_batch(seqs, num_tokens)
         batch = scheduler_output(seqs, num_tokens, self.block_manager.tables)
         # the host tier's and forked beams' copies run before this step
-        if (self.caches_prefixes or self.beams.num_requests) and seqs:
+        if (self.caches_prefixes or self.block_manager.has_copies) and seqs:
             copies = self.block_manager.take_copies()
             if copies is not None:
                 batch = dataclasses.replace(batch, blocks_to_copy=copies)
