@@ -141,3 +141,18 @@ def test_a_cancelled_beam_request_frees_its_beams(engine, prompts):
     assert engine.scheduler.beams.num_requests == 0 and not engine.scheduler.running
     blocks = engine.scheduler.block_manager
     assert blocks.num_free_blocks == blocks.num_total_blocks
+
+
+def test_beams_without_prefix_caching(smollm_beam_engine_dir, prompts, hf_model):
+    """The plain block manager shares and frees forked blocks by its own holder counts."""
+    engine = LLMEngine.from_engine_dir(
+        smollm_beam_engine_dir, device="cpu", enable_prefix_caching=False
+    )
+    assert not engine.scheduler.block_manager.caches_prefixes
+    params = SamplingParams(max_tokens=NUM_TOKENS, beam_width=4, early_stopping=0)
+    outs = engine.generate(prompts, params)
+    for ids, out in zip(prompts, outs, strict=True):
+        expected = hf_beams(hf_model, ids, 4, 1.0, False, engine.eos_token_ids)
+        assert [list(b.token_ids) for b in out.beams] == expected
+    blocks = engine.scheduler.block_manager
+    assert blocks.num_free_blocks == blocks.num_total_blocks and not blocks._extra_holders
