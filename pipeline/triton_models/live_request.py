@@ -128,7 +128,7 @@ class LiveRequest:
         ids = (request.params.pad_id, request.params.end_id)
         pad_id = next((i for i in ids if i is not None and i >= 0), 0)
         beams = beam_arrays(
-            self.beams,
+            self.beams[: request.num_beams_returned or None],
             [] if excluded else request.prompt_token_ids,
             pad_id,
             None if self.text is None else self.text.decode_whole,

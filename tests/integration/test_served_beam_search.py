@@ -102,3 +102,21 @@ def test_beam_width_above_the_build_is_refused(server):
     }
     with pytest.raises(InferenceServerException, match="max_beam_width=4"):
         stream(server, "ensemble", inputs, ["text_output"])
+
+
+def test_num_return_sequences_returns_the_best_beams(server, hf):
+    model, tokenizer = hf
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": QUESTIONS[0]}], add_generation_prompt=True, tokenize=False
+    )
+    inputs = {
+        "text_input": np.array([[prompt]], object),
+        "max_tokens": np.array([[NUM_TOKENS]], np.int32),
+        "beam_width": np.array([[4]], np.int32),
+        "num_return_sequences": np.array([[2]], np.int32),
+        "exclude_input_in_output": np.array([[True]], bool),
+    }
+    (result,) = stream(server, "ensemble", inputs, ["text_output", "sequence_length"])
+    texts = [t.decode() for t in result.as_numpy("text_output")]
+    expected = hf_beams(model, tokenizer.encode(prompt), 4, 1.0, True, (tokenizer.eos_token_id,))
+    assert texts == [tokenizer.decode(b, skip_special_tokens=True) for b in expected[:2]]

@@ -312,8 +312,11 @@ def test_beam_inputs_reach_the_engine():
     assert (p.beam_width, p.length_penalty, p.early_stopping) == (3, 0.5, 0)
     plain = from_arrays(request_arrays(), default_exclude_input=True).params
     assert (plain.beam_width, plain.length_penalty, plain.early_stopping) == (1, 1.0, 1)
-    with pytest.raises(ValueError, match="send num_return_sequences=1"):
-        from_arrays(request_arrays(beam_width=[[2]], num_return_sequences=[[2]]), True)
+    assert from_arrays(arrays, True).num_beams_returned == 0  # unsent: every beam
+    best = from_arrays(request_arrays(beam_width=[[3]], num_return_sequences=[[2]]), True)
+    assert (best.num_sequences, best.num_beams_returned) == (1, 2)
+    with pytest.raises(ValueError, match="send at most 3"):
+        from_arrays(request_arrays(beam_width=[[3]], num_return_sequences=[[4]]), True)
 
 
 def test_encoder_decoder_and_beam_inputs_are_taken_and_unused():
