@@ -72,8 +72,10 @@ class BeamRequest:
             p.beam_width, p.length_penalty, p.early_stopping, p.max_tokens, handle.end_ids
         )
         self.beams: list[Sequence] = [handle]  # the live beams, in the group's order
-        # each live beam's candidates once a launch scored it: (LaunchBeamCandidates, its row)
+        # each live beam's candidates: (LaunchBeamCandidates, its row), once a launch scores it
+        # (a failed launch's are replaced by the next), and once that launch was read
         self.pending: dict[Sequence, tuple] = {}
+        self.scored: dict[Sequence, tuple] = {}
 
     @property
     def has_forked(self) -> bool:
@@ -118,8 +120,11 @@ class BeamSearch:
         """Beams whose launch was read: step each group all of whose beams are scored; returns
         the handles of the requests that finished."""
         finished = []
+        for seq in seqs:
+            if seq in seq.beam.pending:
+                seq.beam.scored[seq] = seq.beam.pending.pop(seq)
         for request in {seq.beam: None for seq in seqs}:
-            if request.handle.is_finished or len(request.pending) < len(request.beams):
+            if request.handle.is_finished or len(request.scored) < len(request.beams):
                 continue
             if self._step(request):
                 finished.append(request.handle)
@@ -131,9 +136,9 @@ class BeamSearch:
         values = np.empty((len(beams), k), np.float32)
         ids = np.empty((len(beams), k), np.int64)
         for i, seq in enumerate(beams):
-            launch, row = request.pending[seq]
+            launch, row = request.scored[seq]
             values[i], ids[i] = launch.row(row, k)
-        request.pending.clear()
+        request.scored.clear()
         handle = request.handle
         if handle.first_token_time_s is None:
             handle.first_token_time_s = time.perf_counter()
@@ -204,6 +209,7 @@ class BeamSearch:
             return request.handle
         self._release(request.beams)
         request.pending.clear()
+        request.scored.clear()
         request.handle.mark_finished(reason)
         self.num_requests -= 1
         return request.handle
