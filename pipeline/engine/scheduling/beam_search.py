@@ -96,9 +96,12 @@ def new_beam_request(seq: Sequence) -> None:
 class BeamSearch:
     """The live beam requests' sequences in the scheduler's queues (the same list objects)."""
 
-    def __init__(self, block_manager: BlockManager, running: list, waiting: deque):
+    def __init__(
+        self, block_manager: BlockManager, running: list, waiting: deque, max_batch_size: int
+    ):
         self.block_manager = block_manager
         self.running, self.waiting = running, waiting
+        self.max_batch_size = max_batch_size
         self.num_requests = 0  # live beam requests (0: the scheduler skips all of this)
 
     def admits(self, seq: Sequence, max_batch_size: int, is_no_evict: bool) -> bool:
@@ -155,19 +158,25 @@ class BeamSearch:
             if parent is not handle and id(parent) not in taken:
                 taken.add(id(parent))
                 first_of[j] = parent
-        new_beams = [
-            first_of.get(j) or self._fork(beams[b.parent]) for j, b in enumerate(next_beams)
-        ]
+        released = [seq for seq in beams if id(seq) not in taken]
+        # batch rows the forks may take: a preempted beam's fork must not overfill the batch
+        rows = self.max_batch_size - len(self.running)
+        rows += sum(seq.status == SequenceStatus.RUNNING for seq in released)
+        new_beams = []
+        for j, beam in enumerate(next_beams):
+            seq = first_of.get(j) or self._fork(beams[beam.parent], rows > 0)
+            rows -= j not in first_of and seq.status == SequenceStatus.RUNNING
+            new_beams.append(seq)
         for seq, beam in zip(new_beams, next_beams, strict=True):
             seq.token_ids.append(beam.token_id)
-        self._release([seq for seq in beams if id(seq) not in taken])
+        self._release(released)
         request.beams = new_beams
         return False
 
-    def _fork(self, parent: Sequence) -> Sequence:
+    def _fork(self, parent: Sequence, has_row: bool) -> Sequence:
         """A new beam with the parent's tokens and K/V: shared full blocks and a copy of the
-        partial one; without blocks for it (or a preempted parent), it recomputes from its
-        tokens like a preempted sequence."""
+        partial one; without a batch row or blocks for it (or a preempted parent), it waits
+        and recomputes from its tokens like a preempted sequence."""
         child = copy.copy(parent)
         child.token_ids = list(parent.token_ids)
         child.block_hashes = list(parent.block_hashes)
@@ -175,7 +184,7 @@ class BeamSearch:
         child._pending_logprobs = deque()
         child.beam = parent.beam
         child.needs_host_tokens = True
-        if parent.block_row >= 0 and self.block_manager.fork(parent, child):
+        if has_row and parent.block_row >= 0 and self.block_manager.fork(parent, child):
             child.status = SequenceStatus.RUNNING
             self.running.append(child)
         else:

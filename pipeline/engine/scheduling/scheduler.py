@@ -72,7 +72,7 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self.suspects: set[Sequence] = set()  # in a failed launch, not yet sampled alone
-        self.beams = BeamSearch(block_manager, self.running, self.waiting)
+        self.beams = BeamSearch(block_manager, self.running, self.waiting, max_batch_size)
 
     def add(self, seq: Sequence) -> None:
         if seq.params.beam_width > 1:
