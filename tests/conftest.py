@@ -108,6 +108,15 @@ def smollm_engine_dir(session_workdir, smollm_ckpt_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm_beam_engine_dir(session_workdir, smollm_ckpt_dir) -> Path:
+    """The shared SmolLM2 engine's limits, built for beam search up to width 4."""
+    from pipeline.stages import build
+
+    overrides = (*SMOLLM_ENGINE_OVERRIDES, "build.max_beam_width=4")
+    return build.run(make_spec("build", *overrides, workdir=session_workdir))
+
+
+@pytest.fixture(scope="session")
 def bench_overrides(session_workdir) -> tuple[str, ...]:
     """bench/profile/sweep/regress on the shared engine, with a private repository and ports;
     one torch thread in the served model too, as in this process (a like-for-like ratio)."""

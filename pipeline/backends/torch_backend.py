@@ -24,14 +24,18 @@ from pipeline.specs.pipeline import PipelineSpec
 log = logging.getLogger(__name__)
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
+# beam search scores a group's W x 2W candidates on the host each step: wider groups are
+# better served by TensorRT-LLM's device kernels
+MAX_BEAM_WIDTH = 64
 
 
 def _build_problems(build) -> list[str]:
     problems = []
-    if build.max_beam_width != 1:
+    if not 1 <= build.max_beam_width <= MAX_BEAM_WIDTH:
         problems.append(
-            f"build.max_beam_width={build.max_beam_width}: the torch engine decodes "
-            f"with beam width 1 only; set build.max_beam_width=1 (or backend=trtllm)"
+            f"build.max_beam_width={build.max_beam_width}: the torch engine's beam search "
+            f"takes widths 1 to {MAX_BEAM_WIDTH}; set build.max_beam_width in that range (or "
+            f"backend=trtllm)"
         )
     if build.kv_cache_type.lower() != "paged":
         problems.append(
@@ -129,7 +133,7 @@ def build_engine_dir(
         "max_input_len": build.max_input_len,
         "max_seq_len": build.max_seq_len,
         "max_num_tokens": build.max_num_tokens,
-        "max_beam_width": 1,
+        "max_beam_width": build.max_beam_width,
         "kv_cache_type": "PAGED",
         "kv_cache_dtype": cfg["dtype"],
         "plugin_config": {

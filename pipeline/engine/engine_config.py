@@ -172,6 +172,7 @@ class EngineConfig:
     host_kv_cache_gb: float = 0.0
     speculation: SpecConfig = SpecConfig()
     lora: LoraOptions | None = None
+    max_beam_width: int = 1  # the build's: beam search up to this width
 
 
 def resolve_device(device: str) -> torch.device:
@@ -314,6 +315,7 @@ def _engine_config(
         gpu_weight_budget_gb=weight_budget,
         enable_prefix_caching=prefix_caching,
         host_kv_cache_gb=opts.host_kv_cache_gb,
+        max_beam_width=build.get("max_beam_width", 1),
         speculation=spec_config(opts.speculation, where),
         lora=None
         if opts.lora_dir is None

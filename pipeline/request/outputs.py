@@ -32,6 +32,20 @@ class RequestMetrics:
 
 
 @dataclass(frozen=True, slots=True)
+class BeamOutput:
+    """One of a beam-search request's beams (params.beam_width > 1), as TensorRT-LLM returns
+    each beam: its generated tokens (an end token is not kept), their log probabilities, the
+    cumulative log probability (an end token's included) and the length-penalized score that
+    ranks it."""
+
+    token_ids: list[int]
+    cum_logprob: float
+    logprobs: list[float]
+    finish_reason: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
 class StreamDelta:
     request_id: str
     token_ids: list[int]  # generated this step (empty when the step ended on eos or a cancel)
@@ -44,6 +58,7 @@ class StreamDelta:
     prompt: PromptScores | None = None  # on the request's first delta (params.scores_prompt)
     generation_logits: np.ndarray | None = None  # [len(token_ids), V] float32
     metrics: RequestMetrics | None = None  # on the final delta (params.return_perf_metrics)
+    beams: tuple[BeamOutput, ...] | None = None  # on the final delta: every beam, best first
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +76,4 @@ class RequestOutput:
     top_logprobs: list[TopLogprobs] | None = None  # of token_ids (params.logprobs > 0)
     prompt: PromptScores | None = None  # params.prompt_logprobs / return_context_logits
     generation_logits: np.ndarray | None = None  # [len(token_ids), V] float32
+    beams: tuple[BeamOutput, ...] | None = None  # params.beam_width > 1: every beam, best first

@@ -69,6 +69,12 @@ def _problems(p: "SamplingParams") -> list[str]:
     for name in ("min_tokens", "prompt_ignore_length"):
         if not 0 <= getattr(p, name) <= MAX_INT32:
             problems.append(f"{name}={getattr(p, name)} must be in [0, {MAX_INT32}]")
+    if not 1 <= p.beam_width <= MAX_INT32:
+        problems.append(f"beam_width={p.beam_width} must be in [1, {MAX_INT32}] (1: no beams)")
+    if not math.isfinite(p.length_penalty):
+        problems.append(f"length_penalty={p.length_penalty} must be finite")
+    if not 0 <= p.early_stopping <= MAX_INT32:
+        problems.append(f"early_stopping={p.early_stopping} must be in [0, {MAX_INT32}]")
     if p.lora_name is not None and not LORA_NAME.match(p.lora_name):
         problems.append(f"lora_name={p.lora_name!r} is not an adapter name ({LORA_NAME.pattern})")
     for name in ("logprobs", "prompt_logprobs"):
@@ -121,6 +127,13 @@ class SamplingParams:
     lora_name: str | None = None  # the LoRA adapter to generate with (None: the base model)
     # a grammar the output follows (guided decoding); None: free
     guide: GuidedDecoding | None = None
+    # beam search (TensorRT-LLM's beam_width / length_penalty / early_stopping): beam_width > 1
+    # returns that many beams, best first, ranked by cum_logprob / length ** length_penalty;
+    # early_stopping 1 ends once beam_width beams finished, 0 when no live beam can beat them,
+    # > 1 scores live beams at max_tokens (transformers' True / False / "never")
+    beam_width: int = 1
+    length_penalty: float = 1.0
+    early_stopping: int = 1
     # any penalty set (derived; the sampler reads it for every sequence of every launch)
     has_penalties: bool = field(init=False, repr=False, compare=False)
 

@@ -66,7 +66,7 @@ class BuildSpec:
     max_input_len: int = 1024
     max_seq_len: int = 2048
     max_num_tokens: int = 8192
-    max_beam_width: int = 1
+    max_beam_width: int = 1  # beam search up to this width (backend=torch: 1 to 64)
     tokens_per_block: int = 32
     kv_cache_type: str = "paged"
     # GB (10^9 bytes) of weights a GPU keeps resident; the rest stream from host memory each

@@ -67,6 +67,10 @@ class TextStream:
         self._pieces.append(piece)
         return piece
 
+    def decode_whole(self, token_ids: list[int]) -> str:
+        """Other tokens' text at once (a beam-search request's beams), this stream untouched."""
+        return self._decode(token_ids)
+
     def _finish(self) -> str:
         """The rest of the decode of all tokens, unfinished characters included."""
         whole, sent = self._decode(self.token_ids), "".join(self._pieces)

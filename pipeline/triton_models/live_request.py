@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.request import StreamDelta
+from pipeline.request.outputs import BeamOutput
+from pipeline.triton_models.beam_outputs import BeamArrays, beam_arrays
 from pipeline.triton_models.detokenizer import TextStream
 from pipeline.triton_models.llm_request import LLMRequest
 from pipeline.triton_models.output_scores import OutputScores, ScoresSoFar
@@ -31,6 +33,7 @@ class OutputChunk:
     # the final chunk's: prompt blocks the prefix cache held (kv_cache_reused_blocks)
     num_reused_blocks: int | None = None
     scores: OutputScores | None = None  # top log probabilities, logits, perf metrics (asked)
+    beams: BeamArrays | None = None  # beam search's final chunk: every beam (token_ids empty)
 
 
 @dataclass(slots=True)
@@ -58,6 +61,7 @@ class LiveRequest:
     block_size: int = 0  # the engine's tokens a KV block (0: reused blocks not reported)
     num_cached_tokens: int = 0  # prompt tokens the prefix cache held (from the final delta)
     scores: ScoresSoFar | None = None  # made by the first delta that brings any
+    beams: tuple[BeamOutput, ...] | None = None  # beam search: from the final delta
 
     def take(self, delta: StreamDelta, now: float) -> None:
         if not self.first_token_at and delta.token_ids:
@@ -76,6 +80,8 @@ class LiveRequest:
         ):
             self.scores = self.scores or ScoresSoFar()
             self.scores.take(delta)
+        if delta.beams is not None:
+            self.beams = delta.beams
         self.is_finished = delta.finished
         self.error = delta.error
         if delta.finished:
@@ -88,6 +94,8 @@ class LiveRequest:
         )
 
     def chunk(self) -> OutputChunk:
+        if self.beams is not None:
+            return self._beam_chunk()
         logprobs = self.logprobs
         if self.request.is_streaming:  # TensorRT-LLM streams new tokens only, prompt or not
             ids, self.tokens = self.tokens, []
@@ -112,4 +120,32 @@ class LiveRequest:
             if self.is_finished and self.block_size
             else None,
             None if self.scores is None else self.scores.chunk(self.request.is_streaming),
+        )
+
+    def _beam_chunk(self) -> OutputChunk:
+        request = self.request
+        excluded = request.is_input_excluded or request.is_streaming
+        ids = (request.params.pad_id, request.params.end_id)
+        pad_id = next((i for i in ids if i is not None and i >= 0), 0)
+        beams = beam_arrays(
+            self.beams[: request.num_beams_returned or None],
+            [] if excluded else request.prompt_token_ids,
+            pad_id,
+            None if self.text is None else self.text.decode_whole,
+        )
+        return OutputChunk(
+            np.zeros(0, np.int32),
+            True,
+            # asked for log probabilities: the beams' are in `beams`
+            logprobs=None if request.params.logprobs is None else np.zeros(0, np.float32),
+            sequence_index=self.sequence_index,
+            num_input_tokens=len(request.prompt_token_ids)
+            if request.wants_num_input_tokens
+            else None,
+            is_output_counted=request.wants_num_output_tokens,
+            num_reused_blocks=self.num_cached_tokens // self.block_size
+            if self.block_size
+            else None,
+            scores=None if self.scores is None else self.scores.chunk(request.is_streaming),
+            beams=beams,
         )

@@ -77,6 +77,8 @@ class LLMRequest:
     is_streaming: bool
     is_input_excluded: bool
     num_sequences: int = 1  # num_return_sequences: independent samples, each its own responses
+    # beam search: how many of the best beams the response holds (num_return_sequences; 0: all)
+    num_beams_returned: int = 0
     wants_num_input_tokens: bool = False
     wants_num_output_tokens: bool = False
 
@@ -208,6 +210,32 @@ def _logit_bias(arrays: dict[str, np.ndarray]) -> tuple[tuple[int, float], ...]:
     return tuple((int(t), float(bias[t])) for t in np.flatnonzero(bias))
 
 
+def _beams(arrays: dict[str, np.ndarray]) -> dict:
+    """Beam search, as the tensorrtllm backend takes it: beam_width, len_penalty (the ensemble's
+    length_penalty) and early_stopping (a bool: TensorRT-LLM's 1 or 0; unsent, its default 1)."""
+    width = int(_scalar(arrays, "beam_width", 1))
+    return {
+        "beam_width": width,
+        "length_penalty": float(_scalar(arrays, "len_penalty", 1.0)),
+        "early_stopping": int(bool(_scalar(arrays, "early_stopping", True))),
+    }
+
+
+def _returned(arrays: dict[str, np.ndarray], beam_width: int) -> dict:
+    """num_return_sequences: independent samples (beam width 1), or with beam search the best
+    that many beams, in one response ("the number of beams to be returned will be limited by
+    numReturnSequences": docs/source/advanced/executor.md, TensorRT-LLM 1.2)."""
+    num = int(_scalar(arrays, "num_return_sequences", 1))
+    if beam_width == 1:
+        return {"num_sequences": num}
+    if num > beam_width:
+        raise ValueError(
+            f"num_return_sequences={num} is above beam_width={beam_width} (beam search returns "
+            f"its best beams); send at most {beam_width}"
+        )
+    return {"num_beams_returned": num if "num_return_sequences" in arrays else 0}
+
+
 def _lora_name(arrays: dict[str, np.ndarray], lora_dir: str | None) -> str | None:
     """The adapter lora_task_id names (the repository's adapter dir, read again each time, so
     an adapter copied in while serving is found); None without one."""
@@ -286,13 +314,14 @@ def from_arrays(
         guide=_guide(arrays),
         **_scores(arrays),
         **_sampling(arrays),
+        **_beams(arrays),
     )
     return LLMRequest(
         prompt_token_ids=prompt,
         params=params,
         is_streaming=bool(_scalar(arrays, "streaming", False)),
         is_input_excluded=bool(_scalar(arrays, "exclude_input_in_output", default_exclude_input)),
-        num_sequences=int(_scalar(arrays, "num_return_sequences", 1)),
+        **_returned(arrays, params.beam_width),
         wants_num_input_tokens=bool(_scalar(arrays, "return_num_input_tokens", False)),
         wants_num_output_tokens=bool(_scalar(arrays, "return_num_output_tokens", False)),
     )

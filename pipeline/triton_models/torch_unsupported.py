@@ -45,10 +45,11 @@ ABSENT_FEATURES = {
     "retention_decode_priority": "no KV-cache retention priorities",
     "retention_decode_duration_ms": "no KV-cache retention priorities",
 }
-# Accepted and unused, as the tensorrtllm backend uses them with a decoder-only engine without
-# beam search: decoder_text_input, decoder_input_ids and decoder_input_lengths (an
-# encoder-decoder model's decoder prompt; upstream's preprocessing always sends one), and beam
-# search's early_stopping and beam_search_diversity_rate (as length_penalty).
+# Accepted and unused, as the tensorrtllm backend uses them with a decoder-only engine:
+# decoder_text_input, decoder_input_ids and decoder_input_lengths (an encoder-decoder model's
+# decoder prompt; upstream's preprocessing always sends one). Beam search's beam_width,
+# len_penalty and early_stopping are served (llm_request.py); beam_search_diversity_rate is
+# refused with beam_width > 1 (the engine has no diverse beam search) and unused without.
 
 
 def _describe(value: np.ndarray) -> str:
@@ -63,10 +64,17 @@ def refuse_unsupported(arrays: dict[str, np.ndarray]) -> None:
     """Raise ValueError naming every input of this request backend=torch cannot serve."""
     problems = []
     beam_width = arrays.get("beam_width")
-    if beam_width is not None and beam_width.size and int(beam_width.reshape(-1)[0]) > 1:
+    diversity = arrays.get("beam_search_diversity_rate")
+    if (
+        beam_width is not None
+        and beam_width.size
+        and int(beam_width.reshape(-1)[0]) > 1
+        and diversity is not None
+        and diversity.any()
+    ):
         problems.append(
-            f"beam_width={int(beam_width.reshape(-1)[0])} (it has no beam search; send "
-            f"beam_width=1 or leave it out)"
+            f"beam_search_diversity_rate={_describe(diversity)} (no diverse beam search; "
+            f"leave it out or send 0)"
         )
     for name, lacking in ABSENT_FEATURES.items():
         value = arrays.get(name)

@@ -14,14 +14,16 @@ def delta_scores(seq: Sequence, num_new: int, block_size: int) -> dict:
     """StreamDelta's top_logprobs / prompt / generation_logits / metrics of seq's newest num_new
     tokens."""
     params = seq.params
+    # a beam-search request's final delta carries its beams
+    beams = _NONE if seq.beam_outputs is None else {"beams": seq.beam_outputs}
     if not (
         params.logprobs
         or params.return_generation_logits
         or params.return_perf_metrics
         or seq.prompt_scores
     ):
-        return _NONE
-    scores = {}
+        return beams
+    scores = dict(beams)
     if seq.top_logprobs is not None:
         scores["top_logprobs"] = seq.top_logprobs[len(seq.top_logprobs) - num_new :]
     if seq.generation_logits is not None:
@@ -48,6 +50,8 @@ def delta_row(d: StreamDelta) -> tuple:
     asked for some."""
     row = (d.request_id, d.token_ids, d.finished, d.finish_reason, d.error, d.logprobs)
     row += (d.num_cached_tokens,)
+    if d.beams is not None:
+        return (*row, d.top_logprobs, d.prompt, d.generation_logits, d.metrics, d.beams)
     if d.top_logprobs is None and d.prompt is None and d.generation_logits is None:
         return row if d.metrics is None else (*row, None, None, None, d.metrics)
     return (*row, d.top_logprobs, d.prompt, d.generation_logits, d.metrics)

@@ -18,6 +18,7 @@ from pipeline.engine.execution.phase_range import phase
 from pipeline.engine.execution.weights import load_rank_weights
 from pipeline.engine.kernels.tuned_configs import install_engine_configs
 from pipeline.engine.lora.manager import UnknownAdapter
+from pipeline.engine.scheduling.beam_search import check_beam_request
 from pipeline.engine.scheduling.block_manager import BlockManager
 from pipeline.engine.scheduling.prefix_cache import PrefixCachingBlockManager, prefix_cache_stats
 from pipeline.engine.scheduling.sampled_tokens import SampledTokens
@@ -114,6 +115,7 @@ class LLMEngine:
         )
         self.max_batch_size, self.max_num_tokens = config.max_batch_size, config.max_num_tokens
         self.scheduler_policy = config.scheduler_policy
+        self.max_beam_width = config.max_beam_width
         self._requests: dict[str, Sequence] = {}  # unfinished, by request id
         self._cancelled: list[StreamDelta] = []  # reported by the next step()
         self.overlap_scheduling = config.overlap_scheduling
@@ -145,6 +147,8 @@ class LLMEngine:
                 "request: prompt_logprobs / return_context_logits need an engine of one rank "
                 "(this one has tp_size x pp_size > 1); leave them out"
             )
+        if params.beam_width > 1:
+            check_beam_request(params, self.max_beam_width, self.model_runner.mapping.world_size)
         if params.guide is not None:  # compiled here, off the engine thread when served
             self.grammar_compiler().compile(params.guide)
 

@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from pipeline.engine import kernels
 from pipeline.engine.engine_config import EngineConfig
+from pipeline.engine.execution.block_copies import copy_blocks
 from pipeline.engine.execution.cuda_graph_runner import CudaGraphRunner
 from pipeline.engine.execution.grammar_bitmask import GrammarBitmask, HostTokens
 from pipeline.engine.execution.host_buffers import PinnedRing
@@ -43,6 +44,7 @@ from pipeline.engine.execution.step_inputs import (
     with_verify_rows,
 )
 from pipeline.engine.layers.batch_metadata import BatchMetadata
+from pipeline.engine.layers.beam_scorer import LaunchBeamCandidates
 from pipeline.engine.layers.linear import kernel_counts
 from pipeline.engine.layers.sampler import Sampler
 from pipeline.engine.lora.manager import attach_lora
@@ -342,9 +344,11 @@ class ModelRunner:
                 self.host_tier.settle()
 
     def _launch(self, batch: SchedulerOutput, plan: LaunchPlan) -> SampledTokens:
-        if batch.blocks_to_copy is not None:  # the host tier's, every rank's, before all else
+        if batch.blocks_to_copy is not None:  # every rank's, before all else
             channel = self.ranks.channel if self.ranks else None
-            self.host_tier.copy(batch.blocks_to_copy, channel, batch.block_tables)
+            copy_blocks(
+                self.kv_cache, batch.blocks_to_copy, self.host_tier, channel, batch.block_tables
+            )
         if self.stage.link is not None:
             self.stage.link.settle()
         with phase("engine.prepare"):
@@ -363,10 +367,14 @@ class ModelRunner:
         step_tokens = {}  # guided: micro-batch -> its last step's tokens on the host
         if guided:
             self.grammar_bitmask.start_launch()
+        # beam rows (one rank, one step a launch): their candidates from the step's logits
+        beams = None if batch.beam_rows is None else LaunchBeamCandidates.plan(batch, self.device)
 
         def take_tokens(m: int, step: int, logits: torch.Tensor | None) -> torch.Tensor:
             nonlocal schedule_at
             with phase("engine.sample"):
+                if beams is not None and step == 0:
+                    beams.add(logits)
                 if m not in sampling:
                     sampling[m] = sampling_tensors(
                         packed[m].seqs, self.device, self.model.vocab_size

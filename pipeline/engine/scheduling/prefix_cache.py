@@ -201,6 +201,12 @@ class PrefixCachingBlockManager(BlockManager):
         self.block_hashes[block] = block_hash
         self.cached[block_hash] = block
 
+    def hold(self, block: int) -> None:
+        self.ref_counts[block] += 1
+
+    def ref_count(self, block: int) -> int:
+        return self.ref_counts[block]
+
     def _take_block(self) -> int:
         block = super()._take_block() if self.free_block_ids else self._evict()
         self.ref_counts[block] = 1

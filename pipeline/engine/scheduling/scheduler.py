@@ -26,6 +26,7 @@ from collections import deque
 
 import numpy as np
 
+from pipeline.engine.scheduling.beam_search import BeamSearch, beam_rows, new_beam_request
 from pipeline.engine.scheduling.block_manager import BlockManager
 from pipeline.engine.scheduling.lora_admission import lora_admits
 from pipeline.engine.scheduling.sampled_tokens import SampledTokens
@@ -71,8 +72,12 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self.suspects: set[Sequence] = set()  # in a failed launch, not yet sampled alone
+        self.beams = BeamSearch(block_manager, self.running, self.waiting, max_batch_size)
 
     def add(self, seq: Sequence) -> None:
+        if seq.params.beam_width > 1:
+            new_beam_request(seq)
+            self.beams.num_requests += 1
         self.waiting.append(seq)
 
     def has_unfinished(self) -> bool:
@@ -87,10 +92,13 @@ class Scheduler:
         if not seqs:
             self._schedule_batch(seqs, num_tokens)
         batch = scheduler_output(seqs, num_tokens, self.block_manager.tables)
-        if self.caches_prefixes and seqs:  # the host tier's copies run before this step
+        # the host tier's and forked beams' copies run before this step
+        if (self.caches_prefixes or self.block_manager.has_copies) and seqs:
             copies = self.block_manager.take_copies()
             if copies is not None:
                 batch = dataclasses.replace(batch, blocks_to_copy=copies)
+        if self.beams.num_requests:
+            batch = dataclasses.replace(batch, beam_rows=beam_rows(seqs))
         if self.max_loras:
             lora_ids = np.fromiter((s.lora_id for s in seqs), np.int64, len(seqs))
             batch = dataclasses.replace(batch, lora_ids=lora_ids)
@@ -141,6 +149,9 @@ class Scheduler:
         prefix is copied in from the host tier with this step's launch, so it runs from the
         next step (the copy overlaps this step instead of holding it up)."""
         if self.max_loras and not lora_admits(self.running, seq, self.max_loras):
+            return 0
+        beams = self.beams
+        if seq.beam is not None and not beams.admits(seq, self.max_batch_size, self.is_no_evict):
             return 0
         hit = None
         # its cached prefix is computed already; a request that scores its prompt computes it all
@@ -217,12 +228,20 @@ class Scheduler:
         if sampled.drafts is not None:
             return self._update_from_verify(sampled, tokens)
         num_seqs, num_steps = len(sampled.seqs), sampled.num_steps
-        updates = []
+        updates, beams = [], [] if self.beams.num_requests else None
         for row, seq in enumerate(sampled.seqs):
             seq.num_pending_tokens -= num_steps
             if seq.is_finished:
                 continue
+            if beams is not None and seq.beam is not None:  # the group chooses its tokens
+                beams.append(seq)
+                continue
             updates.append(self._append(seq, tokens[row::num_seqs]))
+        if beams:
+            for handle in self.beams.update(beams):
+                self.suspects.discard(handle)
+                num = handle.num_completion_tokens
+                updates.append((handle, num, num, handle.finish_reason, None))
         return updates
 
     def _update_from_verify(
@@ -278,7 +297,8 @@ class Scheduler:
         while blocks are short. False when seq itself had to be preempted."""
         needed = seq.kv_tokens_after(num_tokens, self.num_lookahead_tokens)
         while not self.block_manager.grow(seq, needed):
-            assert not self.is_no_evict, "guaranteed_no_evict reserved too few blocks"
+            # (a beam's blocks are not reserved: it grows, or preempts, as max_utilization)
+            assert not self.is_no_evict or seq.beam, "guaranteed_no_evict reserved too few blocks"
             victim = self.running[-1]
             self._preempt(victim)
             if victim is seq:
@@ -296,6 +316,10 @@ class Scheduler:
         self.num_preemptions += 1
 
     def finish(self, seq: Sequence, reason: str) -> None:
+        if seq.beam is not None:  # a beam fails its whole request
+            self.suspects.difference_update(seq.beam.beams)
+            self.beams.cancel(seq.beam, reason)
+            return
         # waiting: preempted while its last step was still in flight (overlap scheduling)
         (self.running if seq.status == SequenceStatus.RUNNING else self.waiting).remove(seq)
         self.block_manager.free(seq)
@@ -307,6 +331,9 @@ class Scheduler:
         for queue in (self.waiting, self.running):
             for seq in queue:
                 if seq.request_id == request_id:
+                    if seq.beam is not None:
+                        self.suspects.difference_update(seq.beam.beams)
+                        return self.beams.cancel(seq.beam, "cancelled")
                     queue.remove(seq)
                     self.block_manager.free(seq)
                     self.suspects.discard(seq)

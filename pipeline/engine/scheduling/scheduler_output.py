@@ -44,6 +44,7 @@ class SchedulerOutput:
     draft_token_ids: tuple[tuple[int, ...], ...] | None = None  # [B]: speculative decoding
     lora_ids: np.ndarray | None = None  # [B] each row's adapter
     grammar_rows: np.ndarray | None = None  # [S] rows whose next token a grammar constrains
+    beam_rows: np.ndarray | None = None  # rows that are beams (beam search scores their logits)
 
     def __len__(self) -> int:
         return len(self.seqs)

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from pipeline.engine.scheduling.prompt_scores import PromptScoresBuilder
-from pipeline.request.outputs import RequestOutput
+from pipeline.request.outputs import BeamOutput, RequestOutput
 from pipeline.request.sampling_params import SamplingParams
 
 
@@ -95,6 +95,10 @@ class Sequence:
         self.first_token_time_s: float | None = None
         self.finish_time_s: float | None = None
         self.reported_prompt_scores = None  # its PromptScores, once its first delta took them
+        # beam search (beam_search.py): its request's BeamRequest (every beam's and the handle's),
+        # and on the handle once done, the beams best first
+        self.beam = None
+        self.beam_outputs: tuple[BeamOutput, ...] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -245,6 +249,7 @@ class Sequence:
             top_logprobs=None if self.top_logprobs is None else list(self.top_logprobs),
             prompt=self.reported_prompt_scores,
             generation_logits=_stacked(self.generation_logits),
+            beams=self.beam_outputs,
         )
 
 

@@ -81,6 +81,8 @@ def tensors(part: "Part", out) -> list:
     probs with return_log_probs)."""
     caller = part.caller
     outputs, tensors = caller.outputs, []
+    if out.beams is not None:
+        return _beam_tensors(part, out)
     if "output_ids" in outputs:
         tensors.append(pb_utils.Tensor("output_ids", out.token_ids.reshape(1, 1, -1)))
     if "sequence_length" in outputs:
@@ -112,6 +114,38 @@ def tensors(part: "Part", out) -> list:
         tensors.append(pb_utils.Tensor("text_output", np.array([out.text.encode()], np.object_)))
     if scores is not None:
         tensors += scores.top_tensors(out.scores, outputs, pb_utils.Tensor)
+    return tensors
+
+
+def _beam_tensors(part: "Part", out) -> list:
+    """A beam-search request's final response: tensors() with a beam dim of every beam
+    (beam_outputs.py)."""
+    caller, beams = part.caller, out.beams
+    outputs, tensors = caller.outputs, []
+    if "output_ids" in outputs:
+        tensors.append(pb_utils.Tensor("output_ids", beams.token_ids[None]))
+    if "sequence_length" in outputs:
+        tensors.append(pb_utils.Tensor("sequence_length", beams.lengths[None]))
+    if out.logprobs is not None:  # asked for
+        if "cum_log_probs" in outputs:
+            tensors.append(pb_utils.Tensor("cum_log_probs", beams.cum_logprobs[None]))
+        if "output_log_probs" in outputs:
+            tensors.append(pb_utils.Tensor("output_log_probs", beams.logprobs[None]))
+    scores = None if out.scores is None else _output_scores()
+    if caller.is_batched and "batch_index" in outputs:
+        tensors.append(column("batch_index", part.batch_index, np.int32))
+    if scores is not None:
+        tensors += scores.perf_tensors(out.scores, outputs, pb_utils.Tensor)
+    if out.num_input_tokens is not None and "num_input_tokens" in outputs:
+        tensors.append(column("num_input_tokens", out.num_input_tokens, np.int32))
+    if out.is_output_counted and "num_output_tokens" in outputs:  # output_ids' size
+        tensors.append(column("num_output_tokens", beams.token_ids.size, np.int32))
+    has_perf = out.scores is not None and out.scores.metrics is not None
+    if out.num_reused_blocks is not None and "kv_cache_reused_blocks" in outputs and not has_perf:
+        tensors.append(column("kv_cache_reused_blocks", out.num_reused_blocks, np.int32))
+    if beams.texts is not None:
+        texts = np.array([text.encode() for text in beams.texts], np.object_)
+        tensors.append(pb_utils.Tensor("text_output", texts))
     return tensors
 
 

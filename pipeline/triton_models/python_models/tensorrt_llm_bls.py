@@ -370,6 +370,9 @@ class TritonPythonModel:
             return self._text_response(self._tokens(response), results)
         text = pb_utils.get_output_tensor_by_name(response, "text_output").as_numpy()
         length = pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy()
+        if length.size > 1:  # beam search: every beam's text, flat, as upstream's BLS sends it
+            texts = [t.decode() for t in text.reshape(-1)]
+            return self._string_response(texts, length.reshape(1, -1), results)
         return self._string_response(
             text.reshape(-1)[0].decode(), int(length.reshape(-1)[0]), results
         )
@@ -377,17 +380,20 @@ class TritonPythonModel:
     def _text_response(self, tokens: np.ndarray, results: dict):
         return self._string_response(self._decode(tokens), len(tokens), results)
 
-    def _string_response(self, text: str, num_tokens: int, results: dict):
+    def _string_response(self, text, num_tokens, results: dict):
         """Upstream's order: text_output (flat, as upstream's BLS returns it), the LLM model's
-        results; then sequence_length (ours)."""
+        results; then sequence_length (ours). text / num_tokens: a str and an int, or a beam
+        search's texts and lengths [1, beams]."""
+        texts = [text] if isinstance(text, str) else text
+        lengths = num_tokens if isinstance(num_tokens, np.ndarray) else [[num_tokens]]
         return pb_utils.InferenceResponse(
             output_tensors=[
-                pb_utils.Tensor("text_output", np.array([text.encode()], dtype=np.object_)),
+                pb_utils.Tensor("text_output", np.array([t.encode() for t in texts], np.object_)),
                 *(
                     pb_utils.Tensor(name, results[name])
                     for name in RESULTS
                     if name in results and not name.startswith("_")
                 ),
-                pb_utils.Tensor("sequence_length", np.array([[num_tokens]], np.int32)),
+                pb_utils.Tensor("sequence_length", np.asarray(lengths, np.int32)),
             ]
         )

@@ -279,6 +279,9 @@ class TritonPythonModel:
         if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.integer):
             return 1  # the engine request's own checks name what is wrong
         num = int(value.reshape(-1)[0])
+        width = arrays.get("beam_width")
+        if width is not None and width.size == 1 and int(width.reshape(-1)[0]) > 1:
+            return 1  # beam search: the best num beams, in one response
         if num > self.max_batch_size:
             raise ValueError(
                 f"num_return_sequences={num} is above this model's max_batch_size="

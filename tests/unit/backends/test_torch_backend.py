@@ -54,7 +54,7 @@ def tokenizer(tmp_path):
 @pytest.mark.parametrize(
     ("override", "match"),
     [
-        ("build.max_beam_width=2", "max_beam_width=1"),
+        ("build.max_beam_width=65", "widths 1 to 64"),
         ("build.kv_cache_type=continuous", "kv_cache_type=paged"),
         ("build.max_input_len=4096", "max_input_len=4096 exceeds"),
     ],

@@ -271,7 +271,10 @@ def test_upstream_sampling_inputs_reach_the_engine():
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
-        ({"beam_width": [[2]]}, "beam_width=2 (it has no beam search"),
+        (
+            {"beam_width": [[2]], "beam_search_diversity_rate": [[0.5]]},
+            "beam_search_diversity_rate=0.5 (no diverse beam search",
+        ),
         ({"lora_task_id": np.array([[7]], np.uint64)}, "lora_task_id=7 (no LoRA adapters"),
         (
             {"embedding_bias_weights": np.ones((1, 2), np.float32)},
@@ -302,8 +305,22 @@ def test_inputs_that_ask_for_nothing_pass():
     assert from_arrays(arrays, default_exclude_input=True).params.max_tokens == 4
 
 
+def test_beam_inputs_reach_the_engine():
+    """beam_width, len_penalty and early_stopping (a bool: TensorRT-LLM's 1 / 0)."""
+    arrays = request_arrays(beam_width=[[3]], len_penalty=[[0.5]], early_stopping=[[False]])
+    p = from_arrays(arrays, default_exclude_input=True).params
+    assert (p.beam_width, p.length_penalty, p.early_stopping) == (3, 0.5, 0)
+    plain = from_arrays(request_arrays(), default_exclude_input=True).params
+    assert (plain.beam_width, plain.length_penalty, plain.early_stopping) == (1, 1.0, 1)
+    assert from_arrays(arrays, True).num_beams_returned == 0  # unsent: every beam
+    best = from_arrays(request_arrays(beam_width=[[3]], num_return_sequences=[[2]]), True)
+    assert (best.num_sequences, best.num_beams_returned) == (1, 2)
+    with pytest.raises(ValueError, match="send at most 3"):
+        from_arrays(request_arrays(beam_width=[[3]], num_return_sequences=[[4]]), True)
+
+
 def test_encoder_decoder_and_beam_inputs_are_taken_and_unused():
-    """As the tensorrtllm backend with a decoder-only engine and no beam search: upstream's
+    """As the tensorrtllm backend with a decoder-only engine and beam width 1: upstream's
     preprocessing always sends a decoder prompt."""
     arrays = request_arrays(
         decoder_input_ids=np.array([[2]], np.int32),
