@@ -15,27 +15,32 @@ from pipeline.engine.execution.kv_swap import HostKVTier
 from pipeline.engine.execution.launch_channel import LaunchChannel
 
 
-def copy_blocks(
-    kv_cache: torch.Tensor,
-    pairs: np.ndarray,
-    host_tier: HostKVTier | None,
-    channel: LaunchChannel | None = None,
-    reads: np.ndarray | None = None,
-) -> None:
-    """Run the copies in order (kv_cache: [layers, 2, blocks, ...]). reads: the launch's block
-    tables, which decide whether the host tier's copies may run beside its forward
-    (HostKVTier.copy)."""
-    on_device = (pairs >= 0).all(axis=1)
-    if on_device.all():
-        _device_copies(kv_cache, pairs)
-        return
-    # runs of one kind, in order
-    edges = np.flatnonzero(np.diff(on_device.astype(np.int8))) + 1
-    for run in np.split(np.arange(len(pairs)), edges):
-        if on_device[run[0]]:
-            _device_copies(kv_cache, pairs[run])
-        else:
-            host_tier.copy(pairs[run], channel, reads)
+class BlockCopies:
+    """The runner's KV cache and its host tier, which the copies read and write."""
+
+    def __init__(self, kv_cache: torch.Tensor, host_tier: HostKVTier | None):
+        self.kv_cache = kv_cache  # [layers, 2, blocks, ...]
+        self.host_tier = host_tier
+
+    def copy(
+        self,
+        pairs: np.ndarray,
+        channel: LaunchChannel | None = None,
+        reads: np.ndarray | None = None,
+    ) -> None:
+        """Run the copies in order. reads: the launch's block tables, which decide whether the
+        host tier's copies may run beside its forward (HostKVTier.copy)."""
+        on_device = (pairs >= 0).all(axis=1)
+        if on_device.all():
+            _device_copies(self.kv_cache, pairs)
+            return
+        # runs of one kind, in order
+        edges = np.flatnonzero(np.diff(on_device.astype(np.int8))) + 1
+        for run in np.split(np.arange(len(pairs)), edges):
+            if on_device[run[0]]:
+                _device_copies(self.kv_cache, pairs[run])
+            else:
+                self.host_tier.copy(pairs[run], channel, reads)
 
 
 def _device_copies(kv_cache: torch.Tensor, pairs: np.ndarray) -> None:

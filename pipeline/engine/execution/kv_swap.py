@@ -27,7 +27,7 @@ import torch
 
 from pipeline.engine.execution.cuda_graph_runner import CudaGraphRunner
 from pipeline.engine.execution.launch_channel import SWAP, LaunchChannel
-from pipeline.engine.scheduling.host_block_pool import SwapCosts
+from pipeline.engine.scheduling.prefix_cache import SwapCosts
 from pipeline.errors import ConfigError
 
 # the most a batch's device buffer holds at once (a copy of more blocks goes in pieces): a step

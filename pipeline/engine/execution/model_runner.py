@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from pipeline.engine import kernels
 from pipeline.engine.engine_config import EngineConfig
-from pipeline.engine.execution.block_copies import copy_blocks
+from pipeline.engine.execution.block_copies import BlockCopies
 from pipeline.engine.execution.cuda_graph_runner import CudaGraphRunner
 from pipeline.engine.execution.grammar_bitmask import GrammarBitmask, HostTokens
 from pipeline.engine.execution.host_buffers import PinnedRing
@@ -31,7 +31,11 @@ from pipeline.engine.execution.launch_steps import launch_steps
 from pipeline.engine.execution.layer_streamer import LayerStreamer
 from pipeline.engine.execution.phase_range import phase
 from pipeline.engine.execution.rank_groups import RankGroups, join_ranks
-from pipeline.engine.execution.request_logits import PromptScoring, sampling_tensors
+from pipeline.engine.execution.request_logits import (
+    LaunchBeamCandidates,
+    PromptScoring,
+    sampling_tensors,
+)
 from pipeline.engine.execution.scoring import stage_prompt_logits
 from pipeline.engine.execution.step_inputs import (
     PackedStep,
@@ -44,7 +48,6 @@ from pipeline.engine.execution.step_inputs import (
     with_verify_rows,
 )
 from pipeline.engine.layers.batch_metadata import BatchMetadata
-from pipeline.engine.layers.beam_scorer import LaunchBeamCandidates
 from pipeline.engine.layers.linear import kernel_counts
 from pipeline.engine.layers.sampler import Sampler
 from pipeline.engine.lora.manager import attach_lora
@@ -127,6 +130,7 @@ class ModelRunner:
             self.num_host_blocks = self.ranks.agree_min(num_host) if self.ranks else num_host
             if self.num_host_blocks:
                 self.host_tier = HostKVTier(self.kv_cache, self.num_host_blocks)
+        self.block_copies = BlockCopies(self.kv_cache, self.host_tier)  # a step's, in order
         generator = torch.Generator(device=self.device)
         generator.seed()
         self.sampler = Sampler(generator)
@@ -346,9 +350,7 @@ class ModelRunner:
     def _launch(self, batch: SchedulerOutput, plan: LaunchPlan) -> SampledTokens:
         if batch.blocks_to_copy is not None:  # every rank's, before all else
             channel = self.ranks.channel if self.ranks else None
-            copy_blocks(
-                self.kv_cache, batch.blocks_to_copy, self.host_tier, channel, batch.block_tables
-            )
+            self.block_copies.copy(batch.blocks_to_copy, channel, batch.block_tables)
         if self.stage.link is not None:
             self.stage.link.settle()
         with phase("engine.prepare"):

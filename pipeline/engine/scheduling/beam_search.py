@@ -4,8 +4,8 @@ SequenceGroup and transformers' beam search; BeamGroup (beam_group.py) scores th
 The request's own Sequence (its handle: the engine's, the stream's, the output's) computes the
 prompt and samples once; then W beams fork from it. Every step after, each live beam feeds its
 newest token and the runner returns its K likeliest tokens' log probabilities
-(layers/beam_scorer.py); once every live beam of the group has them, the group picks the next W
-beams and each re-points to its parent:
+(execution/request_logits.py); once every live beam of the group has them, the group picks the
+next W beams and each re-points to its parent:
 - the first beam taken from a parent continues the parent's own sequence (its blocks as they are);
 - each further one forks: the parent's full KV blocks are shared (one more reference: the block
   manager's hold), its partial last block is copied into a new block (the copy rides in the next

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.engine.execution.block_copies import copy_blocks
+from pipeline.engine.execution.block_copies import BlockCopies
 from pipeline.engine.scheduling.block_manager import BlockManager
 from pipeline.engine.scheduling.prefix_cache import PrefixCachingBlockManager
 from tests.unit.engine.fake_sequences import make_seq
@@ -50,7 +50,7 @@ def test_device_copies_are_bitwise_and_in_order():
     cache = torch.randn(3, 2, 6, 4, 2, 8)
     before = cache.clone()
     # block 1 into 4 and 5, then block 0 into 1 (1 was read first, as the order says)
-    copy_blocks(cache, np.array([[1, 4], [1, 5], [0, 1]]), None)
+    BlockCopies(cache, None).copy(np.array([[1, 4], [1, 5], [0, 1]]))
     assert torch.equal(cache[:, :, 4], before[:, :, 1]) and torch.equal(
         cache[:, :, 5], before[:, :, 1]
     )

@@ -2,8 +2,7 @@
 share a prefix computed in the same step, and requests whose blocks swap in from the host tier,
 asserted on the scheduler's output."""
 
-from pipeline.engine.scheduling.host_block_pool import SwapCosts
-from pipeline.engine.scheduling.prefix_cache import PrefixCachingBlockManager
+from pipeline.engine.scheduling.prefix_cache import PrefixCachingBlockManager, SwapCosts
 from pipeline.engine.scheduling.scheduler import Scheduler
 from pipeline.engine.scheduling.sequence import Sequence
 from pipeline.request.sampling_params import SamplingParams
