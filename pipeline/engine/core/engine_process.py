@@ -36,6 +36,7 @@ from pathlib import Path
 
 from pipeline.engine.core.async_engine import AsyncLLMEngine
 from pipeline.engine.core.delta_scores import delta_row
+from pipeline.engine.core.engine_channel import Channel
 from pipeline.engine.core.engine_probe import check_probe
 from pipeline.engine.core.heap import freeze_loaded
 from pipeline.engine.core.llm_engine import LLMEngine
@@ -68,19 +69,17 @@ def _refused(request_id: str, exc: ValueError) -> StreamDelta:
 
 
 class _Client:
-    """One connected process: its channel and its requests not finished yet."""
+    """One connected process: its channel (sends that never wait for it: a client slower than
+    the engine's steps gets their deltas merged) and its requests not finished yet."""
 
     def __init__(self, conn: Connection):
         self.conn = conn
+        self.channel = Channel(conn)  # the engine thread, its reader and the acceptor send
+        self.send = self.channel.send
         self.requests: set[str] = set()
         self.is_closing = False  # it said shutdown or hung up: it leaves once requests is empty
         self.stats_at = 0.0  # when it last got stats
         self.stats: dict | None = None  # the last it got
-        self._send_lock = threading.Lock()  # the engine thread, its reader and the acceptor send
-
-    def send(self, message: tuple) -> None:
-        with self._send_lock, contextlib.suppress(OSError):  # gone: its reader sees EOF
-            self.conn.send(message)
 
 
 class _Hub:
@@ -89,7 +88,8 @@ class _Hub:
     It is the engine thread's outbox: each step's deltas are sent on that thread as the step
     returns. A forwarder thread that took them from a queue took the GIL from the engine thread
     several times a launch (its wake-up, and around each send); sending on the engine thread
-    costs it less than waiting for the forwarder did."""
+    costs it less than waiting for the forwarder did. A send never waits for its client
+    (engine_channel.Channel): a client that falls behind gets the steps' deltas merged later."""
 
     def __init__(self, engine: LLMEngine):
         self.engine = engine
@@ -162,7 +162,7 @@ class _Hub:
             self._clients.remove(client)
             num_left = len(self._clients)
         client.send((_CLOSED, num_left, self.engine.stats()))
-        client.conn.close()
+        client.channel.close()
         if not num_left:
             self._is_empty.set()
 
