@@ -62,7 +62,6 @@ class Channel:
         self._is_gone = False  # a write failed: the client hung up
         self._writer: threading.Thread | None = None
         self.num_backlogged = 0  # messages that waited for the writer (a slow client)
-        self.num_writes = 0  # frames written, merged ones once
 
     def send(self, message: tuple) -> None:
         with self._lock:
@@ -80,7 +79,6 @@ class Channel:
             except OSError:  # gone: its reader sees EOF
                 self._is_gone = True
                 return
-            self.num_writes += 1
             if sent < len(data):
                 self._unsent, self._is_writing = data[sent:], True
                 self.num_backlogged += 1
@@ -99,15 +97,15 @@ class Channel:
                     self._lock.wait()
                 if self._is_gone:
                     return
-                data, self._unsent = self._unsent, b""
-                if not data:
-                    messages, self._backlog = merged(self._backlog), []
-                    data = b"".join(frame(m) for m in messages)
-                    self.num_writes += len(messages)
-                if not data:
+                unsent, self._unsent = self._unsent, b""
+                backlog, self._backlog = self._backlog, []
+                if not unsent and not backlog:
                     self._is_writing = False
                     self._lock.notify_all()  # close() waits for this
                     continue
+            # pickled and written without the lock: the engine thread's sends meanwhile only
+            # append to the backlog, and go out after these
+            data = unsent + b"".join(frame(m) for m in merged(backlog))
             try:
                 self._sock.sendall(data)
             except OSError:
