@@ -4,8 +4,10 @@ shutdown, and an outbox that gets each step's list of StreamDeltas (or the engin
 Why a process: in a server, the threads that answer requests (Triton's python backend sends one
 response per stream per step) share one GIL with the engine thread, whose host work paces the
 GPU; every response sent is a step delayed. Here the child owns the engine and writes each
-step's deltas down a socket, and the parent's threads only forward: the split that vLLM's engine
-core process and TensorRT-LLM's executor worker make for the same reason.
+step's deltas down a socket (engine_hub.py; a client that reads slower than the engine steps
+never holds it, and gets the steps that piled up in one message), and the parent's threads only
+forward: the split that vLLM's engine core process and TensorRT-LLM's executor worker make for
+the same reason.
 
 Shared (share_key): several processes use one engine, the way vLLM's API server processes share
 one engine core. Triton runs each instance of a python model as a stub process with a GIL of its
