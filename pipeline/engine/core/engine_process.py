@@ -50,12 +50,13 @@ JOIN_TRIES = 5  # joining races: two spawns at once, or a connect as the engine 
 
 # a delta as a client reads it: StreamDelta's fields by name, made several times faster than the
 # frozen dataclass (whose __init__ sets each field through object.__setattr__): a client makes
-# one per token, on the thread that reads the engine's socket
+# one per token, on the thread that reads the engine's socket. A row of two is a delta that is
+# not the request's last (finished=False) and carries tokens alone (engine_hub._row)
 _FIELDS = dataclasses.fields(StreamDelta)
 _Delta = collections.namedtuple(
     "_Delta",
     [f.name for f in _FIELDS],
-    defaults=[f.default for f in _FIELDS if f.default is not dataclasses.MISSING],
+    defaults=[False, *(f.default for f in _FIELDS[3:])],
 )
 
 

@@ -1,11 +1,17 @@
 """The engine process's sends to a client never wait for it: a client that stops reading gets
-every step's deltas later, merged into fewer messages, each row once and in order."""
+every step's deltas later, merged into fewer messages, each row once and in order; and each
+delta reads back as the engine made it."""
 
+import pickle
 import socket
 import threading
+from dataclasses import fields
 from multiprocessing.connection import Connection
 
 from pipeline.engine.core.engine_channel import Channel, merged
+from pipeline.engine.core.engine_hub import _row
+from pipeline.engine.core.engine_process import _Delta
+from pipeline.request.outputs import StreamDelta
 
 # rows of ~2 KB: a few hundred steps fill any unix socket buffer
 ROW_IDS = list(range(500))
@@ -79,3 +85,17 @@ def test_merging_keeps_other_messages_in_place_and_takes_the_newest_stats():
     assert out[1][0] == "error"
     assert out[2:] == [("stats", None, {"n": 3}), ("closed", 0, {"n": 4})]
     assert backlog[0][1] == [("a", [1], False)]  # the messages themselves are left as they were
+
+
+def test_every_delta_reads_back_field_for_field_and_the_usual_one_crosses_short():
+    usual = StreamDelta("r", [5], False)
+    others = [
+        StreamDelta("r", [], True, "stop", None, None, 32),
+        StreamDelta("r", [5], False, None, None, [-0.5]),
+        StreamDelta("r", [5], False, top_logprobs=[((5, -0.5),)]),
+        StreamDelta("r", [], True, "error", "boom"),
+    ]
+    assert _row(usual) == ("r", [5])
+    for delta in [usual, *others]:
+        read = _Delta(*pickle.loads(pickle.dumps(_row(delta))))
+        assert all(getattr(read, f.name) == getattr(delta, f.name) for f in fields(StreamDelta))
