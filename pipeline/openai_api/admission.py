@@ -83,6 +83,8 @@ class Admission:
     or None: this process's own): from then on every request, queued ones included, gets 503."""
 
     def __init__(self, limit: int, max_queued: int, counts=None, index: int = 0, closed=None):
+        if limit < 1:  # serve.openai.max_concurrent_requests=0 is resolved before (server.py)
+            raise ValueError(f"admission: a limit of {limit} engine requests admits none")
         self.limit, self.max_queued, self.index = limit, max_queued, index
         self.closed = threading.Event() if closed is None else closed
         self.is_shared = counts is not None

@@ -16,8 +16,12 @@ from pipeline.errors import ArtifactError
 from pipeline.openai_api.errors import APIError, bad_request
 from pipeline.request.limits import RequestLimits
 from pipeline.request.sampling_params import SamplingParams
+from pipeline.specs.serve import OpenAISpec
 from pipeline.triton_models.detokenizer import Detokenizer
 from pipeline.triton_models.llm_request import TextEncoder
+
+# serve.openai.max_concurrent_requests=0: engine requests in flight a slot of the engine's batch
+AUTO_REQUESTS_PER_SLOT = 4
 
 
 def read_limits(engine_dir: Path, enable_chunked_prefill: bool) -> RequestLimits:
@@ -43,6 +47,16 @@ def read_limits(engine_dir: Path, enable_chunked_prefill: bool) -> RequestLimits
             f"serve: cannot read the engine's limits from {engine.path} ({exc!r}); re-run "
             f"`make build`"
         ) from exc
+
+
+def admitted_requests(spec: OpenAISpec, engine_dir: Path) -> int:
+    """serve.openai.max_concurrent_requests, or (0) AUTO_REQUESTS_PER_SLOT x the engine's
+    max_batch_size. Capped at the engine's batch, the frontend held the queue: a slot freed by
+    a final response stayed empty until the next request crossed Triton to the engine (at 1,000
+    streams over a 256-sequence engine, 0.78 of the gRPC path's tokens/s)."""
+    if spec.max_concurrent_requests:
+        return spec.max_concurrent_requests
+    return AUTO_REQUESTS_PER_SLOT * int(EngineJson.read(engine_dir).build["max_batch_size"])
 
 
 # the OpenAI parameters whose token ids RequestLimits checks, as its messages name them

@@ -9,6 +9,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import uvicorn
@@ -22,7 +23,7 @@ from pipeline.openai_api.recipe import (
     check_free,
     uvicorn_config,
 )
-from pipeline.openai_api.served_model import read_limits
+from pipeline.openai_api.served_model import admitted_requests, read_limits
 from pipeline.openai_api.workers import FrontendWorkers
 from pipeline.specs.deploy import DeploySpec
 from pipeline.specs.pipeline import PipelineSpec
@@ -91,6 +92,8 @@ def frontend_server(
             spec.host,
             spec.api_key_env or "serve.openai.api_key_env",
         )
+    engine_dir = Path(facts["engine_dir"])
+    spec = replace(spec, max_concurrent_requests=admitted_requests(spec, engine_dir))
     is_torch = facts["backend"] == "torch"
     chunked_prefill = (
         deploy.torch.enable_chunked_prefill if is_torch else deploy.trtllm.enable_chunked_context
@@ -99,7 +102,7 @@ def frontend_server(
         spec=spec,
         model_name=spec.model_name or model_name,
         tokenizer_dir=str(facts["tokenizer_dir"]),
-        limits=read_limits(Path(facts["engine_dir"]), chunked_prefill),
+        limits=read_limits(engine_dir, chunked_prefill),
         backend=facts["backend"],
         add_special_tokens=deploy.add_special_tokens,
         skip_special_tokens=deploy.skip_special_tokens,

@@ -17,8 +17,10 @@ class OpenAISpec:
     api_key_env: str = "PIPELINE_OPENAI_API_KEY"
     max_request_bytes: int = 1_048_576  # a larger body is refused (413)
     max_tokens_limit: int = 0  # most tokens one choice may ask for; 0 = the engine's max_seq_len
-    # engine requests in flight (n counts each), over all the workers together; more wait
-    max_concurrent_requests: int = 256
+    # engine requests in flight (n counts each), over all the workers together; more wait.
+    # 0 = 4 x the engine's max_batch_size: the engine keeps a queue of its own, so a batch slot
+    # that frees is filled at its next step, not after a round trip through this frontend
+    max_concurrent_requests: int = 0
     # requests waiting for room under max_concurrent_requests, over all the workers together
     # (lower `priority` first, then in arrival order); more: 429 with Retry-After. 0: none wait
     max_queued_requests: int = 16_384

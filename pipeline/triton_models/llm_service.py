@@ -147,6 +147,11 @@ class LLMService:
         for thread in self._lane_threads:
             thread.start()
         self._num_requests = 0  # pins each request to a lane, round robin
+        # engine request ids: unique beside the other instances sharing the engine, and short:
+        # an id crosses the engine's socket with every token (a uuid4 each: 32 characters, and
+        # os.urandom's system call per request)
+        self._id_prefix = uuid.uuid4().hex[:12] + "-"
+        self._num_ids = itertools.count()
         self._hop_log = HopLog()
         self._responder = threading.Thread(target=self._run, name="llm-responder", daemon=True)
         self._responder.start()
@@ -170,7 +175,7 @@ class LLMService:
         try:
             for index, params in enumerate(request.sequence_params()):
                 text = self.detokenizer.stream() if wants_text else None
-                request_id = uuid.uuid4().hex
+                request_id = f"{self._id_prefix}{next(self._num_ids):x}"
                 with self._lock:  # known before the engine can answer it
                     lane = self._num_requests % len(self._lanes)
                     self._num_requests += 1

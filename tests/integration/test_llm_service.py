@@ -371,6 +371,40 @@ def test_lanes_send_streams_side_by_side_each_in_order(smollm_engine_dir, prompt
         assert len(stream) < NUM_TOKENS  # tokens that came while a send was out went merged
 
 
+def test_streams_behind_an_engine_process_and_a_stalled_stub_join_to_the_whole_answers(
+    smollm_engine_dir, prompts, greedy
+):
+    # Sends hang until every token is generated: each stream's tokens cross the engine process's
+    # socket as the engine makes them, wait in the stub, and leave merged; concatenated, each
+    # stream is the answer its prompt gets whole, every token once and in order.
+    recorder = Recorder(gate=threading.Event())
+    svc = service(
+        smollm_engine_dir,
+        recorder,
+        coalesce=True,
+        engine_process=True,
+        max_response_rate=2000,
+        response_lanes=2,
+    )
+    streams = [f"stream{i}" for i in range(len(prompts))]
+    try:
+        for context, prompt in zip(streams, prompts, strict=True):
+            svc.generate(arrays(prompt, streaming=True), context)
+            svc.generate(arrays(prompt, streaming=False), f"whole-{context}")
+        wait_generated(svc, 2 * len(prompts) * NUM_TOKENS)
+        recorder.gate.set()
+        recorder.wait_final([*streams, *(f"whole-{c}" for c in streams)])
+    finally:
+        svc.shutdown()
+    for context, expected in zip(streams, greedy, strict=True):
+        stream = recorder.chunks[context]
+        (whole,) = recorder.chunks[f"whole-{context}"]
+        assert [t for c in stream for t in c.token_ids.tolist()] == whole.token_ids.tolist()
+        assert whole.token_ids.tolist() == expected
+        assert [c.is_final for c in stream] == [False] * (len(stream) - 1) + [True]
+        assert len(stream) < NUM_TOKENS  # tokens that came while a send was out went merged
+
+
 def test_a_lane_sends_a_final_response_before_others_first_ones(smollm_engine_dir, prompts):
     # One lane, its first send (stream a's first token) held: stream b's first response queues,
     # then request w ends. w's final response goes next: its client's next request waits on it.

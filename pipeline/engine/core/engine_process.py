@@ -4,8 +4,10 @@ shutdown, and an outbox that gets each step's list of StreamDeltas (or the engin
 Why a process: in a server, the threads that answer requests (Triton's python backend sends one
 response per stream per step) share one GIL with the engine thread, whose host work paces the
 GPU; every response sent is a step delayed. Here the child owns the engine and writes each
-step's deltas down a socket, and the parent's threads only forward: the split that vLLM's engine
-core process and TensorRT-LLM's executor worker make for the same reason.
+step's deltas down a socket (engine_hub.py; a client that reads slower than the engine steps
+never holds it, and gets the steps that piled up in one message), and the parent's threads only
+forward: the split that vLLM's engine core process and TensorRT-LLM's executor worker make for
+the same reason.
 
 Shared (share_key): several processes use one engine, the way vLLM's API server processes share
 one engine core. Triton runs each instance of a python model as a stub process with a GIL of its
@@ -20,225 +22,42 @@ The engine process stops when its last client has gone (told it, or its connecti
 client's unfinished requests end "cancelled", as in AsyncLLMEngine.shutdown.
 """
 
-import contextlib
+import collections
+import dataclasses
 import hashlib
 import logging
 import os
 import queue
 import socket
-import struct
 import subprocess
 import sys
 import threading
-import time
 from multiprocessing.connection import Client, Connection
 from pathlib import Path
 
-from pipeline.engine.core.async_engine import AsyncLLMEngine
-from pipeline.engine.core.delta_scores import delta_row
+from pipeline.engine.core.engine_hub import CLOSED, DELTAS, ERROR, STATS, Hub, portable
 from pipeline.engine.core.engine_probe import check_probe
 from pipeline.engine.core.heap import freeze_loaded
 from pipeline.engine.core.llm_engine import LLMEngine
-from pipeline.errors import PipelineError
 from pipeline.request.limits import RequestLimits
 from pipeline.request.outputs import StreamDelta
 from pipeline.request.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
-# engine -> client messages: (kind, payload, stats or None); _CLOSED's payload is the number of
-# clients still connected (0: the engine process is exiting)
-_READY, _DELTAS, _STATS, _ERROR, _CLOSED = "ready", "deltas", "stats", "error", "closed"
 _TAKEN = "taken"  # a spawned child found the shared engine's address bound: join that one
-STATS_PERIOD_S = 0.05  # stats ride along with step outputs at most this often
 JOIN_TRIES = 5  # joining races: two spawns at once, or a connect as the engine stops
 
 
-def _portable(exc: BaseException) -> BaseException:
-    """An exception that surely unpickles in the parent (a CUDA error's class may not); the
-    pipeline's own errors (a failed probe) go as they are, their message already says it all."""
-    if isinstance(exc, PipelineError):
-        return exc
-    return RuntimeError(f"engine process: {exc!r}")
-
-
-def _refused(request_id: str, exc: ValueError) -> StreamDelta:
-    """The final delta of a request the engine refused at submit: the client checks limits, the
-    engine what needs its tokenizer (a grammar's compile)."""
-    return StreamDelta(request_id, [], True, "error", str(exc))
-
-
-class _Client:
-    """One connected process: its channel and its requests not finished yet."""
-
-    def __init__(self, conn: Connection):
-        self.conn = conn
-        self.requests: set[str] = set()
-        self.is_closing = False  # it said shutdown or hung up: it leaves once requests is empty
-        self.stats_at = 0.0  # when it last got stats
-        self.stats: dict | None = None  # the last it got
-        self._send_lock = threading.Lock()  # the engine thread, its reader and the acceptor send
-
-    def send(self, message: tuple) -> None:
-        with self._send_lock, contextlib.suppress(OSError):  # gone: its reader sees EOF
-            self.conn.send(message)
-
-
-class _Hub:
-    """The engine's side: routes each step's deltas to the clients that own them.
-
-    It is the engine thread's outbox: each step's deltas are sent on that thread as the step
-    returns. A forwarder thread that took them from a queue took the GIL from the engine thread
-    several times a launch (its wake-up, and around each send); sending on the engine thread
-    costs it less than waiting for the forwarder did."""
-
-    def __init__(self, engine: LLMEngine):
-        self.engine = engine
-        self._lock = threading.Lock()
-        self._clients: list[_Client] = []
-        self._owners: dict[str, _Client] = {}
-        self._error: BaseException | None = None
-        self._is_empty = threading.Event()  # the last client has left
-        self._routed_at = 0.0  # when a step's deltas last went out (with stats when due)
-        self.async_engine = AsyncLLMEngine(engine, outbox=self)  # its thread starts here
-
-    def join(self, conn: Connection) -> None:
-        client = _Client(conn)
-        with self._lock:
-            self._clients.append(client)
-        client.send((_READY, self.engine.limits, self.engine.stats()))
-        threading.Thread(target=self._read, args=(client,), daemon=True).start()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                sock, _ = listener.accept()
-            except OSError:  # shut down: the engine is stopping
-                return
-            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            if struct.unpack("3i", creds)[1] != os.getuid():  # (pid, uid, gid)
-                sock.close()
-                continue
-            self.join(Connection(sock.detach()))
-
-    def _read(self, client: _Client) -> None:
-        while True:
-            try:
-                command, *args = client.conn.recv()
-            except (EOFError, OSError):  # its process is gone
-                command = "shutdown"
-            if command == "submit":
-                prompt_token_ids, params, request_id = args
-                with self._lock:
-                    self._owners[request_id] = client
-                    client.requests.add(request_id)
-                try:
-                    self.async_engine.submit(prompt_token_ids, params, request_id)
-                except ValueError as exc:  # this request alone (a grammar that does not compile)
-                    client.send((_DELTAS, [delta_row(_refused(request_id, exc))], None))
-                    with self._lock:
-                        self._owners.pop(request_id, None)
-                        client.requests.discard(request_id)
-                except BaseException as exc:  # noqa: BLE001 - engine failed or shut down meanwhile
-                    with self._lock:
-                        self._owners.pop(request_id, None)
-                        client.requests.discard(request_id)
-                    client.send((_ERROR, _portable(exc), None))
-            elif command == "cancel":
-                self.async_engine.cancel(*args)
-            else:  # its unfinished requests get their "cancelled" deltas, then it leaves
-                with self._lock:
-                    client.is_closing = True
-                    unfinished = list(client.requests)
-                for request_id in unfinished:
-                    self.async_engine.cancel(request_id)
-                self._leave_if_done(client)
-                return
-
-    def _leave_if_done(self, client: _Client) -> None:
-        with self._lock:
-            done = client.is_closing and (not client.requests or self._error is not None)
-            if not done or client not in self._clients:
-                return
-            self._clients.remove(client)
-            num_left = len(self._clients)
-        client.send((_CLOSED, num_left, self.engine.stats()))
-        client.conn.close()
-        if not num_left:
-            self._is_empty.set()
-
-    def put(self, item: list[StreamDelta] | BaseException) -> None:
-        """A step's deltas (or the engine's failure), on the engine thread: one send per client
-        that owns some."""
-        if not isinstance(item, BaseException):
-            self._route(item)
-            return
-        with self._lock:
-            self._error = item
-            clients = list(self._clients)
-        for client in clients:
-            client.send((_ERROR, _portable(item), self.engine.stats()))
-            self._leave_if_done(client)
-
-    def wait_empty(self) -> None:
-        """Until the last client has left; while no step sends, clients still get the counters
-        of the last steps."""
-        while not self._is_empty.wait(STATS_PERIOD_S):
-            if time.monotonic() - self._routed_at >= STATS_PERIOD_S:
-                self._send_stats()
-
-    def _route(self, deltas: list[StreamDelta]) -> None:
-        by_client: dict[_Client, list[tuple]] = {}
-        with self._lock:
-            for d in deltas:
-                client = self._owners.get(d.request_id)
-                if client is None:
-                    continue
-                # plain tuples: a slotted dataclass pickles through Python-level __getstate__,
-                # about ten times the engine's GIL time of a tuple
-                by_client.setdefault(client, []).append(delta_row(d))
-                if d.finished:
-                    del self._owners[d.request_id]
-                    client.requests.discard(d.request_id)
-        now, stats = time.monotonic(), None
-        self._routed_at = now
-        with self._lock:  # a client with no deltas this step still gets fresh stats
-            clients = [*by_client, *(c for c in self._clients if c not in by_client)]
-        for client in clients:
-            is_due = now - client.stats_at >= STATS_PERIOD_S
-            if is_due:
-                stats = stats or self.engine.stats()
-                client.stats_at, client.stats = now, stats
-            if client in by_client:
-                client.send((_DELTAS, by_client[client], stats if is_due else None))
-                self._leave_if_done(client)
-            elif is_due:
-                client.send((_STATS, None, stats))
-
-    def _send_stats(self) -> None:
-        stats = self.engine.stats()
-        with self._lock:
-            stale = [c for c in self._clients if c.stats != stats]
-        for client in stale:
-            client.stats_at, client.stats = time.monotonic(), stats
-            client.send((_STATS, None, stats))
-
-    def serve(self, listener: socket.socket | None) -> None:
-        """Route deltas until the last client has left; with a listener (a shared engine), new
-        clients join until then."""
-        if listener is None:
-            self.wait_empty()
-            return
-        acceptor = threading.Thread(target=self._accept, args=(listener,), daemon=True)
-        acceptor.start()
-        self.wait_empty()
-        with contextlib.suppress(OSError):
-            listener.shutdown(socket.SHUT_RDWR)  # wakes accept(): nobody joins from here on
-        acceptor.join()
-        listener.close()
-        with self._lock:
-            if self._clients:  # joined just before: served to the end
-                self._is_empty.clear()
-        self.wait_empty()
+# a delta as a client reads it: StreamDelta's fields by name, made several times faster than the
+# frozen dataclass (whose __init__ sets each field through object.__setattr__): a client makes
+# one per token, on the thread that reads the engine's socket. A row of two is a delta that is
+# not the request's last (finished=False) and carries tokens alone (engine_hub._row)
+_FIELDS = dataclasses.fields(StreamDelta)
+_Delta = collections.namedtuple(
+    "_Delta",
+    [f.name for f in _FIELDS],
+    defaults=[False, *(f.default for f in _FIELDS[3:])],
+)
 
 
 def _child_main(first: Connection, name: str | None) -> None:
@@ -258,10 +77,10 @@ def _child_main(first: Connection, name: str | None) -> None:
         engine = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)
         check_probe(engine, engine_dir)  # before it is ready: its weights are the build's
     except BaseException as exc:  # noqa: BLE001 - the parent reports it
-        first.send((_ERROR, _portable(exc), None))
+        first.send((ERROR, portable(exc), None))
         return
     freeze_loaded()  # the engine thread's full collections would walk the whole load
-    hub = _Hub(engine)
+    hub = Hub(engine)
     hub.join(first)
     hub.serve(listener)
     hub.async_engine.shutdown()
@@ -295,7 +114,7 @@ class EngineProcess:
             kind, payload, stats = self._spawn(*spawn, None, startup_timeout_s)
         else:
             kind, payload, stats = self._join(*spawn, _socket_name(share_key), startup_timeout_s)
-        if kind == _ERROR:
+        if kind == ERROR:
             raise payload
         self.limits: RequestLimits = payload
         self._stats: dict = stats
@@ -315,7 +134,7 @@ class EngineProcess:
     def _join(self, engine_dir, device, runtime, python, name, timeout_s) -> tuple:
         """Connect to the shared engine, or spawn it when none runs. Races end in a retry: of two
         children spawned at once one binds the name and the other says _TAKEN; a connection
-        made as the engine stops ends before _READY."""
+        made as the engine stops ends before READY."""
         for _ in range(JOIN_TRIES):
             self._process = None
             try:
@@ -352,7 +171,7 @@ class EngineProcess:
             raise RuntimeError(
                 f"engine process exited during start-up (code {self._process.wait()})"
             ) from None
-        if message[0] == _ERROR:
+        if message[0] == ERROR:
             self._process.wait()
         return message
 
@@ -380,7 +199,7 @@ class EngineProcess:
         self._send(("cancel", request_id))
 
     def stats(self) -> dict:
-        """The child's counters, at most STATS_PERIOD_S old while it steps."""
+        """The child's counters, at most engine_hub.STATS_PERIOD_S old while it steps."""
         return self._stats
 
     def shutdown(self, timeout_s: float = 60.0) -> None:
@@ -417,15 +236,15 @@ class EngineProcess:
                 return
             if stats is not None:
                 self._stats = stats
-            if kind == _CLOSED:
+            if kind == CLOSED:
                 self._num_left = payload
                 return
-            if kind == _STATS:
+            if kind == STATS:
                 continue
-            if kind == _ERROR:
+            if kind == ERROR:
                 self._error = payload
-            elif kind == _DELTAS:
-                payload = [StreamDelta(*d) for d in payload]
+            elif kind == DELTAS:
+                payload = [_Delta(*d) for d in payload]
             self._outbox.put(payload)
 
 

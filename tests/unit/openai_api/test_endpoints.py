@@ -58,7 +58,8 @@ def tokenizer_dir(tmp_path_factory):
 def client(tokenizer_dir):
     model = ServedModel(NAME, tokenizer_dir, LIMITS, True, True, "torch")
     llm = TritonLLM("127.0.0.1:1", 5.0, LIMITS.vocab_size)  # never reached by these endpoints
-    frontend = Frontend(model, llm, OpenAISpec(), "", "http://127.0.0.1:1/metrics", created=7)
+    spec = OpenAISpec(max_concurrent_requests=8)  # serve resolves 0 from the engine's batch
+    frontend = Frontend(model, llm, spec, "", "http://127.0.0.1:1/metrics", created=7)
     with TestClient(build_app(frontend)) as client:
         client.frontend = frontend
         yield client

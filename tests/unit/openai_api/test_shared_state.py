@@ -1,9 +1,10 @@
 """What the frontend's worker processes share: one limit on engine requests in flight (and on
 requests queued), metrics summed over the processes, and how many workers
-serve.openai.workers=0 means."""
+serve.openai.workers=0 and max_concurrent_requests=0 mean."""
 
 import asyncio
 import dataclasses
+import json
 import multiprocessing
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from pipeline.openai_api.admission import Admission
 from pipeline.openai_api.errors import RETRY_AFTER_S, APIError
 from pipeline.openai_api.recipe import FrontendRecipe
+from pipeline.openai_api.served_model import admitted_requests
 from pipeline.specs.serve import OpenAISpec
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -139,3 +141,15 @@ def test_workers_zero_is_a_quarter_of_the_cores_from_one_to_four(
     spec = dataclasses.replace(OpenAISpec(), workers=workers)
     recipe = FrontendRecipe(spec, "m", "t", None, "torch", True, True, "g", "u", "")
     assert recipe.num_workers == expected
+
+
+@pytest.mark.parametrize(("asked", "expected"), [(0, 4 * 48), (100, 100)])
+def test_max_concurrent_requests_zero_is_four_requests_a_slot_of_the_engines_batch(
+    tmp_path, asked, expected
+):
+    build = {"max_batch_size": 48, "plugin_config": {"tokens_per_block": 32}}
+    (tmp_path / "config.json").write_text(
+        json.dumps({"build_config": build, "pretrained_config": {}})
+    )
+    spec = dataclasses.replace(OpenAISpec(), max_concurrent_requests=asked)
+    assert admitted_requests(spec, tmp_path) == expected
