@@ -109,29 +109,13 @@ class CudaGraphRunner:
     def decode_ms(self, num_replays: int = 10) -> float:
         """GPU time of one replay of the largest decode graph, on its capture-time inputs (every
         row padding, a context of one token)."""
-        graph = self.graphs[("decode", self.max_batch_size)]
-        graph.replay()  # warm
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(num_replays):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / num_replays
+        return _replay_ms(self.graphs[("decode", self.max_batch_size)], num_replays)
 
     def prefill_tokens_per_s(self, num_replays: int = 3) -> float:
         """Tokens a second of the largest mixed graph, on its capture-time inputs (the host
         tier's copy-or-recompute rule, kv_swap.swap_costs)."""
         num_tokens = self.token_counts[-1]
-        graph = self.graphs[("mixed", num_tokens)]
-        graph.replay()  # warm
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(num_replays):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        return num_tokens * num_replays / (start.elapsed_time(end) / 1e3)
+        return num_tokens / (_replay_ms(self.graphs[("mixed", num_tokens)], num_replays) / 1e3)
 
     def can_run(self, meta: BatchMetadata) -> bool:
         return meta.is_decode or bool(self.token_counts)
@@ -162,3 +146,15 @@ class CudaGraphRunner:
             self._tables_from = meta.block_tables
         self.graphs[key].replay()
         return self.outputs[key][:n]
+
+
+def _replay_ms(graph: torch.cuda.CUDAGraph, num_replays: int) -> float:
+    """GPU time of one replay, the mean of num_replays after a warm one."""
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(num_replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / num_replays

@@ -327,12 +327,7 @@ class PrefixCachingBlockManager(BlockManager):
         seq.block_row, seq.num_blocks, seq.num_cached_blocks = -1, 0, 0
 
     def take_copies(self) -> np.ndarray | None:
-        """The block copies decided since last taken ([N, 2] (source, destination)), or None."""
-        if not self._copies:
-            return None
-        copies = np.array(self._copies, np.int64)
-        copies.flags.writeable = False
-        self._copies = []
+        copies = super().take_copies()
         self._loading.clear()
         return copies
 
