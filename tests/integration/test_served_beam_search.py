@@ -12,7 +12,7 @@ from pipeline.server import launch
 from pipeline.stages import deploy
 from tests.conftest import served_smollm_spec
 from tests.integration.test_engine_beam_search import NUM_TOKENS, QUESTIONS, hf_beams
-from tests.integration.test_upstream_clients import stream
+from tests.integration.test_upstream_clients import check_upstream_shapes, stream
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -60,6 +60,7 @@ def test_tensorrt_llm_returns_transformers_beams(server, hf, width, length_penal
     }
     outputs = ["output_ids", "sequence_length", "cum_log_probs", "output_log_probs"]
     (result,) = stream(server, "tensorrt_llm", inputs, outputs)
+    check_upstream_shapes("tensorrt_llm", result)  # names, types, order, dims as upstream's
     out_ids, lengths = result.as_numpy("output_ids"), result.as_numpy("sequence_length")
     cum, logprobs = result.as_numpy("cum_log_probs"), result.as_numpy("output_log_probs")
     assert out_ids.shape[:2] == (1, width) and lengths.shape == (1, width)
@@ -87,6 +88,7 @@ def test_every_beam_text_comes_back_flat(server, hf, model_name, streaming):
     }
     results = stream(server, model_name, inputs, ["text_output", "sequence_length"])
     assert len(results) == 1  # the beams are settled at the end: one response, streamed or not
+    check_upstream_shapes(model_name, results[0], beams=width)
     texts = [t.decode() for t in results[0].as_numpy("text_output")]
     ids = tokenizer.encode(prompt)
     expected = hf_beams(model, ids, width, 1.0, True, (tokenizer.eos_token_id,))

@@ -53,7 +53,7 @@ def described(result) -> list[tuple[str, str, list[int]]]:
     return [(o.name, o.datatype, list(o.shape)) for o in response.outputs]
 
 
-def check_upstream_shapes(model: str, result, batch: int = 1) -> None:
+def check_upstream_shapes(model: str, result, batch: int = 1, beams: int = 1) -> None:
     """Names in the order of upstream's config (ours after; an ensemble's by name, as Triton
     orders every ensemble's), its data types, and its dims after the batch dim; text outputs
     flat ([batch * beams]), as upstream's models send them."""
@@ -67,7 +67,7 @@ def check_upstream_shapes(model: str, result, batch: int = 1) -> None:
         want_type, dims = declared[name]
         assert dtype == WIRE_TYPES.get(want_type, want_type), (model, name, dtype)
         if name in ("text_output", "OUTPUT"):
-            assert shape == [batch], (model, name, shape)
+            assert shape == [batch * beams], (model, name, shape)
             continue
         assert len(shape) == 1 + len(dims), (model, name, shape, dims)
         assert shape[0] == batch, (model, name, shape)
