@@ -12,7 +12,7 @@ from pipeline.server import launch
 from pipeline.stages import deploy
 from tests.conftest import served_smollm_spec
 from tests.integration.test_engine_beam_search import NUM_TOKENS, QUESTIONS, hf_beams
-from tests.integration.test_upstream_clients import check_upstream_shapes, stream
+from tests.integration.test_upstream_clients import check_upstream_shapes, e2e_inputs, stream
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -122,3 +122,14 @@ def test_num_return_sequences_returns_the_best_beams(server, hf):
     texts = [t.decode() for t in result.as_numpy("text_output")]
     expected = hf_beams(model, tokenizer.encode(prompt), 4, 1.0, True, (tokenizer.eos_token_id,))
     assert texts == [tokenizer.decode(b, skip_special_tokens=True) for b in expected[:2]]
+
+
+@pytest.mark.parametrize("model_name", ["ensemble", "tensorrt_llm_bls"])
+def test_upstream_end_to_end_clients_request_with_two_beams(server, model_name):
+    """end_to_end_grpc_client.py --beam-width 2, as it sends it (its default temperature 1.0, no
+    top-k / top-p): two beams, in upstream's names, types, order and dims."""
+    inputs = e2e_inputs(["The capital of France is"], False, beam_width=2)
+    (result,) = stream(server, model_name, inputs, ["text_output"])
+    check_upstream_shapes(model_name, result, beams=2)
+    beams = [t.decode() for t in result.as_numpy("text_output")]
+    assert len(beams) == 2 and beams[0] != beams[1]
