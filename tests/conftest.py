@@ -19,6 +19,11 @@ def hf_greedy_tokens(hf_dir: Path, prompt_ids, eos_token_ids, max_new_tokens: in
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    return greedy_tokens_of(model, prompt_ids, eos_token_ids, max_new_tokens)
+
+
+def greedy_tokens_of(model, prompt_ids, eos_token_ids, max_new_tokens: int) -> list:
+    """A loaded transformers model's greedy tokens, one prompt at a time, cut before eos."""
     eos, refs = set(eos_token_ids), []
     for ids in prompt_ids:
         with torch.inference_mode():

@@ -7,6 +7,8 @@ import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM
 
+from tests.conftest import greedy_tokens_of
+
 ALL_LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 # name -> (rank, alpha, seed); ranks differ so the device slots pad them
 ADAPTERS = {"alpha": (8, 16, 1), "beta": (4, 4, 2), "gamma": (16, 8, 3)}
@@ -54,18 +56,4 @@ def merged_greedy(
     model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
     if adapter is not None:
         model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
-    model.eval()
-    refs = []
-    for ids in prompts:
-        with torch.inference_mode():
-            out = model.generate(
-                torch.tensor([ids]),
-                attention_mask=torch.ones(1, len(ids)),
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                pad_token_id=eos_ids[0],
-            )
-        tokens = out[0, len(ids) :].tolist()
-        cut = next((i for i, t in enumerate(tokens) if t in eos_ids), len(tokens))
-        refs.append(tokens[:cut])
-    return refs
+    return greedy_tokens_of(model.eval(), prompts, eos_ids, max_new_tokens)

@@ -9,6 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from pipeline.engine import LLMEngine, SamplingParams
+from tests.conftest import greedy_tokens_of
 
 SYSTEM = (
     "You are a careful assistant for a small library. Answer in one short sentence, name the "
@@ -40,22 +41,6 @@ def hf_model(smollm_hf_dir):
     return AutoModelForCausalLM.from_pretrained(smollm_hf_dir, dtype=torch.float32).eval()
 
 
-def hf_greedy(model, prompts: list[list[int]], eos: tuple[int, ...]) -> list[list[int]]:
-    refs = []
-    for ids in prompts:
-        with torch.inference_mode():
-            out = model.generate(
-                torch.tensor([ids]),
-                attention_mask=torch.ones(1, len(ids)),
-                max_new_tokens=NUM_NEW,
-                do_sample=False,
-                pad_token_id=eos[0],
-            )
-        tokens = out[0, len(ids) :].tolist()
-        refs.append(tokens[: next((i for i, t in enumerate(tokens) if t in eos), len(tokens))])
-    return refs
-
-
 def run_waves(engine: LLMEngine, waves: list[list[list[int]]]):
     """Each wave's prompts together, after the wave before has finished: its outputs."""
     params = SamplingParams(max_tokens=NUM_NEW)
@@ -76,7 +61,7 @@ def check_equal(smollm_engine_dir, hf_model, waves, **runtime):
     on, off = engines(smollm_engine_dir, **runtime)
     got_on, got_off = run_waves(on, waves), run_waves(off, waves)
     prompts = [ids for wave in waves for ids in wave]
-    expected = hf_greedy(hf_model, prompts, on.eos_token_ids)
+    expected = greedy_tokens_of(hf_model, prompts, on.eos_token_ids, NUM_NEW)
     assert [o.token_ids for o in got_on] == expected
     assert [o.token_ids for o in got_off] == expected
     assert all(o.num_cached_tokens == 0 for o in got_off)
