@@ -99,21 +99,29 @@ def tensors(part: "Part", out) -> list:
         tensors.append(column("batch_index", part.batch_index, np.int32))
     if caller.lock is not None and caller.num_sequences > 1 and "sequence_index" in outputs:
         tensors.append(column("sequence_index", out.sequence_index, np.int32))
+    tensors += _counters(out, outputs, scores, out.token_ids.size)
+    if out.text is not None:
+        tensors.append(pb_utils.Tensor("text_output", np.array([out.text.encode()], np.object_)))
+    if scores is not None:
+        tensors += scores.top_tensors(out.scores, outputs, pb_utils.Tensor)
+    return tensors
+
+
+def _counters(out, outputs, scores, num_output_tokens: int) -> list:
+    """The perf metrics and token counts asked for, in upstream's order (num_output_tokens:
+    output_ids' size, as upstream counts it)."""
+    tensors = []
     if scores is not None:
         tensors += scores.perf_tensors(out.scores, outputs, pb_utils.Tensor)
     if out.num_input_tokens is not None and "num_input_tokens" in outputs:
         tensors.append(column("num_input_tokens", out.num_input_tokens, np.int32))
-    if out.is_output_counted and "num_output_tokens" in outputs:  # upstream's: output_ids' size
-        tensors.append(column("num_output_tokens", out.token_ids.size, np.int32))
+    if out.is_output_counted and "num_output_tokens" in outputs:
+        tensors.append(column("num_output_tokens", num_output_tokens, np.int32))
     # upstream sends it with return_perf_metrics; here whenever asked for by name (the OpenAI
     # frontend's usage.prompt_tokens_details.cached_tokens), once: perf_tensors has it when asked
     has_perf = out.scores is not None and out.scores.metrics is not None
     if out.num_reused_blocks is not None and "kv_cache_reused_blocks" in outputs and not has_perf:
         tensors.append(column("kv_cache_reused_blocks", out.num_reused_blocks, np.int32))
-    if out.text is not None:
-        tensors.append(pb_utils.Tensor("text_output", np.array([out.text.encode()], np.object_)))
-    if scores is not None:
-        tensors += scores.top_tensors(out.scores, outputs, pb_utils.Tensor)
     return tensors
 
 
@@ -134,15 +142,7 @@ def _beam_tensors(part: "Part", out) -> list:
     scores = None if out.scores is None else _output_scores()
     if caller.is_batched and "batch_index" in outputs:
         tensors.append(column("batch_index", part.batch_index, np.int32))
-    if scores is not None:
-        tensors += scores.perf_tensors(out.scores, outputs, pb_utils.Tensor)
-    if out.num_input_tokens is not None and "num_input_tokens" in outputs:
-        tensors.append(column("num_input_tokens", out.num_input_tokens, np.int32))
-    if out.is_output_counted and "num_output_tokens" in outputs:  # output_ids' size
-        tensors.append(column("num_output_tokens", beams.token_ids.size, np.int32))
-    has_perf = out.scores is not None and out.scores.metrics is not None
-    if out.num_reused_blocks is not None and "kv_cache_reused_blocks" in outputs and not has_perf:
-        tensors.append(column("kv_cache_reused_blocks", out.num_reused_blocks, np.int32))
+    tensors += _counters(out, outputs, scores, beams.token_ids.size)
     if beams.texts is not None:
         texts = np.array([text.encode() for text in beams.texts], np.object_)
         tensors.append(pb_utils.Tensor("text_output", texts))
