@@ -195,10 +195,16 @@ def bench_model(name: str, shape: dict, args, scratch: Path) -> dict:
     tokenizer = write_tokenizer(vocab, scratch / f"{name}-tokenizer")
     engine_dir = build_engine(ckpt, tokenizer, scratch / f"{name}-engine", work)
     shutil.rmtree(ckpt)
+    results = steps_and_batches(engine_dir, args, vocab, work)
+    shutil.rmtree(engine_dir)
+    return results
+
+
+def steps_and_batches(engine_dir: Path, args, vocab: int, work) -> dict:
+    """The verify-step table and its projection, and batch-1 / batch on vs off."""
     ms = verify_steps(engine_dir, args, vocab, work)
     batches = (4, 8) if args.tiny else (64, 512)
     sides = on_off(engine_dir, args, vocab, work, batches)
-    shutil.rmtree(engine_dir)
     off = sides["off"]
     return {
         "step_ms": ms,
@@ -223,23 +229,9 @@ def bench_real(gguf: Path, args, scratch: Path) -> dict:
     build_work = replace(work, input_len=REAL_INPUT_LEN)
     real = real_engines(gguf, args.draft_layers, args.dtype, build_work, scratch)
     target = real.engines[real.num_layers]
-    ms = verify_steps(target, args, real.vocab_size, work)
-    batches = (4, 8) if args.tiny else (64, 512)
-    sides = on_off(target, args, real.vocab_size, work, batches)
+    results = steps_and_batches(target, args, real.vocab_size, work)
     rows = batch1_table(real, settings_of(args), args, args.max_tokens, REAL_KV_BLOCKS)
-    off = sides["off"]
-    return {
-        "step_ms": ms,
-        "verify": projections(ms, off["decode_tok_s"], args.acceptance),
-        "sides": sides,
-        "copy_decode_on_vs_off": sides["on"]["decode_tok_s"] / off["decode_tok_s"],
-        **{
-            f"batch{b}_on_vs_off": sides["on"][f"batch{b}_out_tok_s"] / off[f"batch{b}_out_tok_s"]
-            for b in batches
-        },
-        "batch1": rows,
-        "best": best(rows),
-    }
+    return results | {"batch1": rows, "best": best(rows)}
 
 
 def markdown(results: dict, device: str) -> str:
