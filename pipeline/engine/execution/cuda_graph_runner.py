@@ -16,6 +16,7 @@ collectives are captured with the rest (every rank of the group replays the same
 import torch
 from torch import nn
 
+from pipeline.engine.engine_config import EngineConfig
 from pipeline.engine.layers.batch_metadata import BatchMetadata
 
 MIN_MIXED_TOKENS = 64
@@ -158,3 +159,23 @@ def _replay_ms(graph: torch.cuda.CUDAGraph, num_replays: int) -> float:
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / num_replays
+
+
+def capture_graphs(
+    model: nn.Module, kv_cache: torch.Tensor, config: EngineConfig, scratch_block: int
+) -> "CudaGraphRunner":
+    """The engine's graphs, captured (through torch.compile with build.torch.compile)."""
+    if config.compile:
+        model = torch.compile(model, dynamic=True)
+    graphs = CudaGraphRunner(
+        model,
+        kv_cache,
+        config.max_batch_size,
+        -(-config.max_seq_len // config.block_size),
+        scratch_block=scratch_block,
+        # mixed steps need the varlen kernel, which compile drops for inductor's ops
+        max_num_tokens=0 if config.compile else config.max_num_tokens,
+    )
+    with torch.inference_mode():
+        graphs.capture()
+    return graphs

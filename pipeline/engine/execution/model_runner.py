@@ -7,48 +7,41 @@ worker's runner follows (follow()). Every rank builds its model, KV cache and gr
 import logging
 import weakref
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from pipeline.engine import kernels
 from pipeline.engine.engine_config import EngineConfig
 from pipeline.engine.execution.block_copies import BlockCopies
-from pipeline.engine.execution.cuda_graph_runner import CudaGraphRunner
+from pipeline.engine.execution.cuda_graph_runner import capture_graphs
 from pipeline.engine.execution.grammar_bitmask import GrammarBitmask, HostTokens
 from pipeline.engine.execution.host_buffers import PinnedRing
 from pipeline.engine.execution.kv_cache_sizing import default_num_kv_blocks
 from pipeline.engine.execution.kv_swap import HostKVTier, host_blocks, swap_costs
-from pipeline.engine.execution.launch_channel import LAUNCH, LORA, SCORE, STOP, SWAP
+from pipeline.engine.execution.launch_channel import LORA, SCORE, STOP, SWAP
+from pipeline.engine.execution.launch_packer import LaunchPacker
 from pipeline.engine.execution.launch_schedule import (
     Stage,
     TakeTokens,
-    micro_batches,
     run_launch,
-    split_micro_batches,
 )
 from pipeline.engine.execution.launch_steps import launch_steps
 from pipeline.engine.execution.layer_streamer import LayerStreamer
 from pipeline.engine.execution.phase_range import phase
-from pipeline.engine.execution.rank_groups import RankGroups, join_ranks
+from pipeline.engine.execution.rank_groups import RankGroups, join_ranks, stop_ranks
 from pipeline.engine.execution.request_logits import (
     LaunchBeamCandidates,
     PromptScoring,
     sampling_tensors,
 )
+from pipeline.engine.execution.runner_summary import runner_summary
 from pipeline.engine.execution.scoring import stage_prompt_logits
 from pipeline.engine.execution.step_inputs import (
-    PackedStep,
     StepHeader,
     StepInputs,
-    micro_batch,
-    pack_step,
-    unpack_step,
     verified_rows,
-    with_verify_rows,
 )
 from pipeline.engine.layers.batch_metadata import BatchMetadata
-from pipeline.engine.layers.linear import kernel_counts
 from pipeline.engine.layers.sampler import Sampler
 from pipeline.engine.lora.manager import attach_lora
 from pipeline.engine.models import MODELS
@@ -143,7 +136,9 @@ class ModelRunner:
         if config.compile and self.device.type == "cuda":
             kernels.drop_triton_kernels(self.model)
         if config.use_cuda_graph and self.device.type == "cuda":
-            self.graphs = self._capture_graphs(config)
+            self.graphs = capture_graphs(
+                self.model, self.kv_cache, config, scratch_block=self.num_kv_blocks
+            )
         elif config.compile:
             logger.warning(
                 "build.torch.compile applies to CUDA-graph decode only; ignored on %s", self.device
@@ -164,47 +159,16 @@ class ModelRunner:
             sends_logits=is_pp and mapping.is_last_stage and mapping.tp_rank == 0,
             receives_logits=is_pp and mapping.is_driver,
         )
-        if self.device.type == "cuda":  # a launch's packed inputs in, its sampled tokens out
-            bs, ahead = config.max_batch_size, self.max_scheduler_steps - 1
-            # the first step's parts, then the steps ahead's (positions, slots, context lens x
-            # ahead; query starts; block tables)
-            self._inputs_ring = PinnedRing(
-                4 * config.max_num_tokens
-                + bs * (self.max_blocks_per_seq + 4)
-                + bs * (3 * ahead + self.max_blocks_per_seq + 1)
-                + 1
-            )
+        steps, slot = self.max_scheduler_steps, self.scratch_slot
+        self.packer = LaunchPacker(config, mapping, self.device, self.ranks, self.lora, slot, steps)
+        if self.device.type == "cuda":  # a launch's sampled tokens out
+            bs, spec = config.max_batch_size, config.speculation
             # a speculative step returns a token for each of a row's 1 + k positions
-            spec = config.speculation
             rows = 1 + spec.num_draft_tokens if spec.enabled else 1
             self._tokens_ring = PinnedRing(bs * max(self.max_scheduler_steps, rows))
             # a step's tokens inside a launch, for guided rows' next bitmask (grammar_bitmask.py)
             self._step_tokens_ring = PinnedRing(bs)
-        logger.info(
-            "model runner: %s %s, %d KV blocks x %d tokens (%s, %.2f GiB), linears %s, "
-            "Triton kernels %s, CUDA graphs: decode %s, mixed %s, torch.compile %s, "
-            "%d step(s) a launch (up to %d)%s",
-            self.device,
-            self.dtype,
-            self.num_kv_blocks,
-            self.block_size,
-            self.kv_dtype,
-            self.kv_cache.nbytes / 2**30,
-            kernel_counts(self.model),
-            "on"
-            if kernels.is_available(self.device) and config.triton_kernels and not config.compile
-            else "off",
-            self.graphs.batch_sizes if self.graphs else "off",
-            self.graphs.token_counts if self.graphs and self.graphs.token_counts else "off",
-            "on" if self.graphs and config.compile else "off",
-            self.num_scheduler_steps,
-            self.max_scheduler_steps,
-            ""
-            if self.ranks is None
-            else f", rank {rank} of tp_size={mapping.tp_size} "
-            f"pp_size={mapping.pp_size} (layers {list(mapping.layers(m.num_layers))[0]}-"
-            f"{list(mapping.layers(m.num_layers))[-1]}, all-reduce: {self.ranks.all_reduce})",
-        )
+        logger.info("%s", runner_summary(self, config))
 
     def _decode_ms(self) -> float | None:
         """A decode step's GPU time at the largest batch (None without CUDA graphs), which sets
@@ -220,23 +184,6 @@ class ModelRunner:
     def _kv_shape(self, num_blocks: int) -> tuple[int, ...]:
         layers, block_size, kv_heads, head_dim = self.kv_layout
         return (layers, 2, num_blocks, block_size, kv_heads, head_dim)
-
-    def _capture_graphs(self, config: EngineConfig) -> CudaGraphRunner:
-        model = self.model
-        if config.compile:
-            model = torch.compile(self.model, dynamic=True)
-        graphs = CudaGraphRunner(
-            model,
-            self.kv_cache,
-            config.max_batch_size,
-            self.max_blocks_per_seq,
-            scratch_block=self.num_kv_blocks,
-            # mixed steps need the varlen kernel, which compile drops for inductor's ops
-            max_num_tokens=0 if config.compile else config.max_num_tokens,
-        )
-        with torch.inference_mode():
-            graphs.capture()
-        return graphs
 
     def _forward(
         self, inputs: torch.Tensor, meta: BatchMetadata, logits_rows: torch.Tensor | None
@@ -265,59 +212,6 @@ class ModelRunner:
         if scoring is not None:
             compute_logits = None if is_logits else self.model.compute_logits
             scoring.compute(out, compute_logits, self.model.vocab_size)
-
-    def _unpack(self, headers: list[StepHeader], packed: torch.Tensor) -> list[StepInputs]:
-        sizes = [sum(h.part_sizes()) for h in headers]
-        embeds = self.mapping.is_first_stage
-        return [
-            unpack_step(body, h, self._last_sampled, embeds)
-            for body, h in zip(packed.split(sizes), headers, strict=True)
-        ]
-
-    def _pack(
-        self, batch: SchedulerOutput, num_steps: int
-    ) -> tuple[list[PackedStep], list[StepInputs]]:
-        """Pack the launch's micro-batches (one unless pipeline-parallel), built with numpy on
-        the host into a pinned buffer, sent in one copy (and to the other ranks)."""
-        num_last = None if self._last_sampled is None else self._last_sampled.shape[0]
-        slices = [slice(0, len(batch))]
-        if self.mapping.pp_size > 1:
-            tokens = batch.num_tokens.tolist()
-            slices = split_micro_batches(tokens, micro_batches(sum(tokens), self.mapping.pp_size))
-        lora = None if batch.lora_ids is None else self.lora.slots_for(batch.lora_ids)
-        loads = None if lora is None or self.ranks is None else self.lora.take_loads()
-        if loads is not None:  # the other ranks fill the same slots before the launch
-            self.ranks.channel.send(LORA, [], torch.from_numpy(loads.reshape(-1)))
-        packed = [
-            pack_step(
-                micro_batch(batch, part),
-                num_steps,
-                self.block_size,
-                self.scratch_slot,
-                num_last,
-                None if lora is None else lora[part],
-            )
-            for part in slices
-        ]
-        if batch.draft_token_ids is not None:  # speculative decoding: logits at every draft
-            packed = [
-                with_verify_rows(step, micro_batch(batch, part))
-                for step, part in zip(packed, slices, strict=True)
-            ]
-        parts = [p for step in packed for p in step.parts]
-        num = sum(len(p) for p in parts)
-        # unsafe: an empty tuple is a float64 array to numpy; every value is an integer
-        if self.device.type == "cuda":
-            host = self._inputs_ring.take(num)
-            np.concatenate(parts, out=host.numpy(), casting="unsafe")
-            body = host.to(self.device, non_blocking=True)
-            self._inputs_ring.copied()
-        else:
-            host = body = torch.from_numpy(np.concatenate(parts, dtype=np.int64, casting="unsafe"))
-        headers = [step.header for step in packed]
-        if self.ranks is not None:
-            self.ranks.channel.send(LAUNCH, headers, host)
-        return packed, self._unpack(headers, body)
 
     @torch.inference_mode()
     def launch(self, batch: SchedulerOutput, plan: LaunchPlan) -> SampledTokens:
@@ -354,7 +248,7 @@ class ModelRunner:
         if self.stage.link is not None:
             self.stage.link.settle()
         with phase("engine.prepare"):
-            packed, batches = self._pack(batch, plan.num_steps)
+            packed, batches = self.packer.pack(batch, plan.num_steps, self._last_sampled)
             self._scoring = PromptScoring.plan(batch) if self.ranks is None else None
         sampling_batches = [m for m, step in enumerate(packed) if step.seqs]
         seqs = [seq for m in sampling_batches for seq in packed[m].seqs]
@@ -443,7 +337,7 @@ class ModelRunner:
                 self.stage.link.settle()
             packed = body.to(self.device, non_blocking=True)
             channel.copied()
-            batches = self._unpack(headers, packed)
+            batches = self.packer.unpack(headers, packed, self._last_sampled)
             tokens = run_launch(batches, self.stage, self._receive_tokens(batches))
             if self.host_tier is not None:
                 self.host_tier.settle()
@@ -484,20 +378,10 @@ class ModelRunner:
         if self.ranks is None or self._is_closed:
             return
         self._is_closed = True
-        peers_alive = self.workers is None or self.workers.failure is None
-        if self.workers is not None and peers_alive:
-            self.workers.expect_exit()  # they leave the groups and exit as rank 0 does
-            try:
-                self.ranks.channel.send(STOP, [], None)
-            except Exception:  # noqa: BLE001 - a broken group: the workers are killed below
-                logger.exception("engine: could not tell the worker ranks to stop")
-                peers_alive = False
         # NCCL's teardown waits for the CUDA graphs that captured its collectives (a TP engine's
         # close hung there on 2x H100/H200); the engine does not run after close
         self.graphs = None
-        self.ranks.close(peers_alive)
-        if self.workers is not None:
-            self.workers.stop()
+        stop_ranks(self.ranks, self.workers)
 
 
 def _cat(tensors: list[torch.Tensor]) -> torch.Tensor:

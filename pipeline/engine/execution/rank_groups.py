@@ -10,7 +10,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from pipeline.engine.execution.launch_channel import LaunchChannel
+from pipeline.engine.execution.launch_channel import STOP, LaunchChannel
 from pipeline.engine.execution.launch_schedule import MICRO_BATCHES_PER_STAGE
 from pipeline.engine.parallel.mapping import Mapping, check_devices
 from pipeline.engine.parallel.stage_link import StageLink
@@ -195,3 +195,19 @@ def join_ranks(
         config.all_reduce,
     )
     return groups, workers
+
+
+def stop_ranks(ranks: RankGroups, workers: WorkerProcesses | None) -> None:
+    """Rank 0 (with its workers): stop the worker ranks; every rank: leave the process groups
+    (a worker after STOP, as rank 0 does, at the same time)."""
+    peers_alive = workers is None or workers.failure is None
+    if workers is not None and peers_alive:
+        workers.expect_exit()  # they leave the groups and exit as rank 0 does
+        try:
+            ranks.channel.send(STOP, [], None)
+        except Exception:  # noqa: BLE001 - a broken group: the workers are killed below
+            logger.exception("engine: could not tell the worker ranks to stop")
+            peers_alive = False
+    ranks.close(peers_alive)
+    if workers is not None:
+        workers.stop()
