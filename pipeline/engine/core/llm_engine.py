@@ -11,7 +11,8 @@ from tqdm import tqdm
 from transformers import AutoTokenizer
 
 from pipeline.engine.core.delta_scores import delta_scores
-from pipeline.engine.core.launch_policy import LaunchPolicy, mean_ms
+from pipeline.engine.core.engine_stats import engine_stats
+from pipeline.engine.core.launch_policy import LaunchPolicy
 from pipeline.engine.engine_config import EngineConfig, load_engine_config
 from pipeline.engine.execution.model_runner import ModelRunner
 from pipeline.engine.execution.phase_range import phase
@@ -20,12 +21,12 @@ from pipeline.engine.kernels.tuned_configs import install_engine_configs
 from pipeline.engine.lora.manager import UnknownAdapter
 from pipeline.engine.scheduling.beam_search import check_beam_request
 from pipeline.engine.scheduling.block_manager import BlockManager
-from pipeline.engine.scheduling.prefix_cache import PrefixCachingBlockManager, prefix_cache_stats
+from pipeline.engine.scheduling.prefix_cache import PrefixCachingBlockManager
 from pipeline.engine.scheduling.sampled_tokens import SampledTokens
 from pipeline.engine.scheduling.scheduler import Scheduler
 from pipeline.engine.scheduling.scheduler_output import SchedulerOutput
 from pipeline.engine.scheduling.sequence import Sequence
-from pipeline.engine.spec.speculator import make_speculator, speculation_stats
+from pipeline.engine.spec.speculator import make_speculator
 from pipeline.request.limits import RequestLimits
 from pipeline.request.outputs import RequestOutput, StreamDelta
 from pipeline.request.sampling_params import SamplingParams
@@ -50,13 +51,6 @@ def model_eos_token_ids(tokenizer_dir: Path, tokenizer) -> tuple[int, ...]:
     if eos is None:
         return ()
     return tuple(eos) if isinstance(eos, list) else (eos,)
-
-
-def request_ms(after: dict, before: dict | None = None) -> dict[str, float]:
-    """Finished requests' mean ms from arrival in the engine (queued until first admitted, first
-    token, final token on the host), between two stats() (before: None for since start)."""
-    keys = ("request_queue_s", "request_first_token_s", "request_final_s")
-    return mean_ms(after, before, "num_finished_requests", keys)
 
 
 class LLMEngine:
@@ -396,32 +390,4 @@ class LLMEngine:
         return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     def stats(self) -> dict:
-        runner, blocks = self.model_runner, self.scheduler.block_manager
-        stats = {
-            "num_total_blocks": blocks.num_total_blocks,
-            "num_free_blocks": blocks.num_free_blocks,
-            "block_size": blocks.block_size,
-            "num_running": len(self.scheduler.running),
-            "num_waiting": len(self.scheduler.waiting),
-            "num_preemptions": self.scheduler.num_preemptions,
-            "num_steps": self._num_steps,
-            "num_prompt_steps": self._num_prompt_steps,
-            "num_scheduled_seqs": self._num_scheduled_seqs,
-            "num_scheduled_tokens": self._num_scheduled_tokens,
-            "num_generated_tokens": self._num_generated_tokens,
-            "num_finished_requests": self._num_finished,
-            "request_queue_s": self._queue_s,
-            "request_first_token_s": self._first_token_s,
-            "request_final_s": self._final_s,
-            "max_batch_size": self.max_batch_size,
-            "max_num_tokens": self.max_num_tokens,
-            "scheduler_policy": self.scheduler_policy,
-            "overlap_scheduling": self.overlap_scheduling,
-            "device": str(runner.device),
-            "dtype": str(runner.dtype).removeprefix("torch."),
-            "kv_cache_dtype": str(runner.kv_dtype).removeprefix("torch."),
-            "cuda_graph_batch_sizes": runner.graphs.batch_sizes if runner.graphs else [],
-            "cuda_graph_token_counts": runner.graphs.token_counts if runner.graphs else [],
-            **speculation_stats(self.speculator),
-        } | self.launch_policy.stats()
-        return stats | prefix_cache_stats(blocks)
+        return engine_stats(self)

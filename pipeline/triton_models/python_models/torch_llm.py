@@ -375,8 +375,8 @@ class TritonPythonModel:
             text = ", ".join(f"{key} {value:.1f}" for key, value in hops.items())
             pb_utils.Logger.log_info(f"{self.instance}: hops: {text}")
         if self.service.owns_engine:  # how full and how mixed the steps were (once an engine)
+            from pipeline.engine.core.engine_stats import request_ms
             from pipeline.engine.core.launch_policy import ms_per_launch
-            from pipeline.engine.core.llm_engine import request_ms
 
             stats = self.service.stats()
             seqs_per_step = stats["num_scheduled_seqs"] / max(1, stats["num_steps"])
