@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from pipeline.engine import LLMEngine, SamplingParams
+from pipeline.engine.core.engine_times import ms_per_launch
 from pipeline.engine.core.heap import freeze_loaded, thaw
-from pipeline.engine.core.launch_policy import ms_per_launch
 from pipeline.synthetic.shapes import TINY
 from scripts.engine_run import Workload
 from scripts.model_shapes import (

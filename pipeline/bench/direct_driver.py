@@ -134,8 +134,7 @@ class DirectDriver:
         # where the pacer settled: steps a launch, and the reserve it schedules the next at
         self.engine_stats["num_scheduler_steps"] = at_end["num_scheduler_steps"]
         self.engine_stats["num_reserve_steps"] = at_end["num_reserve_steps"]
-        from pipeline.engine.core.engine_stats import request_ms
-        from pipeline.engine.core.launch_policy import ms_per_launch
+        from pipeline.engine.core.engine_times import ms_per_launch, request_ms
 
         self.engine_stats |= ms_per_launch(at_end, at_start) | request_ms(at_end, at_start)
         log.debug("direct/%s: %d requests in %.2f s", phase, len(records), self.now() - start)

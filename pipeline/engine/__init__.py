@@ -47,10 +47,30 @@ Rooms, each importing only those below it (a test holds the order):
     outputs = engine.generate(prompts, SamplingParams(max_tokens=32))
 """
 
-from pipeline.engine.core.async_engine import AsyncLLMEngine, RequestHandle
-from pipeline.engine.core.llm_engine import LLMEngine
+import importlib
+from typing import TYPE_CHECKING
+
 from pipeline.request.outputs import RequestOutput, StreamDelta
 from pipeline.request.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from pipeline.engine.core.async_engine import AsyncLLMEngine, RequestHandle
+    from pipeline.engine.core.llm_engine import LLMEngine
+
+# loaded on first use: a module of the package that needs no torch (the engine process's client
+# in a Triton stub, engine_process.EngineProcess) is imported without the engine's
+_LAZY = {
+    "AsyncLLMEngine": "pipeline.engine.core.async_engine",
+    "RequestHandle": "pipeline.engine.core.async_engine",
+    "LLMEngine": "pipeline.engine.core.llm_engine",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AsyncLLMEngine",

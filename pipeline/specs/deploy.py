@@ -29,7 +29,9 @@ class TorchDeployOptions:
     """Runtime knobs of the torch engine hosted by the `tensorrt_llm` python-backend model; only
     backend=torch reads them."""
 
-    num_threads: int = 0  # torch.set_num_threads inside the model; 0 = torch's default
+    # the engine's torch threads (torch.set_num_threads), in its process or the model's; 0 =
+    # torch's default
+    num_threads: int = 0
     # 0 = size the paged KV cache: from free GPU memory on CUDA; on the CPU from the build limits,
     # capped by the host's available memory
     num_kv_blocks: int = 0

@@ -21,11 +21,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from pipeline.engine import AsyncLLMEngine
 from pipeline.engine.core.engine_process import EngineProcess
 from pipeline.errors import ArtifactError
 from pipeline.request import SamplingParams
+
+if TYPE_CHECKING:
+    from pipeline.engine import AsyncLLMEngine
 from pipeline.request.errors import ENGINE_UNAVAILABLE
 
 log = logging.getLogger(__name__)
@@ -36,7 +39,7 @@ RESTART_DELAYS_S = (0.0, 2.0, 10.0)  # before each try to start a failed engine 
 class EngineSupervisor:
     def __init__(
         self,
-        start: Callable[[], AsyncLLMEngine | EngineProcess],
+        start: Callable[[], "AsyncLLMEngine | EngineProcess"],
         max_restarts: int = 3,
         restart_window_s: float = 600.0,
     ):

@@ -48,12 +48,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.engine import AsyncLLMEngine, LLMEngine
-from pipeline.engine.core.engine_probe import check_probe
 from pipeline.engine.core.engine_process import EngineProcess
 from pipeline.engine_json import EngineJson
 from pipeline.triton_models.detokenizer import Detokenizer
@@ -61,6 +59,9 @@ from pipeline.triton_models.engine_supervisor import EngineSupervisor
 from pipeline.triton_models.hop_log import HopLog
 from pipeline.triton_models.live_request import LiveRequest, OutputChunk
 from pipeline.triton_models.llm_request import TextEncoder, from_arrays
+
+if TYPE_CHECKING:
+    from pipeline.engine import AsyncLLMEngine
 
 log = logging.getLogger(__name__)
 _STOP = object()
@@ -101,21 +102,37 @@ class LLMService:
         share_engine: str | None = None,
         max_restarts: int = 3,
         restart_window_s: float = 600.0,
+        num_threads: int = 0,
     ):
         """runtime: the engine's runtime options (engine_config.RuntimeOptions). share_engine
         (with engine_process): services with the same key share one engine process.
         max_restarts, restart_window_s: a failed engine is started again at most max_restarts
-        times within restart_window_s, then stays down (engine_supervisor.EngineSupervisor)."""
+        times within restart_window_s, then stays down (engine_supervisor.EngineSupervisor).
+        num_threads: the engine's torch threads, wherever it runs (0: torch's default)."""
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
 
-        def start_engine() -> AsyncLLMEngine | EngineProcess:
+        def start_engine() -> "AsyncLLMEngine | EngineProcess":
             if engine_process:
                 # the python stub's sys.executable is the stub binary; python3 on its PATH is
                 # the interpreter it embeds (pipeline.server.stub_python)
                 python = shutil.which("python3") or sys.executable
                 return EngineProcess(
-                    engine_dir, device, runtime, self._outbox, python, share_key=share_engine
+                    engine_dir,
+                    device,
+                    runtime,
+                    self._outbox,
+                    python,
+                    share_key=share_engine,
+                    num_threads=num_threads,
                 )
+            # in this process: the engine's modules (torch) load only here
+            from pipeline.engine import AsyncLLMEngine, LLMEngine
+            from pipeline.engine.core.engine_probe import check_probe
+
+            if num_threads:
+                import torch
+
+                torch.set_num_threads(num_threads)
             loaded = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)
             check_probe(loaded, engine_dir)  # before it is ready: its weights are the build's
             return AsyncLLMEngine(loaded, outbox=self._outbox)

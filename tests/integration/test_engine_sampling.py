@@ -7,7 +7,8 @@ import time
 import pytest
 
 from pipeline.engine import AsyncLLMEngine, LLMEngine, SamplingParams, StreamDelta
-from pipeline.engine.core.launch_policy import LaunchPacer, ms_per_launch
+from pipeline.engine.core.engine_times import ms_per_launch
+from pipeline.engine.core.launch_policy import LaunchPacer
 from pipeline.errors import ConfigError
 
 PROMPT = "My favourite animal is the"

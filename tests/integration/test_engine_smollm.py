@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from pipeline.engine import LLMEngine, SamplingParams
-from pipeline.engine.core.engine_stats import request_ms
+from pipeline.engine.core.engine_times import request_ms
 from tests.conftest import hf_greedy_tokens
 
 PROMPTS = [

@@ -112,7 +112,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_is_read_from_both_packages():
     # the reader resolves absolute, relative and from-imports of ours: a graph without these
     # edges would pass every check below by seeing nothing
-    assert "pipeline.engine.core.llm_engine" in GRAPH["pipeline.engine"]
+    assert "pipeline.request.sampling_params" in GRAPH["pipeline.engine"]
+    assert "pipeline.engine.core.llm_engine" in GRAPH["pipeline.engine.core.async_engine"]
     assert "scripts.engine_run" in GRAPH["scripts.bench_engine"]
     assert "pipeline.bench.metrics" in GRAPH["scripts.engine_run"]
     assert "pipeline.synthetic.shapes" in GRAPH["scripts.bench_ab"]

@@ -1,8 +1,6 @@
 """The engine process's side of its clients (engine_process.py): routes each step's deltas to the
-clients that own them, takes their submits and cancels, and sends them the engine's counters.
-
-Messages to a client: (kind, payload, stats or None); CLOSED's payload is the number of clients
-still connected (0: the engine process is exiting).
+clients that own them, takes their submits and cancels, and sends them the engine's counters
+(the messages: engine_wire.py).
 """
 
 import contextlib
@@ -16,20 +14,11 @@ from multiprocessing.connection import Connection
 from pipeline.engine.core.async_engine import AsyncLLMEngine
 from pipeline.engine.core.delta_scores import delta_row
 from pipeline.engine.core.engine_channel import Channel
+from pipeline.engine.core.engine_wire import CLOSED, DELTAS, ERROR, READY, STATS, portable
 from pipeline.engine.core.llm_engine import LLMEngine
-from pipeline.errors import PipelineError
 from pipeline.request.outputs import StreamDelta
 
-READY, DELTAS, STATS, ERROR, CLOSED = "ready", "deltas", "stats", "error", "closed"
 STATS_PERIOD_S = 0.05  # stats ride along with step outputs at most this often
-
-
-def portable(exc: BaseException) -> BaseException:
-    """An exception that surely unpickles in the parent (a CUDA error's class may not); the
-    pipeline's own errors (a failed probe) go as they are, their message already says it all."""
-    if isinstance(exc, PipelineError):
-        return exc
-    return RuntimeError(f"engine process: {exc!r}")
 
 
 def _refused(request_id: str, exc: ValueError) -> StreamDelta:

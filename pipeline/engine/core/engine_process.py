@@ -35,10 +35,7 @@ import threading
 from multiprocessing.connection import Client, Connection
 from pathlib import Path
 
-from pipeline.engine.core.engine_hub import CLOSED, DELTAS, ERROR, STATS, Hub, portable
-from pipeline.engine.core.engine_probe import check_probe
-from pipeline.engine.core.heap import freeze_loaded
-from pipeline.engine.core.llm_engine import LLMEngine
+from pipeline.engine.core.engine_wire import CLOSED, DELTAS, ERROR, STATS, portable
 from pipeline.request.limits import RequestLimits
 from pipeline.request.outputs import StreamDelta
 from pipeline.request.sampling_params import SamplingParams
@@ -61,6 +58,12 @@ _Delta = collections.namedtuple(
 
 
 def _child_main(first: Connection, name: str | None) -> None:
+    # the engine's modules load here only: a client (a Triton stub) never imports torch
+    from pipeline.engine.core.engine_hub import Hub
+    from pipeline.engine.core.engine_probe import check_probe
+    from pipeline.engine.core.heap import freeze_loaded
+    from pipeline.engine.core.llm_engine import LLMEngine
+
     # its log lines (model runner: kernels, graphs, KV blocks) join the server's log via stderr
     logging.basicConfig(level=logging.INFO, format="[engine process] %(levelname)s %(message)s")
     listener = None
@@ -72,7 +75,11 @@ def _child_main(first: Connection, name: str | None) -> None:
             first.send((_TAKEN, None, None))
             return
         listener.listen(64)
-    engine_dir, device, runtime = first.recv()
+    engine_dir, device, runtime, num_threads = first.recv()
+    if num_threads:
+        import torch
+
+        torch.set_num_threads(num_threads)
     try:
         engine = LLMEngine.from_engine_dir(engine_dir, device=device, **runtime)
         check_probe(engine, engine_dir)  # before it is ready: its weights are the build's
@@ -103,13 +110,15 @@ class EngineProcess:
         python: str = sys.executable,
         startup_timeout_s: float = 1800.0,
         share_key: str | None = None,
+        num_threads: int = 0,
     ):
         """Start the child and wait until its engine is loaded (graphs captured); with a
         share_key, join the engine that a process with the same key started, if it still runs.
         python: the interpreter to run it (a Triton stub's own sys.executable is not a Python);
-        it sees this process's sys.path."""
+        it sees this process's sys.path. num_threads: the engine's torch threads (0: torch's
+        default)."""
         self._process: subprocess.Popen | None = None  # when this one spawned it
-        spawn = (str(engine_dir), device, runtime, python)
+        spawn = (str(engine_dir), device, runtime, num_threads, python)
         if share_key is None:
             kind, payload, stats = self._spawn(*spawn, None, startup_timeout_s)
         else:
@@ -131,7 +140,7 @@ class EngineProcess:
         """True when this one started the engine process (False: it joined a shared one)."""
         return self._process is not None
 
-    def _join(self, engine_dir, device, runtime, python, name, timeout_s) -> tuple:
+    def _join(self, engine_dir, device, runtime, num_threads, python, name, timeout_s) -> tuple:
         """Connect to the shared engine, or spawn it when none runs. Races end in a retry: of two
         children spawned at once one binds the name and the other says _TAKEN; a connection
         made as the engine stops ends before READY."""
@@ -140,7 +149,9 @@ class EngineProcess:
             try:
                 self._conn = Client("\0" + name, family="AF_UNIX")
             except ConnectionRefusedError:  # nobody listens: start it
-                message = self._spawn(engine_dir, device, runtime, python, name, timeout_s)
+                message = self._spawn(
+                    engine_dir, device, runtime, num_threads, python, name, timeout_s
+                )
                 if message[0] != _TAKEN:
                     return message
                 self._process.wait()
@@ -152,7 +163,7 @@ class EngineProcess:
                 self._conn.close()
         raise RuntimeError(f"engine process: could not join or start {name} in {JOIN_TRIES} tries")
 
-    def _spawn(self, engine_dir, device, runtime, python, name, timeout_s) -> tuple:
+    def _spawn(self, engine_dir, device, runtime, num_threads, python, name, timeout_s) -> tuple:
         """Start the child (listening as name when shared) and wait for its first message."""
         # a plain subprocess, not multiprocessing: spawn would also leave its resource tracker
         # running in the server's process group after shutdown
@@ -164,7 +175,7 @@ class EngineProcess:
         )
         theirs.close()
         self._conn = Connection(ours.detach())
-        self._conn.send((engine_dir, device, runtime))
+        self._conn.send((engine_dir, device, runtime, num_threads))
         try:
             message = self._first_message(timeout_s)
         except EOFError:

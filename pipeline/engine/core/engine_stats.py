@@ -1,21 +1,12 @@
-"""What the engine reports: its counters, limits and settings (stats()), and finished requests'
-mean times between two of them."""
+"""What the engine reports (stats()): its counters, limits and settings."""
 
 from typing import TYPE_CHECKING
 
-from pipeline.engine.core.launch_policy import mean_ms
 from pipeline.engine.scheduling.prefix_cache import prefix_cache_stats
 from pipeline.engine.spec.speculator import speculation_stats
 
 if TYPE_CHECKING:
     from pipeline.engine.core.llm_engine import LLMEngine
-
-
-def request_ms(after: dict, before: dict | None = None) -> dict[str, float]:
-    """Finished requests' mean ms from arrival in the engine (queued until first admitted, first
-    token, final token on the host), between two stats() (before: None for since start)."""
-    keys = ("request_queue_s", "request_first_token_s", "request_final_s")
-    return mean_ms(after, before, "num_finished_requests", keys)
 
 
 def engine_stats(engine: "LLMEngine") -> dict:

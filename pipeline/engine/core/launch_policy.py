@@ -12,6 +12,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from pipeline.engine.core.engine_times import TOTALS
 from pipeline.engine.scheduling.sampled_tokens import SampledTokens
 from pipeline.engine.scheduling.scheduler_output import LaunchPlan, SchedulerOutput
 
@@ -21,7 +22,6 @@ LATE_SHARE = 0.5  # add a step when more launches than this were late (no reserv
 RESERVE_LATE_SHARE = 0.1  # widen the reserve when more launches than this were late
 SPARE_STEPS = 1.5  # take a step back when the mean wait exceeds this many steps' time
 RESERVE_MARGIN = 1.25  # the reserve covers this many times the host's prep time
-TOTALS = ("host_s", "host_cpu_s", "gpu_wait_s", "away_s")  # summed over launches, in stats()
 
 
 class LaunchPolicy:
@@ -199,21 +199,3 @@ class LaunchTimer:
 
     def stats(self) -> dict:
         return {"num_launches": self.num_launches} | {key: getattr(self, key) for key in TOTALS}
-
-
-def mean_ms(
-    after: dict, before: dict | None, count: str, totals: tuple[str, ...], suffix: str = "_ms"
-) -> dict[str, float]:
-    """Summed seconds in two engine stats() -> ms per counted item between them (before: None
-    for since start); "<total>_s" becomes "<total><suffix>"."""
-    before = before or {}
-    num = max(1, after[count] - before.get(count, 0))
-    return {
-        key.removesuffix("_s") + suffix: 1e3 * (after[key] - before.get(key, 0.0)) / num
-        for key in totals
-    }
-
-
-def ms_per_launch(after: dict, before: dict | None = None) -> dict[str, float]:
-    """The timer's totals in two engine stats() (before: None for since start) -> ms a launch."""
-    return mean_ms(after, before, "num_launches", TOTALS, "_ms_per_launch")

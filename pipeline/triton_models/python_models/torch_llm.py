@@ -121,10 +121,6 @@ class TritonPythonModel:
         share_key = f"{os.getppid()}/{args['model_name']}/{args['model_version']}"
         if params["python_path"] not in sys.path:
             sys.path.insert(0, params["python_path"])
-        if int(params["num_threads"]):
-            import torch
-
-            torch.set_num_threads(int(params["num_threads"]))
         from pipeline.triton_models.drain import REFUSAL, DrainWatch
         from pipeline.triton_models.engine_runtime import runtime_from_parameters
         from pipeline.triton_models.hop_log import HOP_STATS, HOPS
@@ -148,6 +144,7 @@ class TritonPythonModel:
             share_engine=share_key if num_instances > 1 else None,
             max_restarts=int(params["max_engine_restarts"]),
             restart_window_s=float(params["restart_window_s"]),
+            num_threads=int(params["num_threads"]),
         )
         from pipeline.engine.core.heap import freeze_loaded
 
@@ -375,8 +372,7 @@ class TritonPythonModel:
             text = ", ".join(f"{key} {value:.1f}" for key, value in hops.items())
             pb_utils.Logger.log_info(f"{self.instance}: hops: {text}")
         if self.service.owns_engine:  # how full and how mixed the steps were (once an engine)
-            from pipeline.engine.core.engine_stats import request_ms
-            from pipeline.engine.core.launch_policy import ms_per_launch
+            from pipeline.engine.core.engine_times import ms_per_launch, request_ms
 
             stats = self.service.stats()
             seqs_per_step = stats["num_scheduled_seqs"] / max(1, stats["num_steps"])
