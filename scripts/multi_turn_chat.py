@@ -57,13 +57,19 @@ class Turn:
     finish_s: float | None = None
 
 
+def draws(plan: ChatPlan, vocab: int) -> tuple[list, np.ndarray, np.ndarray]:
+    """The seeded parts: each user's messages [U][T][message_len], think times after each turn
+    [U, T] and first turns' offsets [U]."""
+    rng = np.random.default_rng(plan.seed)
+    messages = rng.integers(0, vocab, (plan.num_users, plan.num_turns, plan.message_len))
+    think = rng.exponential(plan.think_s, (plan.num_users, plan.num_turns))
+    return messages.tolist(), think, rng.uniform(0, plan.start_window_s, plan.num_users)
+
+
 def chat(engine: LLMEngine, plan: ChatPlan, vocab: int, clock=None) -> list[Turn]:
     """Run every user's conversation to its end; the turns in arrival order."""
     clock = clock or WallClock()
-    rng = np.random.default_rng(plan.seed)
-    messages = rng.integers(0, vocab, (plan.num_users, plan.num_turns, plan.message_len)).tolist()
-    think = rng.exponential(plan.think_s, (plan.num_users, plan.num_turns))
-    offsets = rng.uniform(0, plan.start_window_s, plan.num_users)
+    messages, think, offsets = draws(plan, vocab)
     params = SamplingParams(max_tokens=plan.reply_len, ignore_eos=True)
     start = clock.now()
     due = [(start + float(offsets[user]), user, 0) for user in range(plan.num_users)]
