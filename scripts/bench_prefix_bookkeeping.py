@@ -1,95 +1,86 @@
-"""Prefix caching's host cost, with no model: the scheduler and block manager driven through the
-launches of an offline run, caching off and on, on any machine (CPU included).
+"""Prefix caching's host cost, with no model: the block manager's calls of an offline run of
+unique prompts, caching off and on, timed phase by phase on any machine (CPU included).
 
     python -m scripts.bench_prefix_bookkeeping [--requests 512] [--prompt-len 128] ...
 
-Each launch is scheduled, its sequences advanced (update_from_launch) and every sampling row
-given a token (update_from_output), as the engine does around a model's forward; what caching
-adds is the block names (a hash chain a block), the name lookups at admission and the named
-blocks' reference counts and eviction. Prints the host ms of the whole run and a request's share,
-caching off and on, and their ratio; --evict: a pool with room for half the requests, so named
-blocks are evicted as new ones are taken.
+The calls are the scheduler's, in its order, for --requests prompts admitted at once:
+- admit: find_prefix, is_being_computed, swaps_in and grow_from_prefix (caching off: grow);
+- prefill: computes (the names of the blocks the prompt fills) and the launch's cache_blocks;
+- decode: a token a request a step, grow() as blocks fill (blocks are named at free);
+- free: free() (caching on: the names of the blocks decode filled, kept evictable).
+Each phase is the best of --repeats, the variants interleaved (the machine's other load shifts
+them alike). Prints each phase's ms caching off and on, and what caching adds a request;
+--compare: also with other prefix_cache.py files (an earlier version's: the rest is this tree's).
 """
 
 import argparse
+import importlib.util
 import json
 import time
+from pathlib import Path
 
 import numpy as np
-import torch
 
 from pipeline.engine.scheduling.block_manager import BlockManager
 from pipeline.engine.scheduling.prefix_cache import PrefixCachingBlockManager
-from pipeline.engine.scheduling.sampled_tokens import SampledTokens
-from pipeline.engine.scheduling.scheduler import Scheduler
 from pipeline.engine.scheduling.sequence import Sequence
 from pipeline.request.sampling_params import SamplingParams
 
-# what the scheduler calls on a block manager (prefix caching's calls included)
-CALLS = (
-    "grow",
-    "free",
-    "take_copies",
-    "find_prefix",
-    "is_being_computed",
-    "swaps_in",
-    "grow_from_prefix",
-    "computes",
-    "cache_launched",
-)
+PHASES = ("admit", "prefill", "decode", "free")
 
 
-class CallTimer:
-    """Host seconds spent in the block manager's calls (the outermost call of a nest)."""
-
-    def __init__(self, blocks: BlockManager):
-        self.seconds, self._depth = 0.0, 0
-        for name in CALLS:
-            if hasattr(blocks, name):
-                setattr(blocks, name, self._timed(getattr(blocks, name)))
-
-    def _timed(self, call):
-        def timed(*args, **kwargs):
-            self._depth += 1
-            start = time.process_time()
-            try:
-                return call(*args, **kwargs)
-            finally:
-                self._depth -= 1
-                if not self._depth:
-                    self.seconds += time.process_time() - start
-
-        return timed
-
-
-def run(args: argparse.Namespace, caching: bool, seed: int) -> tuple[float, float]:
-    """CPU seconds of one offline run's scheduling, and of its block manager's part."""
-    rng = np.random.default_rng(seed)
+def run(args: argparse.Namespace, kind: type[BlockManager], prompts: list) -> dict[str, float]:
+    """Seconds of each phase's block-manager calls with this block manager."""
     blocks_a_request = -(-(args.prompt_len + args.output_len) // args.block_size)
-    num_blocks = blocks_a_request * (args.requests // 2 if args.evict else args.requests)
-    kind = PrefixCachingBlockManager if caching else BlockManager
-    blocks = kind(num_blocks, args.block_size, args.max_batch, blocks_a_request)
-    timer = CallTimer(blocks)
-    scheduler = Scheduler(blocks, args.max_batch, args.max_num_tokens, "max_utilization", True)
+    manager = kind(blocks_a_request * len(prompts), args.block_size, len(prompts), blocks_a_request)
+    caching = manager.caches_prefixes
     params = SamplingParams(max_tokens=args.output_len, ignore_eos=True)
-    prompts = rng.integers(0, 32000, (args.requests, args.prompt_len)).tolist()
     seqs = [Sequence(str(i), p, params, ()) for i, p in enumerate(prompts)]
-    sampled_ids = torch.from_numpy(rng.integers(0, 32000, 4 * args.max_batch))
-    start = time.process_time()
+    seconds = {}
+    start = time.perf_counter()
     for seq in seqs:
-        scheduler.add(seq)
-    while scheduler.has_unfinished():
-        batch = scheduler.schedule()
-        rows = [
-            seq
-            for seq, n in zip(batch.seqs, batch.num_tokens.tolist(), strict=True)
-            if seq.num_computed_tokens + n >= len(seq.token_ids)
-        ]
-        tokens = sampled_ids[: len(rows)]
-        sampled = SampledTokens(rows, tokens, None, 1)
-        scheduler.update_from_launch(batch, sampled)
-        scheduler.update_from_output(sampled, tokens.tolist())
-    return time.process_time() - start, timer.seconds
+        if caching:
+            hit = manager.find_prefix(seq)
+            assert not manager.is_being_computed(seq, hit) and not manager.swaps_in(hit)
+            assert manager.grow_from_prefix(seq, args.prompt_len, hit)
+        else:
+            assert manager.grow(seq, args.prompt_len)
+    seconds["admit"] = time.perf_counter() - start
+    start = time.perf_counter()
+    if caching:
+        for seq in seqs:
+            manager.computes(seq, args.prompt_len)
+    for seq in seqs:
+        seq.num_computed_tokens = args.prompt_len
+    if caching:
+        manager.cache_blocks(seqs)
+    seconds["prefill"] = time.perf_counter() - start
+    decode = 0.0
+    for token in range(args.output_len - 1):  # the host's part between two decode launches
+        for seq in seqs:
+            seq.token_ids.append(token)
+        start = time.perf_counter()
+        for seq in seqs:
+            seq.num_computed_tokens += 1
+            manager.grow(seq, seq.num_computed_tokens + 1)
+        decode += time.perf_counter() - start
+    seconds["decode"] = decode
+    start = time.perf_counter()
+    for seq in seqs:
+        manager.free(seq)
+    seconds["free"] = time.perf_counter() - start
+    return seconds
+
+
+def block_managers(compare: list[Path]) -> dict[str, type[BlockManager]]:
+    """Off, on, and on with each of the other prefix_cache.py files."""
+    kinds = {"off": BlockManager, "on": PrefixCachingBlockManager}
+    for i, path in enumerate(compare):
+        spec = importlib.util.spec_from_file_location(f"compared_prefix_cache_{i}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        kinds[f"on ({path})"] = module.PrefixCachingBlockManager
+    return kinds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,32 +89,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=128)
     parser.add_argument("--block-size", type=int, nargs="+", default=[16, 32])
-    parser.add_argument("--max-batch", type=int, default=256)
-    parser.add_argument("--max-num-tokens", type=int, default=8192)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--evict", action="store_true")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--compare", type=Path, nargs="*", default=[], help="prefix_cache.py")
     args = parser.parse_args(argv)
-    results = []
+    kinds = block_managers(args.compare)
+    rng = np.random.default_rng(0)
+    prompts = rng.integers(0, 32000, (args.requests, args.prompt_len)).tolist()
     for block_size in args.block_size:
         args.block_size = block_size
-        # interleaved and the best of each: the machine's other load shifts both alike
-        times = {False: [], True: []}
-        for repeat in range(args.repeats):
-            for caching in (False, True):
-                times[caching].append(run(args, caching, repeat))
-        (off, off_blocks), (on, on_blocks) = min(times[False]), min(times[True])
-        results.append(
-            {
-                "block_size": block_size,
-                "evict": args.evict,
-                "run_ms_off": 1e3 * off,
-                "run_ms_on": 1e3 * on,
-                "blocks_ms_off": 1e3 * off_blocks,
-                "blocks_ms_on": 1e3 * on_blocks,
-                "blocks_added_us_a_request": 1e6 * (on_blocks - off_blocks) / args.requests,
-            }
-        )
-        print(json.dumps(results[-1]))
+        best = {name: dict.fromkeys(PHASES, float("inf")) for name in kinds}
+        for _ in range(args.repeats):
+            for name, kind in kinds.items():
+                for phase, seconds in run(args, kind, prompts).items():
+                    best[name][phase] = min(best[name][phase], seconds)
+        result = {"block_size": block_size}
+        for name, phases in best.items():
+            result[name] = {phase: round(1e3 * s, 2) for phase, s in phases.items()}
+            total = sum(phases.values())
+            result[name]["total"] = round(1e3 * total, 2)
+            if name != "off":
+                added = total - sum(best["off"].values())
+                result[name]["added_us_a_request"] = round(1e6 * added / args.requests, 2)
+        print(json.dumps(result))
     return 0
 
 
