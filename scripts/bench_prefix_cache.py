@@ -51,12 +51,11 @@ class Plan:
     prefix_len: int = 2048  # (a)
     unique_len: int = 128  # (a) and (c)
     output_len: int = 128  # (a) and (c)
-    # (b): a chat's turn, a short message and a longer answer; 24 users' 5 turns take about
-    # a minute on an H100 for the 8B shape
+    # (b): 24 users' 6 turns take about half a minute a side on an H100 at the 8B shape
     num_users: int = 24
-    num_turns: int = 5
+    num_turns: int = 6
     message_len: int = 128
-    reply_len: int = 256
+    reply_len: int = 128
     # (b) mean think time and first turns' window, in a reply's time alone: about a third of
     # the users have a turn in flight at once
     think_replies: float = 2.0
