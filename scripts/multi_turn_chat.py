@@ -12,6 +12,7 @@ finished. TTFT is measured per turn, from the turn's arrival to its first token 
 import heapq
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -35,6 +36,17 @@ class ChatPlan:
         return self.num_turns * (self.message_len + self.reply_len)
 
 
+class Clock(Protocol):
+    """What chat() reads time from: the wall clock, or a test's clock of steps."""
+
+    def now(self) -> float: ...
+
+    def sleep_until(self, t: float) -> None: ...
+
+    def stepped(self) -> None:
+        """An engine step returned (a clock of steps advances here)."""
+
+
 class WallClock:
     """Seconds on perf_counter, the clock the engine stamps arrivals with."""
 
@@ -45,7 +57,7 @@ class WallClock:
         time.sleep(max(0.0, t - time.perf_counter()))
 
     def stepped(self) -> None:
-        """An engine step returned (a clock of steps advances here)."""
+        pass
 
 
 @dataclass
@@ -66,7 +78,7 @@ def draws(plan: ChatPlan, vocab: int) -> tuple[list, np.ndarray, np.ndarray]:
     return messages.tolist(), think, rng.uniform(0, plan.start_window_s, plan.num_users)
 
 
-def chat(engine: LLMEngine, plan: ChatPlan, vocab: int, clock=None) -> list[Turn]:
+def chat(engine: LLMEngine, plan: ChatPlan, vocab: int, clock: Clock | None = None) -> list[Turn]:
     """Run every user's conversation to its end; the turns in arrival order."""
     clock = clock or WallClock()
     messages, think, offsets = draws(plan, vocab)
