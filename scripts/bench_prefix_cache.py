@@ -51,14 +51,15 @@ class Plan:
     prefix_len: int = 2048  # (a)
     unique_len: int = 128  # (a) and (c)
     output_len: int = 128  # (a) and (c)
-    # (b): 24 users' 6 turns take about half a minute a side on an H100 at the 8B shape
+    # (b): conversations of up to 3k tokens, where a returning turn's history outweighs a
+    # step's fixed costs in its TTFT; 24 users' 6 turns take ~40 s a side at the 8B shape
     num_users: int = 24
     num_turns: int = 6
-    message_len: int = 128
-    reply_len: int = 128
-    # (b) mean think time and first turns' window, in a reply's time alone: about a third of
-    # the users have a turn in flight at once
-    think_replies: float = 2.0
+    message_len: int = 256
+    reply_len: int = 256
+    # (b) mean think time and first turns' window, in a reply's time alone: about 40% of the
+    # users have a turn in flight at once
+    think_replies: float = 1.5
     start_window_replies: float = 3.0
     pool_fraction: float = 1 / 3  # (b) GPU KV pool / working set
     max_batch_size: int = 256
