@@ -6,11 +6,14 @@
 (a) shared system prompt: every request is the same 2,048-token prefix + 128 tokens of its own,
     128 out, all at t=0 (one request warms each engine first): TTFT p50 / p99 and out tok/s,
     caching on vs off;
-(b) multi-turn chat: U users x T turns, each turn the conversation so far + a new message, the
-    users' turns together; the GPU KV pool holds a third of the working set, the host tier all
-    of it: TTFT p50 / p99 and host-tier hit rate with the host tier on vs off, and the PCIe GB/s
-    its copies reach: each batched copy's during the run (timed on the copy stream), the bytes
-    over the whole run, and offload and load of 64 blocks timed alone on the same engine;
+(b) multi-turn chat (scripts/multi_turn_chat.py): U users x T turns, each turn the conversation
+    so far + a new message; each user's next turn arrives a think time (exponential, seeded)
+    after that user's previous reply ended, the first turns spread over a start window, so only
+    part of the users are active at once; the GPU KV pool holds a third of the working set, the
+    host tier all of it: TTFT p50 / p99 of the turns after the first, host-tier and prefix hit
+    rates, with the host tier on vs off, and the PCIe GB/s its copies reach: each batched copy's
+    during the run (timed on the copy stream), the bytes over the whole run, and offload and
+    load of 64 blocks timed alone on the same engine;
 (c) unique 128/128 prompts: out tok/s with caching on vs off (the bookkeeping's cost).
 Writes bench_prefix_cache.json + bench_prefix_cache.md. --tiny: a tiny fp32 model on the CPU.
 """
@@ -36,6 +39,7 @@ from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2, TINY
 from pipeline.synthetic.weights import HOOK, checkpoint_config, write_engine
 from scripts.engine_run import Workload, free_memory, offline_throughput
 from scripts.model_shapes import write_tokenizer
+from scripts.multi_turn_chat import ChatPlan, active_users, chat, ttft_summary
 
 log = logging.getLogger("bench_prefix_cache")
 SHAPES = {"llama-3.1-8b-shape": LLAMA_8B, "smollm2-135m-shape": SMOLLM2}
@@ -47,10 +51,16 @@ class Plan:
     prefix_len: int = 2048  # (a)
     unique_len: int = 128  # (a) and (c)
     output_len: int = 128  # (a) and (c)
-    num_users: int = 32  # (b)
-    num_turns: int = 4
+    # (b): conversations of up to 3k tokens, where a returning turn's history outweighs a
+    # step's fixed costs in its TTFT; 24 users' 6 turns take ~40 s a side at the 8B shape
+    num_users: int = 24
+    num_turns: int = 6
     message_len: int = 256
-    reply_len: int = 64
+    reply_len: int = 256
+    # (b) mean think time and first turns' window, in a reply's time alone: about 40% of the
+    # users have a turn in flight at once
+    think_replies: float = 1.5
+    start_window_replies: float = 3.0
     pool_fraction: float = 1 / 3  # (b) GPU KV pool / working set
     max_batch_size: int = 256
     block_size: int = 32
@@ -66,6 +76,10 @@ TINY_PLAN = Plan(
     num_turns=3,
     message_len=10,
     reply_len=4,
+    # every turn at once, each user's next one at its previous one's end: the tiny run's host
+    # hits do not depend on the CPU's timing
+    think_replies=0.0,
+    start_window_replies=0.0,
     max_batch_size=4,
     block_size=8,
     num_swap_blocks=4,
@@ -99,37 +113,45 @@ def unique_prompts(engine: LLMEngine, plan: Plan, vocab: int) -> dict:
     return offline_throughput(engine, prompts, work, None)
 
 
-def multi_turn(engine: LLMEngine, plan: Plan, vocab: int) -> dict:
-    rng = np.random.default_rng(2)
+def chat_plan(plan: Plan, reply_s: float) -> ChatPlan:
+    """(b)'s users, their think time and start window scaled by a reply's time alone."""
+    return ChatPlan(
+        num_users=plan.num_users,
+        num_turns=plan.num_turns,
+        message_len=plan.message_len,
+        reply_len=plan.reply_len,
+        think_s=plan.think_replies * reply_s,
+        start_window_s=plan.start_window_replies * reply_s,
+    )
+
+
+def reply_seconds(engine: LLMEngine, plan: Plan, vocab: int) -> float:
+    """A turn's time alone: a message in, a reply out (also warms the engine)."""
+    rng = np.random.default_rng(3)
     params = SamplingParams(max_tokens=plan.reply_len, ignore_eos=True)
-    chats = [[] for _ in range(plan.num_users)]
+    prompt = [random_ids(rng, vocab, plan.message_len)]
+    engine.generate(prompt, params)
+    start = time.perf_counter()
+    engine.generate(prompt, params)
+    return time.perf_counter() - start
+
+
+def multi_turn(engine: LLMEngine, chats: ChatPlan, vocab: int) -> dict:
     tier = engine.model_runner.host_tier
     if tier is not None and tier.is_cuda:  # each batched copy timed on the copy stream
         tier.timed = True
-    before, ttfts, start = engine.stats(), [], time.perf_counter()
-    for _ in range(plan.num_turns):
-        turn_start, first, replies = time.perf_counter(), {}, {}
-        ids = {}
-        for user, chat in enumerate(chats):
-            chat += random_ids(rng, vocab, plan.message_len)
-            ids[engine.add_request(chat, params)] = user
-        while engine.has_unfinished():
-            for delta in engine.step():
-                if delta.token_ids:
-                    first.setdefault(delta.request_id, time.perf_counter() - turn_start)
-                replies.setdefault(delta.request_id, []).extend(delta.token_ids)
-        for request_id, user in ids.items():
-            chats[user] += replies[request_id]
-        ttfts += list(first.values())
+    before, start = engine.stats(), time.perf_counter()
+    turns = chat(engine, chats, vocab)
     wall_s = time.perf_counter() - start
     after = engine.stats()
     copied_gb = 0.0 if tier is None else tier.num_copied_bytes / 1e9
     batch_rates = [] if tier is None else tier.batch_gb_s()
-    ttft = percentiles(ttfts, (50, 99))
     costs = engine.model_runner.swap_costs
     return {
-        "ttft_p50_s": ttft["p50"],
-        "ttft_p99_s": ttft["p99"],
+        **ttft_summary(turns),
+        **active_users(turns),
+        "think_s": chats.think_s,
+        "start_window_s": chats.start_window_s,
         "wall_s": wall_s,
         "num_kv_blocks": after["num_total_blocks"],
         "num_host_blocks": after["num_host_blocks"],
@@ -182,7 +204,7 @@ def run_model(name: str, shape: dict, plan: Plan, device, dtype: str, scratch: P
     vocab = shape["vocab_size"]
     tokenizer = write_tokenizer(vocab, scratch / f"{name}-tokenizer")
     cfg = checkpoint_config(shape, dtype, 1, 1, None)
-    chat_len = plan.num_turns * (plan.message_len + plan.reply_len)
+    chat_len = chat_plan(plan, 0.0).chat_len
     build = BuildSpec(
         max_batch_size=plan.max_batch_size,
         max_input_len=max(plan.prefix_len + plan.unique_len, chat_len),
@@ -191,10 +213,12 @@ def run_model(name: str, shape: dict, plan: Plan, device, dtype: str, scratch: P
         tokens_per_block=plan.block_size,
     )
     engine_dir = write_engine(cfg, build, tokenizer, scratch / name)
-    result = {}
+    result, chats = {}, None
     for label, caching in (("off", False), ("on", True)):
         engine = engine_for(engine_dir, device, enable_prefix_caching=caching)
         try:
+            if chats is None:  # both (b) runs: the same think times, in seconds
+                chats = chat_plan(plan, reply_seconds(engine, plan, vocab))
             result[f"shared_prefix_{label}"] = shared_prefix(engine, plan, vocab)
             result[f"unique_{label}"] = unique_prompts(engine, plan, vocab)
         finally:
@@ -210,7 +234,7 @@ def run_model(name: str, shape: dict, plan: Plan, device, dtype: str, scratch: P
     for label, gb in (("off", 0.0), ("on", host_gb)):
         engine = engine_for(engine_dir, device, num_kv_blocks=num_kv_blocks, host_kv_cache_gb=gb)
         try:
-            result[f"multi_turn_host_{label}"] = multi_turn(engine, plan, vocab)
+            result[f"multi_turn_host_{label}"] = multi_turn(engine, chats, vocab)
             if gb:
                 result["pcie"] = pcie_gb_s(engine, plan.num_swap_blocks)
         finally:
@@ -247,6 +271,8 @@ def markdown(results: dict) -> str:
             ("(b) multi-turn, host tier", "multi_turn_host", "ttft_p99_s"),
             ("(b) multi-turn, host tier", "multi_turn_host", "host_hit_rate"),
             ("(b) multi-turn, host tier", "multi_turn_host", "prefix_hit_rate"),
+            ("(b) multi-turn, host tier", "multi_turn_host", "first_turn_ttft_p50_s"),
+            ("(b) multi-turn, host tier", "multi_turn_host", "active_users_mean"),
             ("(c) unique 128/128", "unique", "throughput_out_tok_s"),
         ):
             off, on = r[f"{key}_off"][metric], r[f"{key}_on"][metric]

@@ -24,6 +24,12 @@ SPARE_STEPS = 1.5  # take a step back when the mean wait exceeds this many steps
 RESERVE_MARGIN = 1.25  # the reserve covers this many times the host's prep time
 
 
+def loads_from_host(batch: SchedulerOutput) -> bool:
+    """Whether the batch's copies load blocks from the host tier (a host slot is < 0)."""
+    copies = batch.blocks_to_copy
+    return copies is not None and bool((copies[:, 0] < 0).any())
+
+
 class LaunchPolicy:
     """Owns the pacer and the launch timer; told what each step observed."""
 
@@ -50,9 +56,13 @@ class LaunchPolicy:
         num_steps = self.pacer.num_steps
         # a bad sequence of 2+ tokens needs each new token on the host before the next step is
         # queued; so does a verify step of speculative decoding (its rows' accepted tokens
-        # vary). A grammar needs it before the next sampler only (grammar_bitmask.py)
+        # vary). A grammar needs it before the next sampler only (grammar_bitmask.py). A request
+        # whose prefix this launch loads from the host tier runs from the next launch
+        # (prefix_cache.py): one step keeps its wait to one step
         if num_steps > 1 and (
-            batch.draft_token_ids is not None or any(seq.needs_host_tokens for seq in batch.seqs)
+            batch.draft_token_ids is not None
+            or any(seq.needs_host_tokens for seq in batch.seqs)
+            or loads_from_host(batch)
         ):
             num_steps = 1
         return LaunchPlan(num_steps, self.pacer.num_reserve_steps)

@@ -4,7 +4,11 @@ so a request that starts with the same tokens reuses them instead of computing t
 After vLLM v1's KVCacheManager and BlockPool (vllm/v1/core/kv_cache_manager.py, block_pool.py):
 - block i of a sequence is named h_i = H(h_{i-1}, its block_size tokens), h_-1 = H(the KV dtype,
   the block size, seq.kv_extra_key): the name covers everything before it, so equal names mean
-  equal K/V (a LoRA adapter changes K/V: kv_extra_key keeps its blocks apart);
+  equal K/V (a LoRA adapter changes K/V: kv_extra_key keeps its blocks apart). H is Python's
+  hash() of (parent, the tokens as int64 bytes): the bytes' SipHash, keyed per process (unless
+  PYTHONHASHSEED fixes it; names never leave the scheduler's process), so a prompt cannot be
+  crafted to collide with another's blocks; a 64-bit name costs under half a 128-bit blake2b
+  digest a block, on the scheduler's host time;
 - a block is named once its tokens are all on the host and their K/V computed (written, or queued
   on the device before any step that reads it); two sequences that computed the same block keep
   the first's name, the second's block stays unnamed and is freed as usual;
@@ -26,7 +30,6 @@ forward (so a block evicted and reloaded in one step, or a slot reused, reads wh
 says).
 """
 
-import hashlib
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -63,21 +66,21 @@ class HostBlockPool:
     def __init__(self, num_slots: int):
         assert num_slots > 0
         self.num_slots = num_slots
-        self._slots: OrderedDict[bytes, int] = OrderedDict()  # hash -> slot, LRU first
+        self._slots: OrderedDict[int, int] = OrderedDict()  # hash -> slot, LRU first
         self._free = list(range(num_slots - 1, -1, -1))  # pop() takes slot 0 first
         self.num_evicted = 0
 
     def __len__(self) -> int:
         return len(self._slots)
 
-    def lookup(self, block_hash: bytes) -> int | None:
+    def lookup(self, block_hash: int) -> int | None:
         return self._slots.get(block_hash)
 
-    def touch(self, block_hash: bytes) -> None:
+    def touch(self, block_hash: int) -> None:
         """The block was just used: evicted last."""
         self._slots.move_to_end(block_hash)
 
-    def store(self, block_hash: bytes) -> int | None:
+    def store(self, block_hash: int) -> int | None:
         """A slot for this block's bytes (the least recently used one's when none is free), or
         None when the pool already holds it (nothing to copy)."""
         if block_hash in self._slots:
@@ -125,10 +128,10 @@ class PrefixCachingBlockManager(BlockManager):
         swap_costs: SwapCosts | None = None,
     ):
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self._root = hashlib.blake2b(f"{kv_dtype}/{block_size}".encode(), digest_size=16)
+        self._root = hash(f"{kv_dtype}/{block_size}")
         self.ref_counts = [0] * num_blocks
-        self.block_hashes: list[bytes | None] = [None] * num_blocks
-        self.cached: dict[bytes, int] = {}  # name -> GPU block
+        self.block_hashes: list[int | None] = [None] * num_blocks
+        self.cached: dict[int, int] = {}  # name -> GPU block
         self.evictable: OrderedDict[int, None] = OrderedDict()  # named, unheld; LRU first
         self.host = HostBlockPool(num_host_blocks) if num_host_blocks else None
         self.swap_costs = swap_costs  # None: every host hit is loaded
@@ -137,7 +140,7 @@ class PrefixCachingBlockManager(BlockManager):
         self._copies: list[tuple[int, int]] = []
         self._loading: set[int] = set()  # GPU blocks whose loads go with the next launch
         # names of the blocks this step's prompt chunks complete -> the sequence computing them
-        self._computing: dict[bytes, Sequence] = {}
+        self._computing: dict[int, Sequence] = {}
         self.num_queried_tokens = self.num_hit_tokens = 0
         self.num_host_hit_blocks = self.num_offloaded_blocks = self.num_evicted_blocks = 0
 
@@ -145,24 +148,23 @@ class PrefixCachingBlockManager(BlockManager):
     def num_free_blocks(self) -> int:
         return len(self.free_block_ids) + len(self.evictable)
 
-    def _hash(self, seq: Sequence, index: int) -> bytes:
+    def _hash(self, seq: Sequence, index: int) -> int:
         """Name of the sequence's block `index` (its tokens must be known)."""
         hashes = seq.block_hashes
         if index < len(hashes):
             return hashes[index]
         if hashes:
             parent = hashes[-1]
+        elif seq.kv_extra_key is None:
+            parent = self._root
         else:
-            root = self._root.copy()
-            if seq.kv_extra_key is not None:
-                root.update(repr(seq.kv_extra_key).encode())
-            parent = root.digest()
+            parent = hash((self._root, repr(seq.kv_extra_key)))
         # the new blocks' tokens as bytes in one conversion, then a hash a block
-        size, blake2b = self.block_size, hashlib.blake2b
+        size = self.block_size
         data = array("q", seq.token_ids[len(hashes) * size : (index + 1) * size]).tobytes()
         step = 8 * size
         for start in range(0, len(data), step):
-            parent = blake2b(parent + data[start : start + step], digest_size=16).digest()
+            parent = hash((parent, data[start : start + step]))
             hashes.append(parent)
         return parent
 
@@ -220,6 +222,11 @@ class PrefixCachingBlockManager(BlockManager):
         """grow() for a sequence that holds no blocks, its table starting with the hit's
         blocks (its num_computed_tokens already past them); False (nothing taken) when too few
         blocks are free."""
+        if not hit:  # most requests of unique prompts: nothing to take
+            if not self.grow(seq, num_tokens):
+                return False
+            self.num_queried_tokens += len(seq.token_ids)
+            return True
         needed = -(-num_tokens // self.block_size)
         on_gpu = [block for block in hit if block >= 0]
         # unheld hit blocks count as free, but taking them frees nothing
@@ -228,30 +235,29 @@ class PrefixCachingBlockManager(BlockManager):
             return False
         self.num_queried_tokens += len(seq.token_ids)
         self.num_hit_tokens += len(hit) * self.block_size
-        if hit:
-            for block in on_gpu:  # held first: loading the others must not evict them
-                if self.ref_counts[block] == 0:
-                    del self.evictable[block]
-                self.ref_counts[block] += 1
-            blocks = []
-            for i, block in enumerate(hit):
-                if block < 0:  # a host slot's bytes into a new GPU block
-                    source, block = block, self._take_block()
-                    self._copies.append((source, block))
-                    self._loading.add(block)
-                    block_hash = self._hash(seq, i)
-                    self.host.touch(block_hash)
-                    self._name(block, block_hash)
-                    self.num_host_hit_blocks += 1
-                blocks.append(block)
-            seq.block_row = self._take_row()
-            if len(hit) > self.tables.shape[1]:
-                self._resize(self.tables.shape[0], max(len(hit), 2 * self.tables.shape[1]))
-            self.tables[seq.block_row, : len(hit)] = blocks
-            seq.num_blocks = seq.num_cached_blocks = len(hit)
+        for block in on_gpu:  # held first: loading the others must not evict them
+            if self.ref_counts[block] == 0:
+                del self.evictable[block]
+            self.ref_counts[block] += 1
+        blocks = []
+        for i, block in enumerate(hit):
+            if block < 0:  # a host slot's bytes into a new GPU block
+                source, block = block, self._take_block()
+                self._copies.append((source, block))
+                self._loading.add(block)
+                block_hash = self._hash(seq, i)
+                self.host.touch(block_hash)
+                self._name(block, block_hash)
+                self.num_host_hit_blocks += 1
+            blocks.append(block)
+        seq.block_row = self._take_row()
+        if len(hit) > self.tables.shape[1]:
+            self._resize(self.tables.shape[0], max(len(hit), 2 * self.tables.shape[1]))
+        self.tables[seq.block_row, : len(hit)] = blocks
+        seq.num_blocks = seq.num_cached_blocks = len(hit)
         return self.grow(seq, num_tokens)
 
-    def _name(self, block: int, block_hash: bytes) -> None:
+    def _name(self, block: int, block_hash: int) -> None:
         self.block_hashes[block] = block_hash
         self.cached[block_hash] = block
 
@@ -262,7 +268,7 @@ class PrefixCachingBlockManager(BlockManager):
         return self.ref_counts[block]
 
     def _take_block(self) -> int:
-        block = super()._take_block() if self.free_block_ids else self._evict()
+        block = self.free_block_ids.popleft() if self.free_block_ids else self._evict()
         self.ref_counts[block] = 1
         return block
 
@@ -275,7 +281,7 @@ class PrefixCachingBlockManager(BlockManager):
         self._offload(block, block_hash)  # usually a no-op: copied when it was freed
         return block
 
-    def _offload(self, block: int, block_hash: bytes) -> None:
+    def _offload(self, block: int, block_hash: int) -> None:
         """Copy a named block to the host tier unless it holds it already."""
         if self.host is not None and self._offloads:
             slot = self.host.store(block_hash)
@@ -315,14 +321,17 @@ class PrefixCachingBlockManager(BlockManager):
         if seq.block_row < 0:
             return
         self.cache_blocks((seq,))
+        ref_counts, names, evictable = self.ref_counts, self.block_hashes, self.evictable
+        offloads = self.host is not None and self._offloads
         for block in reversed(self.tables[seq.block_row, : seq.num_blocks].tolist()):
-            self.ref_counts[block] -= 1
-            if self.ref_counts[block] == 0:
-                if self.block_hashes[block] is None:
+            ref_counts[block] -= 1
+            if ref_counts[block] == 0:
+                if names[block] is None:
                     self.free_block_ids.append(block)
                 else:  # to the host tier now, while no step writes it: its eviction waits not
-                    self.evictable[block] = None
-                    self._offload(block, self.block_hashes[block])
+                    evictable[block] = None
+                    if offloads:
+                        self._offload(block, names[block])
         self._free_rows.append(seq.block_row)
         seq.block_row, seq.num_blocks, seq.num_cached_blocks = -1, 0, 0
 
