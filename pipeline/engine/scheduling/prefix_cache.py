@@ -4,11 +4,9 @@ so a request that starts with the same tokens reuses them instead of computing t
 After vLLM v1's KVCacheManager and BlockPool (vllm/v1/core/kv_cache_manager.py, block_pool.py):
 - block i of a sequence is named h_i = H(h_{i-1}, its block_size tokens), h_-1 = H(the KV dtype,
   the block size, seq.kv_extra_key): the name covers everything before it, so equal names mean
-  equal K/V (a LoRA adapter changes K/V: kv_extra_key keeps its blocks apart). H is Python's
-  hash() of (parent, the tokens as int64 bytes): the bytes' SipHash, keyed per process (unless
-  PYTHONHASHSEED fixes it; names never leave the scheduler's process), so a prompt cannot be
-  crafted to collide with another's blocks; a 64-bit name costs under half a 128-bit blake2b
-  digest a block, on the scheduler's host time;
+  equal K/V (a LoRA adapter changes K/V: kv_extra_key keeps its blocks apart). H is a 128-bit
+  blake2b digest, not Python's hash(): a 64-bit name that PYTHONHASHSEED can fix would let a
+  prompt be crafted to collide with another's blocks (vLLM moved off hash() for that reason);
 - a block is named once its tokens are all on the host and their K/V computed (written, or queued
   on the device before any step that reads it); two sequences that computed the same block keep
   the first's name, the second's block stays unnamed and is freed as usual;
@@ -30,6 +28,7 @@ forward (so a block evicted and reloaded in one step, or a slot reused, reads wh
 says).
 """
 
+import hashlib
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -66,21 +65,21 @@ class HostBlockPool:
     def __init__(self, num_slots: int):
         assert num_slots > 0
         self.num_slots = num_slots
-        self._slots: OrderedDict[int, int] = OrderedDict()  # hash -> slot, LRU first
+        self._slots: OrderedDict[bytes, int] = OrderedDict()  # hash -> slot, LRU first
         self._free = list(range(num_slots - 1, -1, -1))  # pop() takes slot 0 first
         self.num_evicted = 0
 
     def __len__(self) -> int:
         return len(self._slots)
 
-    def lookup(self, block_hash: int) -> int | None:
+    def lookup(self, block_hash: bytes) -> int | None:
         return self._slots.get(block_hash)
 
-    def touch(self, block_hash: int) -> None:
+    def touch(self, block_hash: bytes) -> None:
         """The block was just used: evicted last."""
         self._slots.move_to_end(block_hash)
 
-    def store(self, block_hash: int) -> int | None:
+    def store(self, block_hash: bytes) -> int | None:
         """A slot for this block's bytes (the least recently used one's when none is free), or
         None when the pool already holds it (nothing to copy)."""
         if block_hash in self._slots:
@@ -128,10 +127,10 @@ class PrefixCachingBlockManager(BlockManager):
         swap_costs: SwapCosts | None = None,
     ):
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
-        self._root = hash(f"{kv_dtype}/{block_size}")
+        self._root = hashlib.blake2b(f"{kv_dtype}/{block_size}".encode(), digest_size=16)
         self.ref_counts = [0] * num_blocks
-        self.block_hashes: list[int | None] = [None] * num_blocks
-        self.cached: dict[int, int] = {}  # name -> GPU block
+        self.block_hashes: list[bytes | None] = [None] * num_blocks
+        self.cached: dict[bytes, int] = {}  # name -> GPU block
         self.evictable: OrderedDict[int, None] = OrderedDict()  # named, unheld; LRU first
         self.host = HostBlockPool(num_host_blocks) if num_host_blocks else None
         self.swap_costs = swap_costs  # None: every host hit is loaded
@@ -140,7 +139,7 @@ class PrefixCachingBlockManager(BlockManager):
         self._copies: list[tuple[int, int]] = []
         self._loading: set[int] = set()  # GPU blocks whose loads go with the next launch
         # names of the blocks this step's prompt chunks complete -> the sequence computing them
-        self._computing: dict[int, Sequence] = {}
+        self._computing: dict[bytes, Sequence] = {}
         self.num_queried_tokens = self.num_hit_tokens = 0
         self.num_host_hit_blocks = self.num_offloaded_blocks = self.num_evicted_blocks = 0
 
@@ -148,23 +147,24 @@ class PrefixCachingBlockManager(BlockManager):
     def num_free_blocks(self) -> int:
         return len(self.free_block_ids) + len(self.evictable)
 
-    def _hash(self, seq: Sequence, index: int) -> int:
+    def _hash(self, seq: Sequence, index: int) -> bytes:
         """Name of the sequence's block `index` (its tokens must be known)."""
         hashes = seq.block_hashes
         if index < len(hashes):
             return hashes[index]
         if hashes:
             parent = hashes[-1]
-        elif seq.kv_extra_key is None:
-            parent = self._root
         else:
-            parent = hash((self._root, repr(seq.kv_extra_key)))
+            root = self._root.copy()
+            if seq.kv_extra_key is not None:
+                root.update(repr(seq.kv_extra_key).encode())
+            parent = root.digest()
         # the new blocks' tokens as bytes in one conversion, then a hash a block
-        size = self.block_size
+        size, blake2b = self.block_size, hashlib.blake2b
         data = array("q", seq.token_ids[len(hashes) * size : (index + 1) * size]).tobytes()
         step = 8 * size
         for start in range(0, len(data), step):
-            parent = hash((parent, data[start : start + step]))
+            parent = blake2b(parent + data[start : start + step], digest_size=16).digest()
             hashes.append(parent)
         return parent
 
@@ -257,7 +257,7 @@ class PrefixCachingBlockManager(BlockManager):
         seq.num_blocks = seq.num_cached_blocks = len(hit)
         return self.grow(seq, num_tokens)
 
-    def _name(self, block: int, block_hash: int) -> None:
+    def _name(self, block: int, block_hash: bytes) -> None:
         self.block_hashes[block] = block_hash
         self.cached[block_hash] = block
 
@@ -268,7 +268,7 @@ class PrefixCachingBlockManager(BlockManager):
         return self.ref_counts[block]
 
     def _take_block(self) -> int:
-        block = self.free_block_ids.popleft() if self.free_block_ids else self._evict()
+        block = super()._take_block() if self.free_block_ids else self._evict()
         self.ref_counts[block] = 1
         return block
 
@@ -281,7 +281,7 @@ class PrefixCachingBlockManager(BlockManager):
         self._offload(block, block_hash)  # usually a no-op: copied when it was freed
         return block
 
-    def _offload(self, block: int, block_hash: int) -> None:
+    def _offload(self, block: int, block_hash: bytes) -> None:
         """Copy a named block to the host tier unless it holds it already."""
         if self.host is not None and self._offloads:
             slot = self.host.store(block_hash)

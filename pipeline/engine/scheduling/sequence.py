@@ -61,7 +61,7 @@ class Sequence:
         # adapter's id), its full blocks' hash chain so far, how many of the blocks it holds are
         # in the cache, and how many prompt tokens its first admission found cached
         self.kv_extra_key: object = None
-        self.block_hashes: list[int] = []
+        self.block_hashes: list[bytes] = []
         self.num_cached_blocks = 0
         self.num_cached_tokens = 0
         # the engine's id of params.lora_name's adapter (0: none); a prefix cache keys on it too
