@@ -123,20 +123,28 @@ class Shape:
     ) -> bytes:
         """One choice's piece; role: the chat stream's first chunk of a choice says who speaks;
         usage_so_far: sent instead of null (continuous_usage_stats)."""
+        has_usage = with_usage or usage_so_far is not None
+        delta = None  # a completion's text
         if self.is_chat:
-            delta = {"role": "assistant", "content": text} if role else {"content": text}
+            delta = "role" if role else "content"
             if finish_reason is not None and not text:
-                delta = {}
-            choice = {"index": index, "delta": delta}
+                delta = ""
+        if logprobs is None:  # the usual chunk, joined from pre-encoded pieces
+            fast = self._chunks.choice(index, text, finish_reason, usage_so_far, has_usage, delta)
+            if fast is not None:
+                return fast
+        if self.is_chat:
+            content = {"role": "assistant", "content": text} if role else {"content": text}
+            choice = {"index": index, "delta": content if delta else {}}
         else:
             choice = {"index": index, "text": text}
         body = {
             **self._head(is_chunk=True),
             "choices": [{**choice, "logprobs": logprobs, "finish_reason": finish_reason}],
         }
-        if with_usage or usage_so_far is not None:
+        if has_usage:
             body["usage"] = usage_so_far  # OpenAI's shape: null on every chunk but the last
-        return self._chunks.encode(body)
+        return sse(body)
 
     def tool_calls_chunk(
         self, index: int, calls: tuple[dict, ...], with_usage: bool, usage_so_far: dict | None

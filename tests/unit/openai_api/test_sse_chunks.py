@@ -11,7 +11,16 @@ from pipeline.openai_api.sse_chunks import ChunkEncoder
 
 TEXTS = ["", " t123", 'quote " back \\ slash /', "é😀\x01\t\n\u2028", "x" * 300]
 REASONS = [None, "stop", "length"]
-USAGES = [None, {"prompt_tokens": 64, "completion_tokens": 3, "total_tokens": 67}]
+USAGES = [
+    None,
+    {"prompt_tokens": 64, "completion_tokens": 3, "total_tokens": 67},
+    {
+        "prompt_tokens": 64,
+        "completion_tokens": 3,
+        "total_tokens": 67,
+        "prompt_tokens_details": {"cached_tokens": 32},
+    },
+]
 
 
 def dumped(body: dict) -> bytes:
@@ -33,20 +42,23 @@ def test_every_chunk_a_stream_sends_is_json_dumps_bytes(is_chat):
         assert body["id"] == shape.id and body["choices"][0]["index"] == index
 
 
-def test_bodies_outside_the_usual_layouts_are_encoded_whole():
+def test_chunks_outside_the_usual_layouts_are_encoded_whole():
     shape = Shape(True, "m")
-    encoder = ChunkEncoder(head(shape))
-    choice = {"index": 0, "delta": {"content": "a"}, "logprobs": None, "finish_reason": None}
-    others = [
-        {**head(shape), "choices": [{**choice, "logprobs": {"content": [{"logprob": -0.5}]}}]},
-        {**head(shape), "choices": [{**choice, "delta": {"tool_calls": [{"index": 0}]}}]},
-        {**head(shape), "choices": [{**choice, "delta": {"role": "assistant"}}]},
-        {**head(shape), "choices": [choice, {**choice, "index": 1}]},
-        {**head(shape), "choices": [{**choice, "index": True}]},
-        {**head(shape), "choices": [choice], "usage": {"prompt_tokens": 1, "x": 2}},
-        {**head(shape), "choices": [choice], "usage": None, "extra": 1},
-        {**head(shape), "id": "another", "choices": [choice]},
-        {**head(shape), "choices": []},
+    usual = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+    unusual_usages = [
+        {"prompt_tokens": 1, "x": 2},
+        {**usual, "prompt_tokens_details": {"cached_tokens": 1, "audio_tokens": 0}},
+        {**usual, "prompt_tokens_details": None},
+        {**usual, "total_tokens": 3.0},
     ]
-    for body in others:
-        assert encoder.encode(body) == dumped(body)
+    for so_far in unusual_usages:
+        assert ChunkEncoder(head(shape)).choice(0, "a", None, so_far, True, "content") is None
+        out = shape.chunk(0, "a", None, True, False, so_far)
+        assert out == dumped(json.loads(out.removeprefix(b"data: ")))
+        assert json.loads(out.removeprefix(b"data: "))["usage"] == so_far
+    assert ChunkEncoder(head(shape)).choice(True, "a", None, None, False, "content") is None
+    logprobs = {"content": [{"token": "a", "logprob": -0.5}]}
+    for role in (False, True):
+        out = shape.chunk(0, "a", None, True, role, None, logprobs)
+        body = json.loads(out.removeprefix(b"data: "))
+        assert out == dumped(body) and body["choices"][0]["logprobs"] == logprobs
