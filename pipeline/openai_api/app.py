@@ -5,6 +5,7 @@ body or a wrong type is OpenAI's 400, never a 422, and a body's size is checked 
 """
 
 import contextlib
+import gc
 import logging
 
 from starlette.applications import Starlette
@@ -26,6 +27,10 @@ def build_app(frontend: Frontend) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         await frontend.llm.open()
+        # what startup made (the tokenizer, the modules) lives as long as the process: frozen,
+        # the collector's full passes, which a stream's garbage sets off, no longer walk it
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:

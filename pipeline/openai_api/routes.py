@@ -6,7 +6,7 @@ before anything runs), takes its engine slots (waiting in the admission's queue 
 must; a client that leaves meanwhile leaves the queue), then streams: as server-sent events, or
 gathered into one body. The first piece is awaited before the response starts, so a request the
 model refuses still gets its status. A client that goes away cancels its engine requests: a stream's
-response is cancelled by Starlette when the connection drops; a whole answer is watched for it.
+response is cancelled by its EventStream when the connection drops; a whole answer is watched for it.
 """
 
 import asyncio
@@ -20,7 +20,7 @@ import anyio
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response
 
 import pipeline
 from pipeline.client.metrics import engines_ready
@@ -28,6 +28,7 @@ from pipeline.lora.adapters import adapter_dirs
 from pipeline.openai_api import choices
 from pipeline.openai_api.admission import Admission, check_api_key, read_body
 from pipeline.openai_api.errors import RETRY_AFTER_S, APIError, bad_request
+from pipeline.openai_api.event_stream import EventStream
 from pipeline.openai_api.generation import choice_pieces, merged
 from pipeline.openai_api.guides import request_guide
 from pipeline.openai_api.logprobs import LogprobsWriter
@@ -233,7 +234,7 @@ class Frontend:
                 times = (start, first_at)
                 events = self._events(shape, plan, first, pieces, echoes, options, writer, times)
                 is_streamed = True  # Starlette runs finish() after the stream, client gone or not
-                return StreamingResponse(
+                return EventStream(
                     events,
                     media_type="text/event-stream",
                     headers={"Cache-Control": "no-cache"},
