@@ -6,7 +6,7 @@ before anything runs), takes its engine slots (waiting in the admission's queue 
 must; a client that leaves meanwhile leaves the queue), then streams: as server-sent events, or
 gathered into one body. The first piece is awaited before the response starts, so a request the
 model refuses still gets its status. A client that goes away cancels its engine requests: a stream's
-response is cancelled by its EventStream when the connection drops; a whole answer is watched for it.
+response is cancelled by its EventStream when the connection drops; a whole answer is watched.
 """
 
 import asyncio
