@@ -41,7 +41,11 @@ def usage_json(usage: dict | None) -> str | None:
         tail = "}"
     else:
         return None
-    prompt, completion, total = (usage[key] for key in USAGE_KEYS)
+    prompt, completion, total = (
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+        usage["total_tokens"],
+    )
     if type(prompt) is not int or type(completion) is not int or type(total) is not int:
         return None
     counts = f'"prompt_tokens":{prompt},"completion_tokens":{completion},"total_tokens":{total}'
