@@ -233,7 +233,7 @@ class Frontend:
                 writer = self._logprobs_writer(parsed, is_chat, plan)
                 times = (start, first_at)
                 events = self._events(shape, plan, first, pieces, echoes, options, writer, times)
-                is_streamed = True  # Starlette runs finish() after the stream, client gone or not
+                is_streamed = True  # EventStream runs finish() after the stream, client gone or not
                 return EventStream(
                     events,
                     media_type="text/event-stream",
