@@ -48,6 +48,7 @@ class Run:
     launch_steps: int
     warmup_steps: int
     threads: int
+    clock: str  # "wall" or "cpu"
 
 
 class GuidedRows:
@@ -64,6 +65,9 @@ class GuidedRows:
             self.seqs.append(seq)
         self.masks = GrammarBitmask(self.vocab, run.rows, torch.device("cpu"), run.threads)
         self.run = run
+        # cpu: this thread's CPU time, which other processes on the host do not stretch (it
+        # leaves out xgrammar's fill threads: for --threads 1)
+        self.clock = time.thread_time if run.clock == "cpu" else time.perf_counter
         self.rng = np.random.default_rng(seed)
         self.last = None  # the launch before's last step's tokens (pending on the host)
         self.unappended = None  # its tokens, [steps][rows], the scheduler has not appended
@@ -76,9 +80,9 @@ class GuidedRows:
         step_tokens, tokens = None, []
         self.fill_s.append(0.0)
         for _ in range(self.run.launch_steps):
-            start = time.perf_counter()
+            start = self.clock()
             filled = self.masks.fill(self.seqs, self.last, step_tokens)
-            self.fill_s[-1] += time.perf_counter() - start
+            self.fill_s[-1] += self.clock() - start
             sampled = self._sample(filled)
             tokens.append(sampled)
             step_tokens = (torch.tensor(sampled), None)
@@ -109,12 +113,12 @@ class GuidedRows:
         if self.unappended is None:
             return
         steps = len(self.unappended)
-        start = time.perf_counter()
+        start = self.clock()
         for row, seq in enumerate(self.seqs):
             seq.num_pending_tokens -= steps
             taken, reason = seq.append_tokens([step[row] for step in self.unappended])
             assert (taken, reason) == (steps, None), f"row {row} ended: {reason}"
-        self.append_s.append(time.perf_counter() - start)
+        self.append_s.append(self.clock() - start)
 
 
 def measure(compiler: GrammarCompiler, run: Run, seed: int) -> dict:
@@ -149,7 +153,8 @@ def measure(compiler: GrammarCompiler, run: Run, seed: int) -> dict:
 def markdown(results: dict) -> str:
     lines = [
         f"Guided host work, us a row a step ({results['tokenizer']}, {results['launch_steps']} "
-        f"steps a launch, {results['threads']} fill threads, {results['steps']} steps).",
+        f"steps a launch, {results['threads']} fill threads, {results['steps']} steps, "
+        f"{results['clock']} clock).",
         "",
         "| rows | launch path (fill) | scheduler (append) | total | phases (profiled) |",
         "|---|---|---|---|---|",
@@ -173,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokenizer", type=Path, help="a Hugging Face tokenizer dir")
     parser.add_argument("--threads", type=int, default=min(8, (os.cpu_count() or 1) // 2))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--clock", choices=["wall", "cpu"], default="wall", help="cpu: this thread's (threads 1)"
+    )
     parser.add_argument("--tiny", action="store_true", help="small and quick: tests the script")
     args = parser.parse_args(argv)
     from transformers import AutoTokenizer
@@ -189,11 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         "tokenizer": str(args.tokenizer or f"byte-level, {vocab} tokens"),
         "launch_steps": args.launch_steps,
         "threads": args.threads,
+        "clock": args.clock,
         "steps": steps,
         "rows": {},
     }
     for num_rows in rows:
-        run = Run(num_rows, steps, args.launch_steps, warmup, args.threads)
+        run = Run(num_rows, steps, args.launch_steps, warmup, args.threads, args.clock)
         results["rows"][str(num_rows)] = measure(compiler, run, args.seed)
     (args.out / "bench_guided_host.json").write_text(json.dumps(results, indent=2))
     (args.out / "bench_guided_host.md").write_text(markdown(results) + "\n")
