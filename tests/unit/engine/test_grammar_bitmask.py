@@ -170,3 +170,24 @@ def test_a_launchs_tokens_taken_ahead_are_appended_at_once_as_token_by_token(tok
     assert ahead.token_ids == direct.token_ids
     with pytest.raises(ValueError, match="outside the request's grammar"):  # a token not taken
         seq(compiler, guide, eos).append_tokens([c, a])
+
+
+@pytest.mark.parametrize("ignore_eos", [False, True])
+def test_the_grammars_end_flag_follows_its_matcher_token_by_token(tokenizer, compiler, ignore_eos):
+    a, c = (byte_id(tokenizer, ch) for ch in "ac")
+    eos = tokenizer.eos_token_id
+    params = SamplingParams(
+        max_tokens=8, ignore_eos=ignore_eos, guide=GuidedDecoding("regex", "a+c")
+    )
+    guided = Sequence("r", [1, 2], params, (eos,))
+    guided.grammar = GrammarState(compiler.compile(params.guide), guided.end_ids)
+    masks = GrammarBitmask(WIDTH, 4, torch.device("cpu"))
+    masks.start_launch()
+    ended = []
+    for token in (a, a, c) if ignore_eos else (a, c, eos):
+        masks.fill([guided], None, (torch.tensor([token]), None))
+        assert guided.grammar.is_terminated_ahead == guided.grammar.matcher.is_terminated()
+        ended.append(guided.grammar.is_terminated_ahead)
+    assert ended == [False, False, True]
+    masks.discard_launch()  # the launch failed: its tokens given back, the grammar runs again
+    assert not guided.grammar.is_terminated_ahead and not guided.grammar.matcher.is_terminated()
