@@ -2,7 +2,7 @@
 GrammarBitmask and Sequence driven as the runner and scheduler drive them.
 
     python -m scripts.bench_guided_host --out DIR [--rows 64 512] [--steps 64]
-        [--launch-steps 4] [--tokenizer HF_DIR] [--threads N] [--tiny]
+        [--launch-steps 4] [--tokenizer HF_DIR] [--threads N] [--clock wall|cpu] [--tiny]
 
 Every row runs scripts.bench_guided's JSON schema. A launch of --launch-steps steps fills one
 bitmask a step (GrammarBitmask.fill: the tokens the step before sampled advance each matcher,
@@ -11,11 +11,13 @@ after the next launch is queued the scheduler appends the launch's tokens (Seque
 append_tokens, which checks them against the grammar). Each row's token is drawn at random from
 its bitmask (seeded, outside the clock), as a random-weight model samples under the schema; the
 digest of every row's tokens lets two trees' runs be compared for equality. Timed: microseconds
-a row a step of the launch path (fill) and of the scheduler's append; a second pass under
-torch.profiler splits the launch path by its phase ranges (guided.*). The tokenizer: a Hugging
-Face tokenizer dir (SmolLM2's, say), else a byte-level one of SmolLM2's vocabulary size (what
-scripts.bench_guided's engines have). Writes bench_guided_host.json and .md. --tiny: 4 and 16
-rows, a few steps, a 1,024-token vocabulary.
+a row a step of the launch path (fill) and of the scheduler's append, the median launch; a
+second pass under torch.profiler splits the launch path by its phase ranges (guided.*), as
+shares of its time. --clock cpu times the engine thread's CPU (with --threads 1), which other
+work on a shared host does not stretch. The tokenizer: a Hugging Face tokenizer dir (SmolLM2's,
+say), else a byte-level one of SmolLM2's vocabulary size (what scripts.bench_guided's engines
+have). Writes bench_guided_host.json and .md. --tiny: 4 and 16 rows, a few steps, a
+1,024-token vocabulary.
 """
 
 import argparse
@@ -159,7 +161,7 @@ def markdown(results: dict) -> str:
         f"steps a launch, {results['threads']} fill threads, {results['steps']} steps, "
         f"{results['clock']} clock).",
         "",
-        "| rows | launch path (fill) | scheduler (append) | total | of the launch path (profiled shares) |",
+        "| rows | launch path (fill) | scheduler (append) | total | launch path phases |",
         "|---|---|---|---|---|",
     ]
     for rows, r in results["rows"].items():
