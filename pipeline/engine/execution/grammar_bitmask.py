@@ -15,6 +15,7 @@ import os
 import torch
 
 from pipeline.engine.execution.host_buffers import PinnedRing
+from pipeline.engine.execution.phase_range import phase
 
 BITS = 32  # tokens a bitmask word holds (xgrammar's int32 words)
 # rows a fill spreads over xgrammar's thread pool from: a row inside a free-text field of a JSON
@@ -36,13 +37,13 @@ class GrammarBitmask:
         """vocab_size: the logits' width (the grammars' tokenizer info covers the same);
         fill_threads: xgrammar threads a large fill runs on (<= 1: the engine thread alone)."""
         self.fill_threads = fill_threads
-        self._batch_fill = None  # xgrammar's BatchGrammarMatcher, made with the first large fill
+        self._fillers: dict = {}  # threads -> xgrammar's BatchGrammarMatcher (_filler)
         self.num_words = -(-vocab_size // BITS)
         self.device = device
         # the bitmask's words, then the rows it applies to
         capacity = max_rows * (self.num_words + 1)
         self._ring = PinnedRing(capacity, torch.int32) if device.type == "cuda" else None
-        # the matchers that took a token inside the launch being queued, once a token: given
+        # the grammars that took a token inside the launch being queued, a list a step: given
         # back when that launch fails, since its tokens never reach the sequences
         self._taken: list = []
 
@@ -51,8 +52,9 @@ class GrammarBitmask:
 
     def discard_launch(self) -> None:
         """The launch being queued failed: its steps' tokens leave the matchers."""
-        for grammar in reversed(self._taken):
-            grammar.discard_ahead()
+        for grammars in reversed(self._taken):
+            for grammar in grammars:
+                grammar.discard_ahead()
         self._taken = []
 
     def fill(
@@ -63,56 +65,71 @@ class GrammarBitmask:
         last launch's last step's sampled tokens on the host and the event of their copy, where
         a guided row's pending token is (overlap scheduling: the engine has not read them yet).
         step_tokens: inside a launch, the step before's tokens of these same rows."""
-        guided = [(row, seq) for row, seq in enumerate(seqs) if seq.grammar is not None]
+        guided = [(row, seq.grammar) for row, seq in enumerate(seqs) if seq.grammar is not None]
         if not guided:
             return None
+        with phase("guided.accept"):
+            self._accept(seqs, guided, last_tokens, step_tokens)
+        # a grammar its pending token ended: a wasted row (the request ends), left unmasked
+        live = [(row, grammar) for row, grammar in guided if not grammar.is_terminated_ahead]
+        if not live:
+            return None
+        with phase("guided.fill"):
+            rows = [row for row, _ in live]
+            shape = (len(seqs), self.num_words)
+            size = shape[0] * shape[1]
+            if self._ring is None:
+                host = torch.empty(size + len(rows), dtype=torch.int32)
+            else:  # pinned, so the copy is queued without waiting for the step in flight
+                host = self._ring.take(size + len(rows))
+            bitmask = host[:size].view(shape)
+            matchers = [grammar.matcher for _, grammar in live]
+            self._filler(len(rows)).batch_fill_next_token_bitmask(matchers, bitmask, rows)
+            # the rows as a tensor too: a list would cross to the device from pageable memory
+            host[size:] = torch.tensor(rows, dtype=torch.int32)
+        if self._ring is not None:
+            with phase("guided.copy"):
+                host = host.to(self.device, non_blocking=True)
+                self._ring.copied()
+        return host[:size].view(shape), host[size:]
+
+    def _accept(
+        self,
+        seqs: list,
+        guided: list,
+        last_tokens: HostTokens | None,
+        step_tokens: HostTokens | None,
+    ) -> None:
+        """Advance each guided row's matcher past its token not taken yet."""
         if step_tokens is not None:  # every row that still runs its grammar sampled one
-            pending = [(row, seq) for row, seq in guided if not seq.grammar.is_terminated]
+            pending = [(row, grammar) for row, grammar in guided if not grammar.is_terminated_ahead]
             tokens = step_tokens
         else:  # (a launch that failed after its bitmask was filled took its row's token already)
             pending = [
-                (seq.pending_row, seq)
-                for _, seq in guided
-                if seq.num_pending_tokens > seq.grammar.num_ahead
+                (seqs[row].pending_row, grammar)
+                for row, grammar in guided
+                if seqs[row].num_pending_tokens > grammar.num_ahead
             ]
             tokens = last_tokens
-        if pending:
-            host, done = tokens
-            if done is not None:
-                done.synchronize()  # before this launch's forward on the stream
-            tokens = host.tolist()  # one conversion, not one a row
-            for row, seq in pending:
-                seq.grammar.accept_ahead(tokens[row])
-            if step_tokens is not None:
-                self._taken += [seq.grammar for _, seq in pending]
-        # a grammar its pending token ended: a wasted row (the request ends), left unmasked
-        rows = [row for row, seq in guided if not seq.grammar.is_terminated]
-        if not rows:
-            return None
-        shape = (len(seqs), self.num_words)
-        size = shape[0] * shape[1]
-        if self._ring is None:
-            host = torch.empty(size + len(rows), dtype=torch.int32)
-        else:  # pinned, so the copy is queued without waiting for the step in flight
-            host = self._ring.take(size + len(rows))
-        bitmask = host[:size].view(shape)
-        if len(rows) >= PARALLEL_FILL_ROWS and self.fill_threads > 1:
-            self._fill_in_parallel(bitmask, [seqs[row].grammar for row in rows], rows)
-        else:
-            for row in rows:
-                seqs[row].grammar.fill(bitmask, row)
-        # the rows as a tensor too: a list would cross to the device from pageable memory
-        host[size:] = torch.tensor(rows, dtype=torch.int32)
-        if self._ring is not None:
-            host = host.to(self.device, non_blocking=True)
-            self._ring.copied()
-        return host[:size].view(shape), host[size:]
+        if not pending:
+            return
+        host, done = tokens
+        if done is not None:
+            done.synchronize()  # before this launch's forward on the stream
+        values = host.tolist()  # one conversion, not one a row
+        # one matcher call a row: xgrammar's batch_accept_token costs more, its answers coming
+        # back as an FFI array read an element at a time
+        for row, grammar in pending:
+            grammar.accept_ahead(values[row])
+        if step_tokens is not None:
+            self._taken.append([grammar for _, grammar in pending])
 
-    def _fill_in_parallel(self, bitmask: torch.Tensor, grammars: list, rows: list[int]) -> None:
-        if self._batch_fill is None:
-            import xgrammar
+    def _filler(self, num_rows: int):
+        """xgrammar's batch fill: on its thread pool from PARALLEL_FILL_ROWS rows, else on this
+        thread (one call either way: no Python a row)."""
+        import xgrammar
 
-            self._batch_fill = xgrammar.BatchGrammarMatcher(self.fill_threads)
-        self._batch_fill.batch_fill_next_token_bitmask(
-            [grammar.matcher for grammar in grammars], bitmask, rows
-        )
+        threads = self.fill_threads if num_rows >= PARALLEL_FILL_ROWS else 1
+        if threads not in self._fillers:
+            self._fillers[threads] = xgrammar.BatchGrammarMatcher(max(threads, 1))
+        return self._fillers[threads]

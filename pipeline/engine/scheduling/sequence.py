@@ -171,8 +171,9 @@ class Sequence:
         if (
             len(token_ids) < self.params.max_tokens - self.num_completion_tokens
             and not self.params.stop_sequences
-            and self.grammar is None
             and self._stop_ids.isdisjoint(token_ids)
+            # last: a grammar keeps the tokens it says yes to (each taken ahead, none ending it)
+            and (self.grammar is None or self.grammar.accept_all(token_ids))
         ):  # no rule can fire: what append_token would do for each
             if self.first_token_time_s is None:
                 self.first_token_time_s = time.perf_counter()

@@ -129,9 +129,65 @@ def test_a_large_fill_on_xgrammars_threads_writes_the_serial_fills_rows(tokenize
     )
     threads = GrammarBitmask(WIDTH, 32, torch.device("cpu"), fill_threads=2)
     parallel, rows = threads.fill(seqs, None)
-    assert threads._batch_fill is not None  # the threaded path ran
+    assert 2 in threads._fillers  # the threaded path ran
     assert rows.tolist() == serial_rows.tolist() and 5 not in rows.tolist()
     assert torch.equal(parallel[rows], serial[serial_rows])
     c = byte_id(tokenizer, "c")
     assert allowed(parallel, 0) == {b, c}  # "a(b|c)" after "a"
     assert allowed(parallel, 1) == {a, b}  # "(a|b)+c" fresh
+
+
+def test_a_grammar_that_ends_inside_a_launch_keeps_its_last_token(tokenizer, compiler):
+    # ignore_eos: the grammar ends where it is complete, on a token taken ahead in the launch
+    a, b = (byte_id(tokenizer, ch) for ch in "ab")
+    params = SamplingParams(max_tokens=8, ignore_eos=True, guide=GuidedDecoding("regex", "ab"))
+    guided = Sequence("r", [1, 2], params, (tokenizer.eos_token_id,))
+    guided.grammar = GrammarState(compiler.compile(params.guide), guided.end_ids)
+    masks = GrammarBitmask(WIDTH, 4, torch.device("cpu"))
+    masks.start_launch()
+    assert allowed(masks.fill([guided], None)[0], 0) == {a}
+    assert allowed(masks.fill([guided], None, (torch.tensor([a]), None))[0], 0) == {b}
+    assert masks.fill([guided], None, (torch.tensor([b]), None)) is None  # ended: unmasked
+    assert masks.fill([guided], None, (torch.tensor([7]), None)) is None  # (not taken)
+    assert guided.append_tokens([a, b, 7, 8]) == (2, "stop")
+    assert guided.token_ids[2:] == [a, b]
+
+
+def test_a_launchs_tokens_taken_ahead_are_appended_at_once_as_token_by_token(tokenizer, compiler):
+    a, b, c = (byte_id(tokenizer, ch) for ch in "abc")
+    eos = tokenizer.eos_token_id
+    guide = GuidedDecoding("regex", "(a|b)+c")
+    ahead, direct = seq(compiler, guide, eos), seq(compiler, guide, eos)
+    masks = GrammarBitmask(WIDTH, 4, torch.device("cpu"))
+    masks.start_launch()
+    for token in (a, b, a):
+        masks.fill([ahead], None, (torch.tensor([token]), None))
+    assert ahead.grammar.num_ahead == 3
+    assert ahead.append_tokens([a, b, a]) == direct.append_tokens([a, b, a]) == (3, None)
+    assert ahead.token_ids == direct.token_ids and ahead.grammar.num_ahead == 0
+    masks.fill([ahead], None, (torch.tensor([c]), None))  # ends the grammar: token by token
+    assert ahead.append_tokens([c, eos]) == direct.append_tokens([c, eos]) == (2, "stop")
+    assert ahead.token_ids == direct.token_ids
+    with pytest.raises(ValueError, match="outside the request's grammar"):  # a token not taken
+        seq(compiler, guide, eos).append_tokens([c, a])
+
+
+@pytest.mark.parametrize("ignore_eos", [False, True])
+def test_the_grammars_end_flag_follows_its_matcher_token_by_token(tokenizer, compiler, ignore_eos):
+    a, c = (byte_id(tokenizer, ch) for ch in "ac")
+    eos = tokenizer.eos_token_id
+    params = SamplingParams(
+        max_tokens=8, ignore_eos=ignore_eos, guide=GuidedDecoding("regex", "a+c")
+    )
+    guided = Sequence("r", [1, 2], params, (eos,))
+    guided.grammar = GrammarState(compiler.compile(params.guide), guided.end_ids)
+    masks = GrammarBitmask(WIDTH, 4, torch.device("cpu"))
+    masks.start_launch()
+    ended = []
+    for token in (a, a, c) if ignore_eos else (a, c, eos):
+        masks.fill([guided], None, (torch.tensor([token]), None))
+        assert guided.grammar.is_terminated_ahead == guided.grammar.matcher.is_terminated()
+        ended.append(guided.grammar.is_terminated_ahead)
+    assert ended == [False, False, True]
+    masks.discard_launch()  # the launch failed: its tokens given back, the grammar runs again
+    assert not guided.grammar.is_terminated_ahead and not guided.grammar.matcher.is_terminated()
