@@ -9,11 +9,11 @@ import logging
 import os
 import sys
 from multiprocessing.connection import Connection
-from types import SimpleNamespace
 
 import torch
 
-from pipeline.engine.core import engine_process
+from pipeline.engine.core import engine_probe, engine_process
+from pipeline.engine.core.llm_engine import LLMEngine
 from scripts.bench_host_step import stub_forward
 
 
@@ -24,11 +24,10 @@ def stubbed(engine):
 
 def main() -> None:
     torch.set_num_threads(1)  # the stubbed forward leaves nothing to parallelize
-    load = engine_process.LLMEngine.from_engine_dir
-    engine_process.LLMEngine = SimpleNamespace(
-        from_engine_dir=lambda *args, **kwargs: stubbed(load(*args, **kwargs))
-    )
-    engine_process.check_probe = lambda engine, engine_dir: None
+    # the child imports these when it starts (engine_process._child_main): patched at the source
+    load = LLMEngine.from_engine_dir
+    LLMEngine.from_engine_dir = staticmethod(lambda *args, **kwargs: stubbed(load(*args, **kwargs)))
+    engine_probe.check_probe = lambda engine, engine_dir: None
     fd, *name = sys.argv[3:]
     engine_process._child_main(Connection(int(fd)), name[0] if name else None)
     logging.shutdown()
