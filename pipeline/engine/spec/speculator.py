@@ -49,7 +49,7 @@ class Speculator:
         self.spec, self.proposer = spec, proposer
         self._acceptance: dict[Sequence, Acceptance] = {}  # requests that drafted, unfinished
         self._drafted: list[Sequence] = []  # whose draft_token_ids the last propose() set
-        self._num_rows = self._num_drafts = self._num_accepted = 0
+        self._num_steps = self._num_rows = self._num_drafts = self._num_accepted = 0
 
     def plan(self, running: list[Sequence], num_waiting: int = 0) -> list[tuple[Sequence, int]]:
         """The decoding sequences that draft next, and how many tokens each at most; clears
@@ -102,6 +102,7 @@ class Speculator:
 
     def observe(self, sampled: SampledTokens, tokens: list[int]) -> None:
         """A verify step's tokens are on the host: count what each drafted row kept."""
+        self._num_steps += 1
         for seq, drafts, targets in zip(
             sampled.seqs, sampled.drafts, rows_of(sampled.drafts, tokens), strict=True
         ):
@@ -120,6 +121,7 @@ class Speculator:
         return {
             "spec_method": self.spec.method,
             "spec_num_draft_tokens": self.spec.num_draft_tokens,
+            "spec_num_verify_steps": self._num_steps,  # launches with drafts: each runs alone
             "spec_num_verify_rows": rows,
             "spec_num_drafted_tokens": self._num_drafts,
             "spec_num_accepted_tokens": self._num_accepted,
@@ -139,6 +141,7 @@ def speculation_stats(speculator: Speculator | None) -> dict:
     return {
         "spec_method": "none",
         "spec_num_draft_tokens": 0,
+        "spec_num_verify_steps": 0,
         "spec_num_verify_rows": 0,
         "spec_num_drafted_tokens": 0,
         "spec_num_accepted_tokens": 0,
