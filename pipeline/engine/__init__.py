@@ -19,10 +19,11 @@ Who owns which state (each piece has one owner; others only read it):
   in one module (core/launch_policy.py).
 - ModelRunner: every device tensor (weights, KV cache, sampling RNG) and, through
   CudaGraphRunner, the CUDA graphs and their static buffers. It packs a SchedulerOutput into
-  one int64 buffer (step_inputs.py: StepHeader, StepParts; a pipeline micro-batch's rows, a
-  verify step's logits rows), which is also what travels to the other ranks, and builds what
-  the requests ask of the logits (request_logits.py: the sampler's inputs, with a request's
-  seeded generator and penalty counts, and the log probabilities sent back).
+  one int64 buffer (step_inputs.py, with step_types.py's StepHeader and StepParts; a pipeline
+  micro-batch's rows, a verify step's logits rows), which is also what travels to the other
+  ranks, and builds what the requests ask of the logits (request_logits.py: the sampler's
+  inputs, with a request's seeded generator and penalty counts, and the log probabilities sent
+  back).
 - Sequence: one request's tokens, progress (num_computed_tokens), status and timings.
 - AsyncLLMEngine: the inbox and the per-request handles; its thread alone drives the LLMEngine.
 Layers and kernels (layers/, kernels/, quant/) hold only weights; the KV cache comes in as an

@@ -3,6 +3,7 @@ as study.json (every cell's raw numbers), study.md and the figures."""
 
 import dataclasses
 import json
+import shlex
 import socket
 import sys
 from pathlib import Path
@@ -16,11 +17,13 @@ from pipeline.study.summary import comm_ratio, flag_accuracy, thresholds
 
 
 def command() -> str:
-    """The command line that ran the study (the CLI passes the stage as stage=study)."""
-    if "stage=study" not in sys.argv:
+    """The command line that ran the study, to paste into a shell (the CLI passes the stage as
+    ++stage=study and every value override with the ++ it adds: cli._overrides_checked_together)."""
+    args = [a.removeprefix("++") for a in sys.argv[1:] if not a.startswith("+hydra.")]
+    if "stage=study" not in args:
         return "pipeline.stages.study.run() from Python"
-    args = [a for a in sys.argv[1:] if not a.startswith("+hydra.")]
-    return " ".join(["python -m pipeline", *("study" if a == "stage=study" else a for a in args)])
+    words = ("study" if a == "stage=study" else shlex.quote(a) for a in args)
+    return " ".join(["python -m pipeline", *words])
 
 
 def assemble(cells: list[dict], study, model: str, device: str, notes: list[str]) -> dict:

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 
 from pipeline.engine.execution.host_buffers import PinnedRing
-from pipeline.engine.execution.step_inputs import HEADER_LEN, StepHeader
+from pipeline.engine.execution.step_types import HEADER_LEN, StepHeader
 
 LAUNCH, STOP, SCORE = 1, 2, 3  # SCORE: prompt logits (ModelRunner.prompt_logits)
 SWAP = 4  # the host tier's block copies ahead of a launch (execution/kv_swap.py)

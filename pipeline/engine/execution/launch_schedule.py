@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pipeline.engine.execution.step_inputs import StepInputs
+from pipeline.engine.execution.step_types import StepInputs
 from pipeline.engine.layers.batch_metadata import BatchMetadata
 from pipeline.engine.parallel.stage_link import StageLink
 

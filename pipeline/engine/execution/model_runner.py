@@ -19,7 +19,6 @@ from pipeline.engine.execution.host_buffers import PinnedRing
 from pipeline.engine.execution.kv_cache_sizing import default_num_kv_blocks
 from pipeline.engine.execution.kv_swap import HostKVTier, host_blocks, swap_costs
 from pipeline.engine.execution.launch_channel import LORA, SCORE, STOP, SWAP
-from pipeline.engine.execution.launch_packer import LaunchPacker
 from pipeline.engine.execution.launch_schedule import (
     Stage,
     TakeTokens,
@@ -36,11 +35,8 @@ from pipeline.engine.execution.request_logits import (
 )
 from pipeline.engine.execution.runner_summary import runner_summary
 from pipeline.engine.execution.scoring import stage_prompt_logits
-from pipeline.engine.execution.step_inputs import (
-    StepHeader,
-    StepInputs,
-    verified_rows,
-)
+from pipeline.engine.execution.step_inputs import LaunchPacker, verified_rows
+from pipeline.engine.execution.step_types import StepHeader, StepInputs
 from pipeline.engine.layers.batch_metadata import BatchMetadata
 from pipeline.engine.layers.sampler import Sampler
 from pipeline.engine.lora.manager import attach_lora

@@ -1,5 +1,6 @@
 """A step's inputs, packed on the host (the driver) into one int64 buffer with a small header,
-and unpacked on the device (by every rank: the packed buffer is what travels to the others).
+and unpacked on the device (by every rank: the packed buffer is what travels to the others);
+a launch's micro-batches packed, shipped and unpacked (LaunchPacker).
 
 Parts, in order: input ids [T] (prompt tokens; pending ones come from the last step's sampled
 tokens on the device), positions [T], slots [T], context lens [B] (a decode step's three are
@@ -8,98 +9,55 @@ adjacent: its [3, B] rows), logits rows [S] (absent when every token's row sampl
 of the last sampled tokens), then for the num_ahead decode steps of the S sequences that sample:
 their [num_ahead, 3, S] rows, query start [S + 1] and, unless S == B, their block tables; last,
 with LoRA adapters, each token's adapter slot [T] (the steps ahead take their sampling rows').
-Both the header and the parts are typed (StepHeader, StepParts): the fields' order is the
-layout, and the parts' sizes follow from the header (StepHeader.part_sizes).
+Both the header and the parts are typed (step_types.py: StepHeader, StepParts): the fields'
+order is the layout, and the parts' sizes follow from the header (part_sizes).
 """
 
-from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from pipeline.engine.engine_config import EngineConfig
+from pipeline.engine.execution.host_buffers import PinnedRing
+from pipeline.engine.execution.launch_channel import LAUNCH, LORA
+from pipeline.engine.execution.launch_schedule import micro_batches, split_micro_batches
+from pipeline.engine.execution.step_types import (
+    PackedStep,
+    StepHeader,
+    StepInputs,
+    StepParts,
+)
 from pipeline.engine.layers.batch_metadata import BatchMetadata
+from pipeline.engine.parallel.mapping import Mapping
 from pipeline.engine.scheduling.scheduler_output import SchedulerOutput
 from pipeline.engine.scheduling.sequence import Sequence
 
-
-class StepHeader(NamedTuple):
-    """A packed step's header: its fields, in this order, are the int64 header's layout
-    (np.array(header) packs it, StepHeader._make(row.tolist()) reads it back)."""
-
-    num_seqs: int = 0  # B
-    num_tokens: int = 0  # T
-    num_sampled: int = 0  # S
-    num_ahead: int = 0  # decode steps after the first
-    is_decode: bool = False  # T == B
-    samples_all: bool = False  # every token's row samples: no logits rows part
-    last_offset: int = 0  # >= 0: the inputs are last_sampled[offset : offset + B]
-    num_pending: int = 0  # P
-    table_width: int = 0
-    ahead_tables: bool = False  # the steps ahead have block tables of their own (S < B)
-    has_lora: bool = False  # a LoRA slot part: each token's adapter slot
-
-    def part_sizes(self) -> "StepParts":
-        b, t, s, width = self.num_seqs, self.num_tokens, self.num_sampled, self.table_width
-        pending = 0 if self.last_offset >= 0 else self.num_pending
-        ahead = self.num_ahead
-        return StepParts(
-            t,
-            t,
-            t,
-            b,
-            0 if self.samples_all else s,
-            b + 1,
-            b * width,
-            pending,
-            pending,
-            ahead * 3 * s,
-            s + 1 if ahead else 0,
-            s * width if self.ahead_tables else 0,
-            t if self.has_lora else 0,
-        )
+if TYPE_CHECKING:
+    from pipeline.engine.execution.rank_groups import RankGroups
+    from pipeline.engine.lora.manager import LoraManager
 
 
-HEADER_LEN = len(StepHeader._fields)
-
-
-# a part: an int array (packing), a tensor (unpacking) or its size (StepHeader.part_sizes)
-Part = np.ndarray | torch.Tensor | tuple | int
-
-
-class StepParts(NamedTuple):
-    """A packed step's parts, in buffer order (an absent part is empty)."""
-
-    input_ids: Part
-    positions: Part
-    slots: Part
-    context_lens: Part
-    logits_rows: Part
-    query_start: Part
-    block_tables: Part
-    pending_at: Part
-    pending_from: Part
-    ahead_rows: Part  # [num_ahead, 3, S]: positions, slots, context lens
-    ahead_query_start: Part
-    ahead_tables: Part
-    lora_slots: Part  # [T]: each token's LoRA slot (0: no adapter)
-
-
-@dataclass(slots=True)
-class PackedStep:
-    header: StepHeader
-    parts: StepParts  # numpy int arrays (or () for an absent part)
-    seqs: list[Sequence]  # the sequences that sample, in batch order
-
-
-@dataclass(slots=True)
-class StepInputs:
-    input_ids: torch.Tensor  # [T]
-    meta: BatchMetadata
-    logits_rows: torch.Tensor | None  # [S] rows to turn into logits; None: every row
-    ahead: list[BatchMetadata]  # the decode steps that follow, of the S that sample
-    num_tokens: int
-    num_sampled: int
+def part_sizes(header: StepHeader) -> StepParts:
+    """The sizes of the parts a step of this header packs, in buffer order."""
+    b, t, s, width = header.num_seqs, header.num_tokens, header.num_sampled, header.table_width
+    pending = 0 if header.last_offset >= 0 else header.num_pending
+    ahead = header.num_ahead
+    return StepParts(
+        t,
+        t,
+        t,
+        b,
+        0 if header.samples_all else s,
+        b + 1,
+        b * width,
+        pending,
+        pending,
+        ahead * 3 * s,
+        s + 1 if ahead else 0,
+        s * width if header.ahead_tables else 0,
+        t if header.has_lora else 0,
+    )
 
 
 def micro_batch(batch: SchedulerOutput, part: slice) -> SchedulerOutput:
@@ -252,11 +210,11 @@ def decode_ahead(
 def unpack_step(
     packed: torch.Tensor, header: StepHeader, last_sampled: torch.Tensor | None, embeds: bool
 ) -> StepInputs:
-    """packed: this step's parts on the device, as header.part_sizes() splits them; embeds:
+    """packed: this step's parts on the device, as part_sizes(header) splits them; embeds:
     this rank reads token ids (the first pipeline stage), else they are left as packed."""
     num_seqs, num_tokens = header.num_seqs, header.num_tokens
     num_sampled, num_ahead = header.num_sampled, header.num_ahead
-    parts = StepParts._make(packed.split(header.part_sizes()))
+    parts = StepParts._make(packed.split(part_sizes(header)))
     input_ids, tables_t = parts.input_ids, parts.block_tables.view(num_seqs, -1)
     offset = header.last_offset
     if not embeds:
@@ -329,3 +287,90 @@ def verified_rows(batch: SchedulerOutput) -> tuple[list[Sequence], list[tuple[in
     """The sequences that sample, in batch order, and the drafts each verifies."""
     rows = np.flatnonzero(batch.samples).tolist()
     return [batch.seqs[i] for i in rows], [batch.draft_token_ids[i] for i in rows]
+
+
+class LaunchPacker:
+    """The driver packs a launch's micro-batches (one unless pipeline-parallel) with numpy into
+    one pinned buffer, copies it to the device in one copy and sends it to the other ranks;
+    every rank unpacks the same buffer into the micro-batches' StepInputs."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        mapping: Mapping,
+        device: torch.device,
+        ranks: "RankGroups | None",
+        lora: "LoraManager | None",
+        scratch_slot: int,
+        max_scheduler_steps: int,
+    ):
+        self.mapping, self.device, self.ranks, self.lora = mapping, device, ranks, lora
+        self.block_size, self.scratch_slot = config.block_size, scratch_slot
+        self._ring = None
+        if device.type == "cuda":
+            bs, ahead = config.max_batch_size, max_scheduler_steps - 1
+            max_blocks = -(-config.max_seq_len // config.block_size)
+            # the first step's parts, then the steps ahead's (positions, slots, context lens x
+            # ahead; query starts; block tables)
+            self._ring = PinnedRing(
+                4 * config.max_num_tokens
+                + bs * (max_blocks + 4)
+                + bs * (3 * ahead + max_blocks + 1)
+                + 1
+            )
+
+    def pack(
+        self, batch: SchedulerOutput, num_steps: int, last_sampled: torch.Tensor | None
+    ) -> tuple[list[PackedStep], list[StepInputs]]:
+        """The launch's micro-batches packed, sent to the device (and to the other ranks) in one
+        copy, and unpacked there. last_sampled: the last launched step's tokens, which this
+        launch's first step may read as inputs."""
+        num_last = None if last_sampled is None else last_sampled.shape[0]
+        slices = [slice(0, len(batch))]
+        if self.mapping.pp_size > 1:
+            tokens = batch.num_tokens.tolist()
+            slices = split_micro_batches(tokens, micro_batches(sum(tokens), self.mapping.pp_size))
+        lora = None if batch.lora_ids is None else self.lora.slots_for(batch.lora_ids)
+        loads = None if lora is None or self.ranks is None else self.lora.take_loads()
+        if loads is not None:  # the other ranks fill the same slots before the launch
+            self.ranks.channel.send(LORA, [], torch.from_numpy(loads.reshape(-1)))
+        packed = [
+            pack_step(
+                micro_batch(batch, part),
+                num_steps,
+                self.block_size,
+                self.scratch_slot,
+                num_last,
+                None if lora is None else lora[part],
+            )
+            for part in slices
+        ]
+        if batch.draft_token_ids is not None:  # speculative decoding: logits at every draft
+            packed = [
+                with_verify_rows(step, micro_batch(batch, part))
+                for step, part in zip(packed, slices, strict=True)
+            ]
+        parts = [p for step in packed for p in step.parts]
+        num = sum(len(p) for p in parts)
+        # unsafe: an empty tuple is a float64 array to numpy; every value is an integer
+        if self._ring is not None:
+            host = self._ring.take(num)
+            np.concatenate(parts, out=host.numpy(), casting="unsafe")
+            body = host.to(self.device, non_blocking=True)
+            self._ring.copied()
+        else:
+            host = body = torch.from_numpy(np.concatenate(parts, dtype=np.int64, casting="unsafe"))
+        headers = [step.header for step in packed]
+        if self.ranks is not None:
+            self.ranks.channel.send(LAUNCH, headers, host)
+        return packed, self.unpack(headers, body, last_sampled)
+
+    def unpack(
+        self, headers: list[StepHeader], body: torch.Tensor, last_sampled: torch.Tensor | None
+    ) -> list[StepInputs]:
+        sizes = [sum(part_sizes(h)) for h in headers]
+        embeds = self.mapping.is_first_stage
+        return [
+            unpack_step(part, h, last_sampled, embeds)
+            for part, h in zip(body.split(sizes), headers, strict=True)
+        ]

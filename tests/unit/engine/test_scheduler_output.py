@@ -4,13 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.engine.execution.step_inputs import (
-    HEADER_LEN,
-    StepHeader,
-    micro_batch,
-    pack_step,
-    unpack_step,
-)
+from pipeline.engine.execution.step_inputs import micro_batch, pack_step, part_sizes, unpack_step
+from pipeline.engine.execution.step_types import HEADER_LEN, StepHeader
 from pipeline.engine.scheduling.block_manager import BlockManager
 from pipeline.engine.scheduling.scheduler import Scheduler
 from tests.unit.engine.fake_sequences import launch, make_seq
@@ -59,7 +54,7 @@ def test_the_step_header_is_its_fields_in_order():
     packed = np.array(header, np.int64)
     assert len(packed) == HEADER_LEN == len(StepHeader._fields)
     assert StepHeader._make(packed.tolist()) == header
-    sizes = header.part_sizes()
+    sizes = part_sizes(header)
     assert sizes.input_ids == sizes.positions == 7 and sizes.query_start == 4
     assert sizes.block_tables == 6 and sizes.pending_at == sizes.pending_from == 1
     assert sizes.ahead_rows == 6 and sizes.ahead_tables == 4  # 1 step ahead of 2 sequences
@@ -70,7 +65,7 @@ def test_a_packed_step_unpacks_to_its_positions_slots_and_tables():
     packed = pack_step(batch, 2, BLOCK_SIZE, scratch_slot=256, num_last_sampled=1)
     header = StepHeader._make(np.array(packed.header, np.int64).tolist())
     body = torch.from_numpy(np.concatenate(packed.parts, dtype=np.int64, casting="unsafe"))
-    assert body.numel() == sum(header.part_sizes())
+    assert body.numel() == sum(part_sizes(header))
     last_sampled = torch.tensor([42])  # a's token from the launch before
     step = unpack_step(body, header, last_sampled, embeds=True)
     assert step.input_ids.tolist() == [42] + [7] * 6
