@@ -24,9 +24,10 @@ class SpecConfig:
     adaptive: bool = True
     draft_token_cost: float = 0.1
     probe_interval: int = 16
-    # no drafts in a step whose decoding requests are more than this: a large batch is compute-
-    # bound, so extra verified tokens cost as much as decode steps (vLLM's
-    # speculative_disable_by_batch_size); 0 = no limit
+    # no drafts while the engine holds more requests than this, running or waiting to be
+    # admitted: a large batch is compute-bound, so extra verified tokens cost as much as decode
+    # steps (vLLM's speculative_disable_by_batch_size), and a queue means the batch is about to
+    # grow; 0 = no limit
     max_batch_size: int = 32
     # prompt_lookup: the longest and shortest n-gram matched (the longest that matches wins)
     max_ngram: int = 3

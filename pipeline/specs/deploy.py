@@ -15,8 +15,8 @@ class SpecDecodeOptions:
     adaptive: bool = True
     draft_token_cost: float = 0.1
     probe_interval: int = 16
-    # no drafts in a step with more decoding requests than this (0: no limit): large batches
-    # are compute-bound and gain nothing
+    # no drafts while the engine holds more requests than this, running or waiting to be
+    # admitted (0: no limit): large batches are compute-bound and gain nothing
     max_batch_size: int = 32
     max_ngram: int = 3  # prompt_lookup: longest and shortest n-gram looked up
     min_ngram: int = 1

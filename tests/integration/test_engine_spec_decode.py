@@ -205,3 +205,37 @@ def test_penalties_and_log_probabilities_share_verify_steps(
     for a, b in zip(got[1:3], want[1:3], strict=True):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
     assert engine.stats()["spec_num_accepted_tokens"] > 0
+
+
+def test_no_drafts_while_more_requests_than_the_limit_are_in_the_engine(
+    smollm_engine_dir, prompt_ids, baseline_greedy
+):
+    # 16-token budget: the prompts are admitted in chunks over several steps, the copy prompt
+    # last, so it decodes alone at the end; until then 3-4 requests run or wait (limit 2)
+    engine = LLMEngine.from_engine_dir(
+        smollm_engine_dir,
+        device="cpu",
+        max_num_tokens=16,
+        speculation={"method": "prompt_lookup", "max_batch_size": 2, "adaptive": False},
+    )
+    order = [1, 2, 3, 0]
+    params = SamplingParams(max_tokens=NUM_NEW_TOKENS)
+    ids = {engine.add_request(prompt_ids[i], params): i for i in order}
+    tokens = {i: [] for i in order}
+    observed = []
+    engine.launch_policy.pacer.observe = lambda *args: observed.append(args)
+    num_verify_steps = num_plain_reads = 0
+    while engine.has_unfinished():
+        in_engine = len(engine.scheduler.running) + len(engine.scheduler.waiting)
+        rows = engine.stats()["spec_num_verify_rows"]
+        for delta in engine.step():
+            tokens[ids[delta.request_id]] += delta.token_ids
+        if engine.stats()["spec_num_verify_rows"] > rows:
+            assert in_engine <= 2
+            num_verify_steps += 1
+        else:
+            num_plain_reads += 1
+    assert [tokens[i] for i in range(len(order))] == baseline_greedy
+    assert num_verify_steps > 0
+    # the pacer learns from plain launches only: a verify step's tokens are read at once
+    assert len(observed) == num_plain_reads

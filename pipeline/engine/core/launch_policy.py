@@ -76,7 +76,9 @@ class LaunchPolicy:
         return self.timer.wait_gpu(sampled.tolist)
 
     def end_step(self, launched: bool, postprocessed: bool, in_flight: bool) -> None:
-        """launched / postprocessed: this step queued a launch / read one's tokens; in_flight:
+        """launched / postprocessed: this step queued a launch / read the tokens of a launch
+        that paces the others (not a speculative verify step's: the host reads those at once,
+        whatever its pace, and their wait would take steps from the plain launches); in_flight:
         a launch is left on the device."""
         timer = self.timer
         timer.end_step(launched, in_flight)

@@ -249,14 +249,16 @@ class LLMEngine:
         if finished is not None:
             with phase("engine.postprocess"):
                 self._update(finished, deltas)
-        policy.end_step(launched is not None, finished is not None, self._in_flight is not None)
+        # a verify step's tokens are read at once by design: not a launch that paces the rest
+        paced = finished is not None and finished.drafts is None
+        policy.end_step(launched is not None, paced, self._in_flight is not None)
         return deltas
 
     def _speculate(self, deltas: list[StreamDelta]) -> None:
         """Drafts for the requests that speculate next (spec/speculator.py); the launch in
         flight, if any, is read first, since a request's drafts follow its newest token. A step
         without drafts leaves overlap scheduling and several steps a launch as they were."""
-        planned = self.speculator.plan(self.scheduler.running)
+        planned = self.speculator.plan(self.scheduler.running, len(self.scheduler.waiting))
         if not planned:
             return
         if self._in_flight is not None:

@@ -5,8 +5,11 @@ Which requests speculate: those decoding (their prompt done, nothing pending), w
 allows it (SamplingParams.speculate) and whose sampling has no per-position state the verify
 step would have to carry along its drafts: no penalties, no bad word sequences, no log
 probabilities, min_tokens reached. The others decode as usual in the same steps. No request
-drafts in a step whose decoding requests exceed spec.max_batch_size (compute-bound: drafts
-would cost as much as they save). Drafts never run past a request's max_tokens.
+drafts while the engine holds more than spec.max_batch_size requests, running or waiting to be
+admitted (compute-bound: drafts would cost as much as they save; and while requests queue
+behind the batch, a verify step, which runs alone, would hold up the launches that admit them).
+That check comes first, so a large batch's step costs the speculator no scan of its requests.
+Drafts never run past a request's max_tokens.
 """
 
 from typing import Protocol
@@ -46,14 +49,14 @@ class Speculator:
         self.spec, self.proposer = spec, proposer
         self._acceptance: dict[Sequence, Acceptance] = {}  # requests that drafted, unfinished
         self._drafted: list[Sequence] = []  # whose draft_token_ids the last propose() set
-        self._num_rows = self._num_drafts = self._num_accepted = 0
+        self._num_steps = self._num_rows = self._num_drafts = self._num_accepted = 0
 
-    def plan(self, running: list[Sequence]) -> list[tuple[Sequence, int]]:
+    def plan(self, running: list[Sequence], num_waiting: int = 0) -> list[tuple[Sequence, int]]:
         """The decoding sequences that draft next, and how many tokens each at most; clears
-        the drafts of the last schedule. Empty: a plain step (the batch is too large, or no
-        request may or wants to draft), which keeps overlap scheduling and several steps a
-        launch; otherwise the engine first reads the launch in flight, as drafts follow a
-        request's newest token."""
+        the drafts of the last schedule. num_waiting: requests not admitted yet. Empty: a plain
+        step (too many requests, or none may or wants to draft), which keeps overlap scheduling
+        and several steps a launch; otherwise the engine first reads the launch in flight, as
+        drafts follow a request's newest token."""
         for seq in self._drafted:
             seq.draft_token_ids = []
         self._drafted = []
@@ -61,12 +64,11 @@ class Speculator:
             del self._acceptance[seq]
             self.proposer.drop(seq)
         spec = self.spec
-        decoding = [s for s in running if s.num_uncomputed_tokens == 1]
-        if spec.max_batch_size and len(decoding) > spec.max_batch_size:
+        if spec.max_batch_size and len(running) + num_waiting > spec.max_batch_size:
             return []
         planned = []
-        for seq in decoding:
-            if not can_speculate(seq):
+        for seq in running:
+            if seq.num_uncomputed_tokens != 1 or not can_speculate(seq):
                 continue
             acceptance = self._acceptance.get(seq)
             if acceptance is None:
@@ -100,6 +102,7 @@ class Speculator:
 
     def observe(self, sampled: SampledTokens, tokens: list[int]) -> None:
         """A verify step's tokens are on the host: count what each drafted row kept."""
+        self._num_steps += 1
         for seq, drafts, targets in zip(
             sampled.seqs, sampled.drafts, rows_of(sampled.drafts, tokens), strict=True
         ):
@@ -118,6 +121,7 @@ class Speculator:
         return {
             "spec_method": self.spec.method,
             "spec_num_draft_tokens": self.spec.num_draft_tokens,
+            "spec_num_verify_steps": self._num_steps,  # launches with drafts: each runs alone
             "spec_num_verify_rows": rows,
             "spec_num_drafted_tokens": self._num_drafts,
             "spec_num_accepted_tokens": self._num_accepted,
@@ -137,6 +141,7 @@ def speculation_stats(speculator: Speculator | None) -> dict:
     return {
         "spec_method": "none",
         "spec_num_draft_tokens": 0,
+        "spec_num_verify_steps": 0,
         "spec_num_verify_rows": 0,
         "spec_num_drafted_tokens": 0,
         "spec_num_accepted_tokens": 0,

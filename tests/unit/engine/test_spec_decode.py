@@ -146,3 +146,17 @@ def test_no_drafts_above_the_batch_limit_and_a_miss_counts_as_a_rejection():
     assert speculator._acceptance[b].rate < 1
     speculator.plan(s.running)  # the next schedule's drafts replace these
     assert a.draft_token_ids == []
+
+
+def test_requests_waiting_to_be_admitted_count_against_the_batch_limit():
+    s = decoding()
+    a, _ = s.running
+    a.token_ids += [9, 7, 7, 5]
+    a.num_computed_tokens = a.num_tokens - 1
+    spec = SpecConfig(method="prompt_lookup", num_draft_tokens=2, max_batch_size=3)
+    speculator = Speculator(spec, PromptLookupProposer(2, 2))
+    assert speculator.plan(s.running, num_waiting=2) == []  # 2 running + 2 waiting > 3
+    assert [seq for seq, _ in speculator.plan(s.running, num_waiting=1)] == s.running
+    s.add(make_seq("c", 6))
+    s.schedule()  # c's prompt runs: it counts, though it does not decode yet
+    assert len(s.running) == 3 and speculator.plan(s.running, num_waiting=1) == []

@@ -23,8 +23,14 @@ def test_bench_spec_decode_tiny_measures_verify_steps_and_on_off(tmp_path):
         assert on[key] > 0 and off[key] > 0
     assert off["stats"]["spec_method"] == "none" and on["stats"]["spec_method"] == "prompt_lookup"
     assert tiny["batch8_on_vs_off"] > 0
+    for side in (on, off):
+        counts = side["batch8_counts"]
+        assert counts["num_steps"] >= counts["num_launches"] > 0
+        assert counts["spec_num_verify_rows"] >= counts["spec_num_verify_steps"]
+    assert off["batch8_counts"]["spec_num_verify_steps"] == 0
     markdown = (tmp_path / "bench_spec_decode.md").read_text()
     assert "| 8 |" in markdown and "batch8 offline throughput" in markdown
+    assert "| batch8 | on |" in markdown and "| batch8 | off |" in markdown
 
 
 @pytest.mark.slow
