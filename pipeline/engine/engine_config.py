@@ -174,6 +174,11 @@ class EngineConfig:
     lora: LoraOptions | None = None
     max_beam_width: int = 1  # the build's: beam search up to this width
 
+    @property
+    def max_blocks_per_seq(self) -> int:
+        """KV blocks a sequence at max_seq_len holds."""
+        return -(-self.max_seq_len // self.block_size)
+
 
 def resolve_device(device: str) -> torch.device:
     if device == "auto":

@@ -171,7 +171,7 @@ def capture_graphs(
         model,
         kv_cache,
         config.max_batch_size,
-        -(-config.max_seq_len // config.block_size),
+        config.max_blocks_per_seq,
         scratch_block=scratch_block,
         # mixed steps need the varlen kernel, which compile drops for inductor's ops
         max_num_tokens=0 if config.compile else config.max_num_tokens,

@@ -29,7 +29,7 @@ def default_num_kv_blocks(
         return cpu_num_kv_blocks(
             math.prod(kv_shape(1)) * kv_dtype.itemsize,
             config.max_batch_size,
-            -(-config.max_seq_len // block_size),
+            config.max_blocks_per_seq,
             config.model.tp_size * config.model.pp_size,  # every rank of a CPU engine is here
             config.kv_cache_free_mem_fraction,
         )

@@ -72,7 +72,7 @@ class ModelRunner:
         self.device, self.dtype = rank_device(config.device, rank), config.dtype
         self.kv_dtype = kv_cache_dtype(config.model.quantization, config.dtype)
         self.block_size = config.block_size
-        self.max_blocks_per_seq = -(-config.max_seq_len // config.block_size)
+        self.max_blocks_per_seq = config.max_blocks_per_seq
         self.collective_timeout_s = config.collective_timeout_s
         self.workers: WorkerProcesses | None = None  # rank 0 of several
         self._is_closed = False

@@ -309,7 +309,7 @@ class LaunchPacker:
         self._ring = None
         if device.type == "cuda":
             bs, ahead = config.max_batch_size, max_scheduler_steps - 1
-            max_blocks = -(-config.max_seq_len // config.block_size)
+            max_blocks = config.max_blocks_per_seq
             # the first step's parts, then the steps ahead's (positions, slots, context lens x
             # ahead; query starts; block tables)
             self._ring = PinnedRing(
