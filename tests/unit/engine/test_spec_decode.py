@@ -34,6 +34,29 @@ def test_lookup_takes_the_longest_ngram_and_its_latest_match():
     assert lookup_drafts(np.array([4, 5, 5, 5, 5, 5, 5]), 3, 2, 1) == [5, 5, 5]
 
 
+def windowed_lookup(tokens: list[int], num_drafts: int, max_ngram: int, min_ngram: int):
+    """The definition, window by window: the longest n whose suffix occurred earlier; of its
+    earlier windows, the latest with num_drafts tokens after it, else the earliest."""
+    length = len(tokens)
+    for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
+        starts = [s for s in range(length - n) if tokens[s : s + n] == tokens[length - n :]]
+        if starts:
+            full = [s for s in starts if s + n + num_drafts <= length]
+            start = (full[-1] if full else starts[0]) + n
+            return tokens[start : start + num_drafts]
+    return []
+
+
+def test_lookup_equals_its_window_by_window_definition():
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        tokens = rng.integers(0, int(rng.integers(1, 6)), int(rng.integers(1, 40))).tolist()
+        k, max_ngram = int(rng.integers(1, 9)), int(rng.integers(1, 5))
+        min_ngram = int(rng.integers(1, max_ngram + 1))
+        want = windowed_lookup(tokens, k, max_ngram, min_ngram)
+        assert lookup_drafts(np.array(tokens), k, max_ngram, min_ngram) == want
+
+
 def test_accepted_tokens_are_the_agreeing_prefix_and_the_targets_next():
     assert accepted_tokens((4, 5, 6), [4, 5, 6, 7]) == ([4, 5, 6, 7], 3)
     assert accepted_tokens((4, 5, 6), [4, 8, 6, 7]) == ([4, 8], 1)
