@@ -329,7 +329,7 @@ def main() -> None:
     parser.add_argument("--gguf", type=Path, help="SmolLM2-135M-Instruct's GGUF: real weights")
     parser.add_argument("--draft-layers", default="2,4,6", help="draft models' blocks kept")
     parser.add_argument("--draft-k", default="2,3,4,5", help="draft models' k")
-    parser.add_argument("--lookup-k", default="2,4,6,8", help="prompt lookup's k")
+    parser.add_argument("--lookup-k", default="4,8,12,16", help="prompt lookup's k")
     parser.add_argument("--num-prompts", type=int, default=4, help="real prompts per task")
     parser.add_argument("--no-8b", action="store_true", help="SmolLM2 alone (minutes less)")
     args = parser.parse_args()
