@@ -17,9 +17,8 @@ import subprocess
 import tempfile
 
 import pytest
-import requests
-from prometheus_client.parser import text_string_to_metric_families
 
+from pipeline.client.metrics import fetch_metrics, metric_value
 from tests.integration.openai_api.aiperf_venv import AIPerfUnavailable, ensure_venv
 from tests.integration.openai_api.conftest import API_KEY
 
@@ -92,18 +91,12 @@ def run_aiperf(python, api, model_name: str, tokenizer_dir: str, out_dir) -> dic
 def frontend_totals(api) -> dict:
     """The frontend's running sums: tokens and the sum and count of its TTFT and time-per-token
     histograms."""
-    text = requests.get(f"{api.url}/metrics", timeout=30).text
-    samples = {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if not sample.labels
-    }
+    samples = fetch_metrics(f"{api.url}/metrics", timeout_s=30)
     return {
-        "prompt_tokens": samples["pipeline_openai_prompt_tokens_total"],
-        "completion_tokens": samples["pipeline_openai_completion_tokens_total"],
+        "prompt_tokens": metric_value(samples, "pipeline_openai_prompt_tokens_total"),
+        "completion_tokens": metric_value(samples, "pipeline_openai_completion_tokens_total"),
         **{
-            f"{name}_{part}": samples[f"pipeline_openai_{metric}_seconds_{part}"]
+            f"{name}_{part}": metric_value(samples, f"pipeline_openai_{metric}_seconds_{part}")
             for name, metric in (("ttft", "time_to_first_token"), ("tpot", "time_per_output_token"))
             for part in ("sum", "count")
         },
