@@ -2,7 +2,7 @@
 GrammarBitmask and Sequence driven as the runner and scheduler drive them.
 
     python -m scripts.bench_guided_host --out DIR [--rows 64 512] [--steps 64]
-        [--launch-steps 4] [--tokenizer HF_DIR] [--threads N] [--clock wall|cpu] [--tiny]
+        [--launch-steps 4] [--tokenizer HF_DIR] [--clock wall|cpu] [--tiny]
 
 Every row runs scripts.bench_guided's JSON schema. A launch of --launch-steps steps fills one
 bitmask a step (GrammarBitmask.fill: the tokens the step before sampled advance each matcher,
@@ -13,7 +13,7 @@ its bitmask (seeded, outside the clock), as a random-weight model samples under 
 digest of every row's tokens lets two trees' runs be compared for equality. Timed: microseconds
 a row a step of the launch path (fill) and of the scheduler's append, the median launch; a
 second pass under torch.profiler splits the launch path by its phase ranges (guided.*), as
-shares of its time. --clock cpu times the engine thread's CPU (with --threads 1), which other
+shares of its time. --clock cpu times the engine thread's CPU (the fill runs on it too), which other
 work on a shared host does not stretch. The tokenizer: a Hugging Face tokenizer dir (SmolLM2's,
 say), else a byte-level one of SmolLM2's vocabulary size (what scripts.bench_guided's engines
 have). Writes bench_guided_host.json and .md. --tiny: 4 and 16 rows, a few steps, a
@@ -23,7 +23,6 @@ have). Writes bench_guided_host.json and .md. --tiny: 4 and 16 rows, a few steps
 import argparse
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +50,6 @@ class Run:
     steps: int  # timed steps (whole launches)
     launch_steps: int
     warmup_steps: int
-    threads: int
     clock: str  # "wall" or "cpu"
 
 
@@ -67,10 +65,9 @@ class GuidedRows:
             seq = Sequence(str(i), [1], params, ())
             seq.grammar = GrammarState(compiler.compile(guide), seq.end_ids)
             self.seqs.append(seq)
-        self.masks = GrammarBitmask(self.vocab, run.rows, torch.device("cpu"), run.threads)
+        self.masks = GrammarBitmask(self.vocab, run.rows, torch.device("cpu"))
         self.run = run
-        # cpu: this thread's CPU time, which other processes on the host do not stretch (it
-        # leaves out xgrammar's fill threads: for --threads 1)
+        # cpu: this thread's CPU time, which other processes on the host do not stretch
         self.clock = time.thread_time if run.clock == "cpu" else time.perf_counter
         self.rng = np.random.default_rng(seed)
         self.last = None  # the launch before's last step's tokens (pending on the host)
@@ -158,7 +155,7 @@ def measure(compiler: GrammarCompiler, run: Run, seed: int) -> dict:
 def markdown(results: dict) -> str:
     lines = [
         f"Guided host work, us a row a step ({results['tokenizer']}, {results['launch_steps']} "
-        f"steps a launch, {results['threads']} fill threads, {results['steps']} steps, "
+        f"steps a launch, {results['steps']} steps, "
         f"{results['clock']} clock).",
         "",
         "| rows | launch path (fill) | scheduler (append) | total | launch path phases |",
@@ -181,10 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-steps", type=int, default=16)
     parser.add_argument("--launch-steps", type=int, default=4)
     parser.add_argument("--tokenizer", type=Path, help="a Hugging Face tokenizer dir")
-    parser.add_argument("--threads", type=int, default=min(8, (os.cpu_count() or 1) // 2))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--clock", choices=["wall", "cpu"], default="wall", help="cpu: this thread's (threads 1)"
+        "--clock", choices=["wall", "cpu"], default="wall", help="cpu: this thread's"
     )
     parser.add_argument("--tiny", action="store_true", help="small and quick: tests the script")
     args = parser.parse_args(argv)
@@ -201,13 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "tokenizer": str(args.tokenizer or f"byte-level, {vocab} tokens"),
         "launch_steps": args.launch_steps,
-        "threads": args.threads,
         "clock": args.clock,
         "steps": steps,
         "rows": {},
     }
     for num_rows in rows:
-        run = Run(num_rows, steps, args.launch_steps, warmup, args.threads, args.clock)
+        run = Run(num_rows, steps, args.launch_steps, warmup, args.clock)
         results["rows"][str(num_rows)] = measure(compiler, run, args.seed)
     (args.out / "bench_guided_host.json").write_text(json.dumps(results, indent=2))
     (args.out / "bench_guided_host.md").write_text(markdown(results) + "\n")

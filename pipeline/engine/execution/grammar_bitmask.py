@@ -10,34 +10,24 @@ meanwhile runs step j's forward, which reads those tokens on the device. So the 
 step is one token copy, the matchers and the fill, hidden behind a forward wherever that
 forward takes longer."""
 
-import os
-
 import torch
 
 from pipeline.engine.execution.host_buffers import PinnedRing
 from pipeline.engine.execution.phase_range import phase
 
 BITS = 32  # tokens a bitmask word holds (xgrammar's int32 words)
-# rows a fill spreads over xgrammar's thread pool from: a row inside a free-text field of a JSON
-# schema takes ~25 us to fill (the precomputed masks cover structure, not string contents), and
-# a small model's step at batch 64 is ~1 ms on the device, which the serial fill would exceed
-PARALLEL_FILL_ROWS = 16
 
 HostTokens = tuple[torch.Tensor, torch.cuda.Event | None]  # tokens on the host, their copy's event
 
 
 class GrammarBitmask:
-    def __init__(
-        self,
-        vocab_size: int,
-        max_rows: int,
-        device: torch.device,
-        fill_threads: int = min(8, (os.cpu_count() or 1) // 2),
-    ):
-        """vocab_size: the logits' width (the grammars' tokenizer info covers the same);
-        fill_threads: xgrammar threads a large fill runs on (<= 1: the engine thread alone)."""
-        self.fill_threads = fill_threads
-        self._fillers: dict = {}  # threads -> xgrammar's BatchGrammarMatcher (_filler)
+    def __init__(self, vocab_size: int, max_rows: int, device: torch.device):
+        """vocab_size: the logits' width (the grammars' tokenizer info covers the same)."""
+        # xgrammar's batch fill on one thread, this one: a single call a fill, no Python a row.
+        # Its thread pool costs more than it saves at any batch: on an H200 host (16 cores, 8
+        # fill threads) SmolLM2's guided / free fell from 0.88 to 0.72 at batch 64; a 64-row fill
+        # inside a JSON string field takes ~0.55 ms on one thread and ~1 ms on two (2-core host)
+        self._filler = None
         self.num_words = -(-vocab_size // BITS)
         self.device = device
         # the bitmask's words, then the rows it applies to
@@ -84,7 +74,7 @@ class GrammarBitmask:
                 host = self._ring.take(size + len(rows))
             bitmask = host[:size].view(shape)
             matchers = [grammar.matcher for _, grammar in live]
-            self._filler(len(rows)).batch_fill_next_token_bitmask(matchers, bitmask, rows)
+            self._batch_filler().batch_fill_next_token_bitmask(matchers, bitmask, rows)
             # the rows as a tensor too: a list would cross to the device from pageable memory
             host[size:] = torch.tensor(rows, dtype=torch.int32)
         if self._ring is not None:
@@ -124,12 +114,9 @@ class GrammarBitmask:
         if step_tokens is not None:
             self._taken.append([grammar for _, grammar in pending])
 
-    def _filler(self, num_rows: int):
-        """xgrammar's batch fill: on its thread pool from PARALLEL_FILL_ROWS rows, else on this
-        thread (one call either way: no Python a row)."""
-        import xgrammar
+    def _batch_filler(self):
+        if self._filler is None:
+            import xgrammar
 
-        threads = self.fill_threads if num_rows >= PARALLEL_FILL_ROWS else 1
-        if threads not in self._fillers:
-            self._fillers[threads] = xgrammar.BatchGrammarMatcher(max(threads, 1))
-        return self._fillers[threads]
+            self._filler = xgrammar.BatchGrammarMatcher(1)
+        return self._filler

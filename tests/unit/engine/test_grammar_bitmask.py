@@ -116,7 +116,7 @@ def test_a_launchs_steps_advance_the_matcher_and_a_failed_launch_gives_them_back
     assert allowed(masks.fill([guided], None)[0], 0) == {a}
 
 
-def test_a_large_fill_on_xgrammars_threads_writes_the_serial_fills_rows(tokenizer, compiler):
+def test_a_batch_fill_writes_each_guided_row_as_its_own_matcher_would(tokenizer, compiler):
     a, b = (byte_id(tokenizer, ch) for ch in "ab")
     eos = tokenizer.eos_token_id
     guides = [GuidedDecoding("regex", "a(b|c)"), GuidedDecoding("regex", "(a|b)+c")]
@@ -124,17 +124,15 @@ def test_a_large_fill_on_xgrammars_threads_writes_the_serial_fills_rows(tokenize
     for s in seqs[::3]:  # rows in different states
         s.grammar.accept(a)
     seqs.insert(5, seq(compiler, None, eos))  # a free row between them stays unwritten
-    serial, serial_rows = GrammarBitmask(WIDTH, 32, torch.device("cpu"), fill_threads=1).fill(
-        seqs, None
-    )
-    threads = GrammarBitmask(WIDTH, 32, torch.device("cpu"), fill_threads=2)
-    parallel, rows = threads.fill(seqs, None)
-    assert 2 in threads._fillers  # the threaded path ran
-    assert rows.tolist() == serial_rows.tolist() and 5 not in rows.tolist()
-    assert torch.equal(parallel[rows], serial[serial_rows])
+    bitmask, rows = GrammarBitmask(WIDTH, 32, torch.device("cpu")).fill(seqs, None)
+    assert rows.tolist() == [row for row, s in enumerate(seqs) if s.grammar is not None]
+    one = torch.zeros((1, bitmask.shape[1]), dtype=torch.int32)
+    for row in rows.tolist():
+        seqs[row].grammar.matcher.fill_next_token_bitmask(one, 0)
+        assert torch.equal(bitmask[row], one[0]), row
     c = byte_id(tokenizer, "c")
-    assert allowed(parallel, 0) == {b, c}  # "a(b|c)" after "a"
-    assert allowed(parallel, 1) == {a, b}  # "(a|b)+c" fresh
+    assert allowed(bitmask, 0) == {b, c}  # "a(b|c)" after "a"
+    assert allowed(bitmask, 1) == {a, b}  # "(a|b)+c" fresh
 
 
 def test_a_grammar_that_ends_inside_a_launch_keeps_its_last_token(tokenizer, compiler):
