@@ -118,6 +118,19 @@ STATS = (
 )
 
 
+class TokenChain:
+    """What names a freed sequence's tail: its tokens and hash chain (lists it only ever
+    appends to), without the rest of the request (its sampler state, grammar, outputs)."""
+
+    __slots__ = ("token_ids", "block_hashes", "kv_extra_key", "kv_tail")
+
+    def __init__(self, seq: Sequence):
+        self.token_ids = seq.token_ids
+        self.block_hashes = seq.block_hashes
+        self.kv_extra_key = seq.kv_extra_key
+        self.kv_tail = None
+
+
 class Tail:
     """A sequence's cached blocks past its last named one: blocks[j] is its block start + j,
     named from the sequence's tokens when a lookup reaches head (the named GPU block before
@@ -126,7 +139,7 @@ class Tail:
     __slots__ = ("seq", "start", "head", "blocks")
 
     def __init__(self, seq: Sequence, start: int, head: int):
-        self.seq = seq  # its token list is never rewritten, so it names the blocks later
+        self.seq: Sequence | TokenChain = seq  # a TokenChain once the sequence is freed
         self.start = start
         self.head = head
         self.blocks: list[int] = []
@@ -171,7 +184,7 @@ class PrefixCachingBlockManager(BlockManager):
     def num_free_blocks(self) -> int:
         return len(self.free_block_ids) + len(self.evictable)
 
-    def _hash(self, seq: Sequence, index: int) -> bytes:
+    def _hash(self, seq: Sequence | TokenChain, index: int) -> bytes:
         """Name of the sequence's block `index` (its tokens must be known)."""
         hashes = seq.block_hashes
         if index < len(hashes):
@@ -434,6 +447,8 @@ class PrefixCachingBlockManager(BlockManager):
                         self._offload(block, names[block])
         self._free_rows.append(seq.block_row)
         seq.block_row, seq.num_blocks, seq.num_cached_blocks = -1, 0, 0
+        if tail is not None:
+            tail.seq = TokenChain(seq)
         seq.kv_tail = None
 
     def take_copies(self) -> np.ndarray | None:

@@ -4,7 +4,11 @@ import numpy as np
 import torch
 
 from pipeline.engine.execution.kv_swap import HostKVTier, host_blocks
-from pipeline.engine.scheduling.prefix_cache import PrefixCachingBlockManager, host_slot_ref
+from pipeline.engine.scheduling.prefix_cache import (
+    PrefixCachingBlockManager,
+    TokenChain,
+    host_slot_ref,
+)
 from pipeline.engine.scheduling.sequence import Sequence
 from pipeline.request.sampling_params import SamplingParams
 
@@ -110,6 +114,8 @@ def test_only_a_sequences_first_new_block_is_named_until_a_lookup_reaches_it():
     manager = PrefixCachingBlockManager(8, 4, kv_dtype="float32")
     table = run_and_free(manager, seq_of("a", list(range(13))))  # 3 full blocks
     assert len(manager.cached) == 1  # block 0 named; blocks 1, 2 wait in its tail
+    [[tail]] = manager._tails.values()
+    assert isinstance(tail.seq, TokenChain)  # the freed request itself is not kept
     assert manager.stats()["num_cached_blocks"] == 3
     assert cached_prefix(manager, list(range(13))) == table[:3]  # the lookup names the tail
     assert len(manager.cached) == 3 and manager.stats()["num_cached_blocks"] == 3
