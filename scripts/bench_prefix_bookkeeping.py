@@ -5,9 +5,10 @@ unique prompts, caching off and on, timed phase by phase on any machine (CPU inc
 
 The calls are the scheduler's, in its order, for --requests prompts admitted at once:
 - admit: find_prefix, is_being_computed, swaps_in and grow_from_prefix (caching off: grow);
-- prefill: computes (the names of the blocks the prompt fills) and the launch's cache_blocks;
-- decode: a token a request a step, grow() as blocks fill (blocks are named at free);
-- free: free() (caching on: the names of the blocks decode filled, kept evictable).
+- prefill: computes (the first block the prompt fills, noted for requests admitted beside it)
+  and the launch's cache_blocks;
+- decode: a token a request a step, grow() as blocks fill (blocks are cached at free);
+- free: free() (caching on: the blocks decode filled are cached, kept evictable).
 Each phase is the best of --repeats, the variants interleaved (the machine's other load shifts
 them alike). Prints each phase's ms caching off and on, and what caching adds a request;
 --compare: also with other prefix_cache.py files (an earlier version's: the rest is this tree's).

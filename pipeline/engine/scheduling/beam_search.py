@@ -180,7 +180,7 @@ class BeamSearch:
         child = copy.copy(parent)
         child.token_ids = list(parent.token_ids)
         child.block_hashes = list(parent.block_hashes)
-        child.block_row, child.num_blocks = -1, 0
+        child.block_row, child.num_blocks, child.kv_tail = -1, 0, None
         child._pending_logprobs = deque()
         child.beam = parent.beam
         child.needs_host_tokens = True

@@ -7,9 +7,14 @@ After vLLM v1's KVCacheManager and BlockPool (vllm/v1/core/kv_cache_manager.py, 
   equal K/V (a LoRA adapter changes K/V: kv_extra_key keeps its blocks apart). H is a 128-bit
   blake2b digest, not Python's hash(): a 64-bit name that PYTHONHASHSEED can fix would let a
   prompt be crafted to collide with another's blocks (vLLM moved off hash() for that reason);
-- a block is named once its tokens are all on the host and their K/V computed (written, or queued
-  on the device before any step that reads it); two sequences that computed the same block keep
-  the first's name, the second's block stays unnamed and is freed as usual;
+- a block is cached once its tokens are all on the host and their K/V computed (written, or
+  queued on the device before any step that reads it). Only the first block a sequence computes
+  is named then; the blocks it computes after that wait in its Tail, attached to that named
+  block, and are named when a lookup reaches the block the tail hangs from (or when the host
+  tier needs their names). Most prompts are never shared, and a name costs the engine thread
+  a hash a block: at the SmolLM2 shape on an H200, naming every block of 512 unique 128/128
+  requests made the run 6% slower. Two sequences that computed the same block keep the first's
+  name; the second's block stays unnamed and is freed as usual;
 - blocks are reference-counted; one whose last holder ends stays named but free ("evictable"),
   least recently freed first (a sequence's last blocks before its first: they are the least
   likely shared). A new block is taken from the unnamed free blocks first and only then by
@@ -113,6 +118,33 @@ STATS = (
 )
 
 
+class TokenChain:
+    """What names a freed sequence's tail: its tokens and hash chain (lists it only ever
+    appends to), without the rest of the request (its sampler state, grammar, outputs)."""
+
+    __slots__ = ("token_ids", "block_hashes", "kv_extra_key", "kv_tail")
+
+    def __init__(self, seq: Sequence):
+        self.token_ids = seq.token_ids
+        self.block_hashes = seq.block_hashes
+        self.kv_extra_key = seq.kv_extra_key
+        self.kv_tail = None
+
+
+class Tail:
+    """A sequence's cached blocks past its last named one: blocks[j] is its block start + j,
+    named from the sequence's tokens when a lookup reaches head (the named GPU block before
+    them). A freed sequence's tail blocks stay evictable; evicting one cuts the tail there."""
+
+    __slots__ = ("seq", "start", "head", "blocks")
+
+    def __init__(self, seq: Sequence, start: int, head: int):
+        self.seq: Sequence | TokenChain = seq  # a TokenChain once the sequence is freed
+        self.start = start
+        self.head = head
+        self.blocks: list[int] = []
+
+
 class PrefixCachingBlockManager(BlockManager):
     caches_prefixes = True
 
@@ -128,10 +160,15 @@ class PrefixCachingBlockManager(BlockManager):
     ):
         super().__init__(num_blocks, block_size, max_seqs, max_blocks_per_seq)
         self._root = hashlib.blake2b(f"{kv_dtype}/{block_size}".encode(), digest_size=16)
+        self._root_digest = self._root.digest()
         self.ref_counts = [0] * num_blocks
         self.block_hashes: list[bytes | None] = [None] * num_blocks
         self.cached: dict[bytes, int] = {}  # name -> GPU block
-        self.evictable: OrderedDict[int, None] = OrderedDict()  # named, unheld; LRU first
+        # unheld blocks, named or in a freed sequence's tail; least recently freed first
+        self.evictable: OrderedDict[int, None] = OrderedDict()
+        self._tails: dict[int, list[Tail]] = {}  # named GPU block -> the tails that hang from it
+        self._tail_of: dict[int, Tail] = {}  # a freed sequence's tail block -> its tail
+        self._num_tail_blocks = 0
         self.host = HostBlockPool(num_host_blocks) if num_host_blocks else None
         self.swap_costs = swap_costs  # None: every host hit is loaded
         # a block whose copy costs more than its tokens' prefill is never worth keeping
@@ -147,17 +184,18 @@ class PrefixCachingBlockManager(BlockManager):
     def num_free_blocks(self) -> int:
         return len(self.free_block_ids) + len(self.evictable)
 
-    def _hash(self, seq: Sequence, index: int) -> bytes:
+    def _hash(self, seq: Sequence | TokenChain, index: int) -> bytes:
         """Name of the sequence's block `index` (its tokens must be known)."""
         hashes = seq.block_hashes
         if index < len(hashes):
             return hashes[index]
         if hashes:
             parent = hashes[-1]
+        elif seq.kv_extra_key is None:
+            parent = self._root_digest
         else:
             root = self._root.copy()
-            if seq.kv_extra_key is not None:
-                root.update(repr(seq.kv_extra_key).encode())
+            root.update(repr(seq.kv_extra_key).encode())
             parent = root.digest()
         # the new blocks' tokens as bytes in one conversion, then a hash a block
         size, blake2b = self.block_size, hashlib.blake2b
@@ -169,12 +207,15 @@ class PrefixCachingBlockManager(BlockManager):
         return parent
 
     def find_prefix(self, seq: Sequence) -> PrefixHit:
-        """The named blocks that start this sequence, each on the GPU or else in the host tier
-        (no side effects); never its last known token's."""
+        """The cached blocks that start this sequence, each on the GPU or else in the host tier
+        (no side effects but naming the tails it reaches); never its last known token's."""
         hit = []
         for i in range((len(seq.token_ids) - 1) // self.block_size):
             block_hash = self._hash(seq, i)
             block = self.cached.get(block_hash)
+            if block is not None and block in self._tails:
+                for tail in self._tails.pop(block):
+                    self._name_tail(tail)
             if block is None and self.host is not None:
                 slot = self.host.lookup(block_hash)
                 block = None if slot is None else host_slot_ref(slot)
@@ -195,11 +236,11 @@ class PrefixCachingBlockManager(BlockManager):
         size = self.block_size
         end = min(seq.num_computed_tokens + num_tokens, len(seq.token_ids)) // size
         start = max(seq.num_computed_tokens // size, seq.num_cached_blocks)
-        if start < end:
-            self._hash(seq, end - 1)  # the new names in one pass
-            computing = self._computing
-            for name in seq.block_hashes[start:end]:
-                computing[name] = seq
+        # a request sharing this chunk's blocks misses first at its first block, so that name
+        # alone is registered; known already unless an unnamed tail comes before it (then
+        # the rare request admitted beside it computes the blocks too)
+        if start < end and (start < len(seq.block_hashes) or seq.kv_tail is None):
+            self._computing[self._hash(seq, start)] = seq
 
     def is_being_computed(self, seq: Sequence, hit: PrefixHit) -> bool:
         """Whether the block after this hit is one that another sequence computes this step
@@ -264,6 +305,14 @@ class PrefixCachingBlockManager(BlockManager):
     def hold(self, block: int) -> None:
         self.ref_counts[block] += 1
 
+    def fork(self, parent: Sequence, child: Sequence) -> bool:
+        """BlockManager.fork with the parent's tail named first: blocks in a tail are the
+        parent's alone (a forked beam shares them)."""
+        if parent.kv_tail is not None:
+            self._name_tail(parent.kv_tail)
+            child.block_hashes = list(parent.block_hashes)
+        return super().fork(parent, child)
+
     def ref_count(self, block: int) -> int:
         return self.ref_counts[block]
 
@@ -274,12 +323,56 @@ class PrefixCachingBlockManager(BlockManager):
 
     def _evict(self) -> int:
         block, _ = self.evictable.popitem(last=False)
+        self.num_evicted_blocks += 1
         block_hash = self.block_hashes[block]
+        if block_hash is None:  # a freed sequence's tail block: its tail ends before it
+            tail = self._tail_of.pop(block, None)
+            if tail is not None:
+                self._cut_tail(tail, tail.blocks.index(block))
+            return block
         del self.cached[block_hash]
         self.block_hashes[block] = None
-        self.num_evicted_blocks += 1
+        for tail in self._tails.pop(block, ()):  # no lookup can reach them any more
+            self._cut_tail(tail, 0)
         self._offload(block, block_hash)  # usually a no-op: copied when it was freed
         return block
+
+    def _cut_tail(self, tail: Tail, index: int) -> None:
+        """Drop the tail's blocks from index on: unnamed, they are plain evictable blocks."""
+        dropped = tail.blocks[index:]
+        for block in dropped:
+            self._tail_of.pop(block, None)
+        del tail.blocks[index:]
+        self._num_tail_blocks -= len(dropped)
+        if not tail.blocks:
+            self._detach(tail)
+
+    def _detach(self, tail: Tail) -> None:
+        tails = self._tails.get(tail.head)
+        if tails is not None and tail in tails:
+            tails.remove(tail)
+            if not tails:
+                del self._tails[tail.head]
+        if tail.seq.kv_tail is tail:
+            tail.seq.kv_tail = None
+
+    def _name_tail(self, tail: Tail) -> None:
+        """Name the tail's blocks (detached from its head already, or detached here)."""
+        self._detach(tail)
+        if not tail.blocks:
+            return
+        end = tail.start + len(tail.blocks)
+        self._hash(tail.seq, end - 1)  # the names in one pass
+        names, cached, tail_of = self.block_hashes, self.cached, self._tail_of
+        for block, block_hash in zip(
+            tail.blocks, tail.seq.block_hashes[tail.start : end], strict=True
+        ):
+            tail_of.pop(block, None)
+            if block_hash not in cached:  # else another block holds the same K/V
+                names[block] = block_hash
+                cached[block_hash] = block
+        self._num_tail_blocks -= len(tail.blocks)
+        tail.blocks = []
 
     def _offload(self, block: int, block_hash: bytes) -> None:
         """Copy a named block to the host tier unless it holds it already."""
@@ -302,18 +395,27 @@ class PrefixCachingBlockManager(BlockManager):
     def cache_blocks(self, seqs) -> None:
         """Name the blocks these sequences have filled since last asked (their tokens on the
         host, their K/V computed; past max_kv_tokens a launch's decode rows write no block)."""
-        size, tables, names, cached = self.block_size, self.tables, self.block_hashes, self.cached
+        size, tables = self.block_size, self.tables
         for seq in seqs:
             num_full = min(seq.num_computed_tokens, len(seq.token_ids), seq.max_kv_tokens) // size
             first = seq.num_cached_blocks
             if num_full <= first:
                 continue
-            self._hash(seq, num_full - 1)  # the new names in one pass
             blocks = tables[seq.block_row, first:num_full].tolist()
-            for block, block_hash in zip(blocks, seq.block_hashes[first:num_full], strict=True):
-                if names[block] is None and block_hash not in cached:
-                    names[block] = block_hash
-                    cached[block_hash] = block
+            tail = seq.kv_tail
+            if tail is None:  # the first new block is named; the others wait in its tail
+                block_hash = self._hash(seq, first)
+                head = self.cached.get(block_hash)
+                if head is None:
+                    head = blocks[0]
+                    self._name(head, block_hash)
+                del blocks[0]
+                if blocks:
+                    tail = seq.kv_tail = Tail(seq, first + 1, head)
+                    self._tails.setdefault(head, []).append(tail)
+            if blocks:
+                tail.blocks += blocks
+                self._num_tail_blocks += len(blocks)
             seq.num_cached_blocks = num_full
 
     def free(self, seq: Sequence) -> None:
@@ -323,10 +425,21 @@ class PrefixCachingBlockManager(BlockManager):
         self.cache_blocks((seq,))
         ref_counts, names, evictable = self.ref_counts, self.block_hashes, self.evictable
         offloads = self.host is not None and self._offloads
-        for block in reversed(self.tables[seq.block_row, : seq.num_blocks].tolist()):
+        tail = seq.kv_tail
+        if tail is not None and offloads:  # the host tier keeps blocks by name
+            self._name_tail(tail)
+            tail = None
+        # its tail's blocks (held by it alone: unnamed blocks are never shared) stay evictable
+        start, end = (tail.start, tail.start + len(tail.blocks)) if tail else (0, 0)
+        blocks = self.tables[seq.block_row, : seq.num_blocks].tolist()
+        for i in range(len(blocks) - 1, -1, -1):
+            block = blocks[i]
             ref_counts[block] -= 1
             if ref_counts[block] == 0:
-                if names[block] is None:
+                if start <= i < end:
+                    evictable[block] = None
+                    self._tail_of[block] = tail
+                elif names[block] is None:
                     self.free_block_ids.append(block)
                 else:  # to the host tier now, while no step writes it: its eviction waits not
                     evictable[block] = None
@@ -334,6 +447,9 @@ class PrefixCachingBlockManager(BlockManager):
                         self._offload(block, names[block])
         self._free_rows.append(seq.block_row)
         seq.block_row, seq.num_blocks, seq.num_cached_blocks = -1, 0, 0
+        if tail is not None:
+            tail.seq = TokenChain(seq)
+        seq.kv_tail = None
 
     def take_copies(self) -> np.ndarray | None:
         copies = super().take_copies()
@@ -343,7 +459,7 @@ class PrefixCachingBlockManager(BlockManager):
     def stats(self) -> dict:
         host = self.host
         values = (
-            len(self.cached),
+            len(self.cached) + self._num_tail_blocks,
             self.num_queried_tokens,
             self.num_hit_tokens,
             self.num_evicted_blocks,

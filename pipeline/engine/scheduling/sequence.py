@@ -59,10 +59,12 @@ class Sequence:
         self.num_preemptions = 0
         # prefix caching (prefix_cache.py): what besides its tokens changes its K/V (a LoRA
         # adapter's id), its full blocks' hash chain so far, how many of the blocks it holds are
-        # in the cache, and how many prompt tokens its first admission found cached
+        # in the cache, those of them not named yet (a Tail), and how many prompt tokens its
+        # first admission found cached
         self.kv_extra_key: object = None
         self.block_hashes: list[bytes] = []
         self.num_cached_blocks = 0
+        self.kv_tail = None
         self.num_cached_tokens = 0
         # the engine's id of params.lora_name's adapter (0: none); a prefix cache keys on it too
         self.lora_id = 0

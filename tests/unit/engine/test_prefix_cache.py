@@ -4,13 +4,17 @@ import numpy as np
 import torch
 
 from pipeline.engine.execution.kv_swap import HostKVTier, host_blocks
-from pipeline.engine.scheduling.prefix_cache import PrefixCachingBlockManager, host_slot_ref
+from pipeline.engine.scheduling.prefix_cache import (
+    PrefixCachingBlockManager,
+    TokenChain,
+    host_slot_ref,
+)
 from pipeline.engine.scheduling.sequence import Sequence
 from pipeline.request.sampling_params import SamplingParams
 
 
-def seq_of(request_id: str, tokens: list[int]) -> Sequence:
-    return Sequence(request_id, tokens, SamplingParams(max_tokens=4), eos_token_ids=(2,))
+def seq_of(request_id: str, tokens: list[int], max_tokens: int = 4) -> Sequence:
+    return Sequence(request_id, tokens, SamplingParams(max_tokens=max_tokens), eos_token_ids=(2,))
 
 
 def run_and_free(manager: PrefixCachingBlockManager, seq: Sequence) -> list[int]:
@@ -100,3 +104,72 @@ def test_host_tier_round_trip_is_bitwise():
         assert torch.equal(cache[:, :, 4].view(torch.uint8), before[:, :, 1].view(torch.uint8))
         assert torch.equal(cache[:, :, 0].view(torch.uint8), before[:, :, 3].view(torch.uint8))
         assert not cache[:, :, 1].view(torch.uint8).any()
+
+
+def cached_prefix(manager: PrefixCachingBlockManager, tokens: list[int]) -> list[int]:
+    return manager.find_prefix(seq_of("probe", tokens))
+
+
+def test_only_a_sequences_first_new_block_is_named_until_a_lookup_reaches_it():
+    manager = PrefixCachingBlockManager(8, 4, kv_dtype="float32")
+    table = run_and_free(manager, seq_of("a", list(range(13))))  # 3 full blocks
+    assert len(manager.cached) == 1  # block 0 named; blocks 1, 2 wait in its tail
+    [[tail]] = manager._tails.values()
+    assert isinstance(tail.seq, TokenChain)  # the freed request itself is not kept
+    assert manager.stats()["num_cached_blocks"] == 3
+    assert cached_prefix(manager, list(range(13))) == table[:3]  # the lookup names the tail
+    assert len(manager.cached) == 3 and manager.stats()["num_cached_blocks"] == 3
+    # a sequence that diverges after the shared blocks names its own first new block
+    table_b = run_and_free(manager, seq_of("b", [*range(8), 50, 51, 52, 53, 54, 55, 56, 57, 58]))
+    assert table_b[:2] == table[:2]
+    assert cached_prefix(manager, [*range(8), 50, 51, 52, 53, 54, 55, 56, 57, 58]) == table_b[:4]
+
+
+def test_evicting_a_tail_block_cuts_the_tail_there_and_evicting_its_head_drops_it():
+    manager = PrefixCachingBlockManager(4, 4, kv_dtype="float32")
+    tokens = list(range(16))  # 4 full blocks
+    table = run_and_free(manager, seq_of("a", tokens))
+    assert manager.num_free_blocks == 4 and len(manager.cached) == 1
+    # the least recently freed go first: the chain's last blocks, from the tail
+    assert manager.grow(seq_of("x", [7] * 8), 8)
+    assert manager.stats()["num_evicted_blocks"] == 2 and manager.stats()["num_cached_blocks"] == 2
+    assert cached_prefix(manager, tokens) == table[:2]
+    manager2 = PrefixCachingBlockManager(4, 4, kv_dtype="float32")
+    run_and_free(manager2, seq_of("a", tokens))
+    manager2.evictable.move_to_end(next(iter(manager2.cached.values())), last=False)
+    assert manager2.grow(seq_of("x", [7] * 4), 4)  # evicts the named head: its tail is lost
+    assert manager2.stats()["num_cached_blocks"] == 0
+    assert cached_prefix(manager2, tokens) == []
+
+
+def test_a_running_sequences_tail_named_by_a_lookup_then_grows_a_new_one():
+    manager = PrefixCachingBlockManager(16, 4, kv_dtype="float32")
+    a = seq_of("a", list(range(12)), max_tokens=16)
+    assert manager.grow_from_prefix(a, 12, manager.find_prefix(a))
+    a.num_computed_tokens = 12
+    manager.cache_blocks([a])  # blocks 0 named, 1-2 in its tail
+    assert cached_prefix(manager, list(range(13))) == manager.block_table(a)[:3]
+    assert a.kv_tail is None
+    a.token_ids += list(range(12, 21))
+    assert manager.grow(a, 20)
+    a.num_computed_tokens = 20
+    manager.cache_blocks([a])  # blocks 3, 4: 3 named, 4 in a new tail
+    assert len(manager.cached) == 4 and a.kv_tail is not None
+    assert cached_prefix(manager, list(range(21))) == manager.block_table(a)[:5]
+    manager.free(a)
+    assert manager.stats()["num_cached_blocks"] == 5 and manager.num_free_blocks == 16
+
+
+def test_a_fork_names_the_parents_tail_before_sharing_it():
+    manager = PrefixCachingBlockManager(8, 4, kv_dtype="float32")
+    parent = seq_of("a", list(range(10)))
+    assert manager.grow_from_prefix(parent, 10, manager.find_prefix(parent))
+    parent.num_computed_tokens = 10
+    manager.cache_blocks([parent])  # block 0 named, block 1 in its tail
+    child = seq_of("a", list(range(10)))
+    child.num_cached_blocks = parent.num_cached_blocks
+    assert manager.fork(parent, child)
+    assert parent.kv_tail is None and len(manager.cached) == 2
+    manager.free(parent)
+    manager.free(child)
+    assert manager.num_free_blocks == 8 and manager.stats()["num_cached_blocks"] == 2
