@@ -167,7 +167,8 @@ class PrefixCachingBlockManager(BlockManager):
         # unheld blocks, named or in a freed sequence's tail; least recently freed first
         self.evictable: OrderedDict[int, None] = OrderedDict()
         self._tails: dict[int, list[Tail]] = {}  # named GPU block -> the tails that hang from it
-        self._tail_of: dict[int, Tail] = {}  # a freed sequence's tail block -> its tail
+        # a freed sequence's tail block -> its tail and its index there
+        self._tail_of: dict[int, tuple[Tail, int]] = {}
         self._num_tail_blocks = 0
         self.host = HostBlockPool(num_host_blocks) if num_host_blocks else None
         self.swap_costs = swap_costs  # None: every host hit is loaded
@@ -326,9 +327,9 @@ class PrefixCachingBlockManager(BlockManager):
         self.num_evicted_blocks += 1
         block_hash = self.block_hashes[block]
         if block_hash is None:  # a freed sequence's tail block: its tail ends before it
-            tail = self._tail_of.pop(block, None)
-            if tail is not None:
-                self._cut_tail(tail, tail.blocks.index(block))
+            in_tail = self._tail_of.pop(block, None)
+            if in_tail is not None:  # (the blocks past a cut are plain free ones)
+                self._cut_tail(*in_tail)
             return block
         del self.cached[block_hash]
         self.block_hashes[block] = None
@@ -438,7 +439,7 @@ class PrefixCachingBlockManager(BlockManager):
             if ref_counts[block] == 0:
                 if start <= i < end:
                     evictable[block] = None
-                    self._tail_of[block] = tail
+                    self._tail_of[block] = (tail, i - start)
                 elif names[block] is None:
                     self.free_block_ids.append(block)
                 else:  # to the host tier now, while no step writes it: its eviction waits not
