@@ -21,6 +21,7 @@ import json
 import shutil
 import time
 from dataclasses import replace
+from operator import itemgetter
 from pathlib import Path
 
 import torch
@@ -29,7 +30,7 @@ from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.request.guided import json_schema_guide
 from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2, TINY
 from scripts.byte_tokenizer import write_byte_tokenizer
-from scripts.engine_run import Workload, free_memory, prompts_for, sync
+from scripts.engine_run import Workload, free_memory, median_run, prompts_for, sync
 from scripts.model_shapes import build_engine, random_hf_model, write_checkpoint
 
 MODELS = {"smollm2-135m-shape": SMOLLM2, "llama-3.1-8b-shape": LLAMA_8B}
@@ -94,8 +95,8 @@ def measure(
             (offline(engine, prompts, free), offline(engine, prompts, guided))
             for _ in range(repeats)
         ]
-        off = median_run([f for f, _ in runs])
-        on = median_run([g for _, g in runs])
+        off = median_run([f for f, _ in runs], key=itemgetter("out_tok_s"))
+        on = median_run([g for _, g in runs], key=itemgetter("out_tok_s"))
         rows[str(batch)] = {
             "free": off,
             "guided": on,
@@ -103,10 +104,6 @@ def measure(
             "ratios_each_run": [g["out_tok_s"] / f["out_tok_s"] for f, g in runs],
         }
     return {"schema_compile_ms": compile_ms, "repeats": repeats, "batches": rows}
-
-
-def median_run(runs: list[dict]) -> dict:
-    return sorted(runs, key=lambda run: run["out_tok_s"])[len(runs) // 2]
 
 
 def markdown(results: dict) -> str:

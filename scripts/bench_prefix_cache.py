@@ -27,6 +27,7 @@ import math
 import tempfile
 import time
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,7 @@ from pipeline.engine.scheduling.prefix_cache import host_slot_ref
 from pipeline.specs.build import BuildSpec
 from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2, TINY
 from pipeline.synthetic.weights import HOOK, checkpoint_config, write_engine
-from scripts.engine_run import Workload, free_memory, offline_throughput
+from scripts.engine_run import Workload, free_memory, median_run, offline_throughput
 from scripts.model_shapes import write_tokenizer
 from scripts.multi_turn_chat import ChatPlan, active_users, chat, ttft_summary
 
@@ -123,9 +124,9 @@ def unique_prompts(engine: LLMEngine, plan: Plan, vocab: int) -> dict:
     for _ in range(plan.unique_repeats):
         prompts = [random_ids(rng, vocab, plan.unique_len) for _ in range(plan.num_requests)]
         runs.append(offline_throughput(engine, prompts, work, None))
-    runs.sort(key=lambda run: run["throughput_out_tok_s"])
-    each = [round(run["throughput_out_tok_s"]) for run in runs]
-    return runs[len(runs) // 2] | {"throughput_out_tok_s_each_run": each}
+    each = sorted(round(run["throughput_out_tok_s"]) for run in runs)
+    median = median_run(runs, key=itemgetter("throughput_out_tok_s"))
+    return median | {"throughput_out_tok_s_each_run": each}
 
 
 def chat_plan(plan: Plan, reply_s: float) -> ChatPlan:

@@ -41,6 +41,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import replace
+from operator import itemgetter
 from pathlib import Path
 
 import torch
@@ -48,7 +49,14 @@ import torch
 from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.engine.core.engine_times import ms_per_launch
 from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2, TINY
-from scripts.engine_run import Workload, free_memory, offline_throughput, prompts_for, sync
+from scripts.engine_run import (
+    Workload,
+    free_memory,
+    median_run,
+    offline_throughput,
+    prompts_for,
+    sync,
+)
 from scripts.model_shapes import build_engine, random_hf_model, write_checkpoint, write_tokenizer
 from scripts.spec_real_weights import (
     batch1_markdown,
@@ -174,7 +182,7 @@ def on_off(engine_dir: Path, args, vocab: int, work: Workload, batches: tuple[in
                 before = engine.stats()
                 rate = offline_throughput(engine, prompts, batch_work, None)["throughput_out_tok_s"]
                 runs.append((rate, run_counts(before, engine.stats())))
-            rate, counts = sorted(runs, key=lambda run: run[0])[len(runs) // 2]
+            rate, counts = median_run(runs, key=itemgetter(0))
             side[f"batch{batch}_out_tok_s"], side[f"batch{batch}_counts"] = rate, counts
         side["stats"] = {k: v for k, v in engine.stats().items() if k.startswith("spec_")}
         out[name] = side

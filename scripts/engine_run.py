@@ -65,6 +65,12 @@ def free_memory() -> None:
         torch.cuda.empty_cache()
 
 
+def median_run(runs: list, key):
+    """The run whose key(run) is the median (the upper one of an even count): a whole run, so
+    its other numbers are that run's too."""
+    return sorted(runs, key=key)[len(runs) // 2]
+
+
 def offline_throughput(
     engine: LLMEngine, prompts: list[list[int]], work: Workload, cap_s: float | None
 ) -> dict:
