@@ -35,6 +35,8 @@ import torch
 
 from pipeline.bench.metrics import percentiles
 from pipeline.engine import LLMEngine, SamplingParams
+from pipeline.engine.core.engine_times import ms_per_launch
+from pipeline.engine.core.heap import freeze_loaded, thaw
 from pipeline.engine.scheduling.prefix_cache import host_slot_ref
 from pipeline.specs.build import BuildSpec
 from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2, TINY
@@ -100,7 +102,17 @@ def random_ids(rng: np.random.Generator, vocab: int, n: int) -> list[int]:
 
 
 def engine_for(engine_dir: Path, device: torch.device, **runtime) -> LLMEngine:
-    return LLMEngine.from_engine_dir(engine_dir, str(device), weights_loader=HOOK, **runtime)
+    """The engine with its load out of garbage collection, as the served engine process has it:
+    otherwise a full collection walks the whole load, a pause of tens of ms in whichever run it
+    lands (one (c) run at the SmolLM2 shape lasts ~0.35 s). close_engine() undoes it."""
+    engine = LLMEngine.from_engine_dir(engine_dir, str(device), weights_loader=HOOK, **runtime)
+    freeze_loaded()
+    return engine
+
+
+def close_engine(engine: LLMEngine) -> None:
+    thaw()
+    engine.close()
 
 
 def shared_prefix(engine: LLMEngine, plan: Plan, vocab: int) -> dict:
@@ -123,7 +135,14 @@ def unique_prompts(engine: LLMEngine, plan: Plan, vocab: int) -> dict:
     runs = []
     for _ in range(plan.unique_repeats):
         prompts = [random_ids(rng, vocab, plan.unique_len) for _ in range(plan.num_requests)]
-        runs.append(offline_throughput(engine, prompts, work, None))
+        before = engine.stats()
+        run = offline_throughput(engine, prompts, work, None)
+        after = engine.stats()  # the engine thread's split says whether a slow run waited on it
+        launches = after["num_launches"] - before["num_launches"]
+        steps = after["num_scheduler_steps"]
+        runs.append(
+            run | ms_per_launch(after, before) | {"num_launches": launches, "num_steps": steps}
+        )
     each = sorted(round(run["throughput_out_tok_s"]) for run in runs)
     median = median_run(runs, key=itemgetter("throughput_out_tok_s"))
     return median | {"throughput_out_tok_s_each_run": each}
@@ -238,7 +257,7 @@ def run_model(name: str, shape: dict, plan: Plan, device, dtype: str, scratch: P
             result[f"shared_prefix_{label}"] = shared_prefix(engine, plan, vocab)
             result[f"unique_{label}"] = unique_prompts(engine, plan, vocab)
         finally:
-            engine.close()
+            close_engine(engine)
             del engine
             free_memory()
     # (b): the pool a third of the working set, the host tier room for all of it (+ a margin)
@@ -254,7 +273,7 @@ def run_model(name: str, shape: dict, plan: Plan, device, dtype: str, scratch: P
             if gb:
                 result["pcie"] = pcie_gb_s(engine, plan.num_swap_blocks)
         finally:
-            engine.close()
+            close_engine(engine)
             del engine
             free_memory()
     result["working_set_blocks"] = working_set
