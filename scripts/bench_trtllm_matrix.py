@@ -61,6 +61,11 @@ def row_name(row: tuple[int, int]) -> str:
     return f"{row[0]}x{row[1]}"
 
 
+def parse_row(name: str) -> tuple[int, int]:
+    isl, osl = name.split("x")
+    return int(isl), int(osl)
+
+
 def request_count(row: tuple[int, int], kv_tokens: int, max_batch: int, row_s: float) -> int:
     """Requests for a steady-state run of `row`: twice what the KV cache holds at once, and
     about row_s seconds at the published rate; never more than the published count."""
@@ -122,6 +127,20 @@ def run_row(engine: LLMEngine, vocab: int, row: tuple[int, int], count: int) -> 
     }
 
 
+def request_flops(shape: dict, row: tuple[int, int]) -> float:
+    """The model's arithmetic for one request of `row`: 2 FLOPs a weight a token through the
+    decoder's linears, the LM head once a generated token, and causal attention (QK^T and PV,
+    2 FLOPs a multiply-add, each token against those before it)."""
+    isl, osl = row
+    n = isl + osl
+    h, layers = shape["hidden_size"], shape["num_hidden_layers"]
+    head = shape.get("head_dim") or h // shape["num_attention_heads"]
+    q, kv = shape["num_attention_heads"] * head, shape["num_key_value_heads"] * head
+    linear = layers * (h * q + 2 * h * kv + q * h + 3 * h * shape["intermediate_size"])
+    attention = 2 * layers * q * n * n  # sum over positions p of 4 * p * q
+    return 2 * linear * n + 2 * h * shape["vocab_size"] * osl + attention
+
+
 def estimate_s(row: tuple[int, int], count: int) -> float:
     table = PUBLISHED.get(row) or TINY_ROWS[row]
     return count * row[1] / max(r for r in table[:2] if r)
@@ -151,6 +170,19 @@ def make_engine_dir(
     return build_engine(ckpt, tokenizer, scratch / f"engine-{fmt or 'bf16'}", limits)
 
 
+def add_compute(entry: dict, shape: dict, row: tuple[int, int]) -> None:
+    """The arithmetic rate each side reached: the model's FLOPs over the run's wall time, ours
+    and TensorRT-LLM's (its published count at its published rate): a prompt-heavy row at the
+    same rate on the same GPU ran its GEMMs as fast."""
+    flops = request_flops(shape, row)
+    best = max(r for r in (entry["trtllm_v0_17"], entry["trtllm_current"]) if r)
+    entry["trtllm_model_tflops"] = flops * best / row[1] / 1e12
+    for side in FORMATS:
+        if side in entry:
+            result = entry[side]
+            result["model_tflops"] = flops * result["num_requests"] / result["wall_s"] / 1e12
+
+
 def published_row(row: tuple[int, int]) -> dict:
     v017, current, count = PUBLISHED.get(row) or TINY_ROWS[row]
     return {"trtllm_v0_17": v017, "trtllm_current": current, "trtllm_requests": count}
@@ -162,8 +194,9 @@ def table(results: dict) -> str:
         "t=0; ratio against the better of TensorRT-LLM's two published FP8 numbers.",
         "",
         "| ISL/OSL | requests (published) | FP8 out tok/s | BF16 out tok/s | TensorRT-LLM FP8 "
-        "| FP8 ratio | steady share | FP8 TTFT p50/p99 s | FP8 ITL p50/p99 ms |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| FP8 ratio | model TFLOP/s, FP8 / TensorRT-LLM | steady share | FP8 TTFT p50/p99 s "
+        "| FP8 ITL p50/p99 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in results["rows"].items():
         fp8, bf16 = row.get("fp8", {}), row.get("bf16", {})
@@ -177,6 +210,7 @@ def table(results: dict) -> str:
             f"| {name} | {fmt(fp8.get('num_requests') or bf16.get('num_requests'), 'd')} "
             f"({row['trtllm_requests']:,}) | {fmt(rate)} | {fmt(bf16.get('out_tok_s'))} "
             f"| {best:,} | {fmt(rate / best if rate else None, '.2f')}x "
+            f"| {fmt(fp8.get('model_tflops'))} / {fmt(row.get('trtllm_model_tflops'))} "
             f"| {fmt(fp8.get('steady_share'), '.0%')} "
             f"| {fmt(fp8.get('ttft_p50_s'), '.2f')} / {fmt(fp8.get('ttft_p99_s'), '.2f')} "
             f"| {fmt(1e3 * fp8['itl_p50_s'] if fp8 else None, '.1f')} / "
@@ -198,7 +232,7 @@ def run(args: argparse.Namespace) -> dict:
     device = torch.device("cpu" if args.tiny else "cuda")
     dtype = torch.float32 if args.tiny else torch.bfloat16
     shape, known = (TINY, TINY_ROWS) if args.tiny else (LLAMA_8B, PUBLISHED)
-    rows = [tuple(int(x) for x in r.split("x")) for r in args.rows.split(",")] if args.rows else []
+    rows = [parse_row(r) for r in args.rows.split(",")] if args.rows else []
     rows = rows or list(known)
     unknown = [row_name(r) for r in rows if r not in known]
     if unknown:
@@ -232,13 +266,14 @@ def run(args: argparse.Namespace) -> dict:
                 result = run_row(engine, shape["vocab_size"], row, count)
                 entry = results["rows"].setdefault(row_name(row), published_row(row))
                 entry[dtype_key] = result | {"kv_tokens": kv_tokens}
+                add_compute(entry, shape, row)
                 write_results(results, args.out)  # a later failure keeps this row
             del engine
             sync(device)
             free_memory()
-    results["rows"] = dict(
-        sorted(results["rows"].items(), key=lambda kv: tuple(map(int, kv[0].split("x"))))
-    )
+    for name, entry in results["rows"].items():  # rows of a --previous file written before
+        add_compute(entry, shape, parse_row(name))
+    results["rows"] = dict(sorted(results["rows"].items(), key=lambda kv: parse_row(kv[0])))
     return results
 
 

@@ -52,3 +52,22 @@ def test_the_request_count_covers_twice_the_kv_cache_and_stops_at_the_published_
 def test_a_row_not_in_the_matrix_is_refused():
     with pytest.raises(SystemExit, match="not in the matrix"):
         matrix.main(["--out", "unused", "--tiny", "--rows", "7x7"])
+
+
+def test_a_requests_arithmetic_counts_linears_lm_head_and_causal_attention():
+    # TINY: 2 layers of hidden 64 (4 heads of 16, 2 KV heads), MLP 128, vocabulary 256
+    linear = 2 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 128)
+    expected = 2 * linear * 5 + 2 * 64 * 256 * 2 + 2 * 2 * 64 * 5 * 5
+    assert matrix.request_flops(matrix.TINY, (3, 2)) == expected
+
+
+def test_each_row_reports_the_arithmetic_rate_of_both_sides(first_call):
+    out, results = first_call
+    row = results["rows"]["16x8"]
+    flops = matrix.request_flops(matrix.TINY, (16, 8))
+    bf16 = row["bf16"]
+    assert bf16["model_tflops"] == pytest.approx(
+        flops * bf16["num_requests"] / bf16["wall_s"] / 1e12
+    )
+    assert row["trtllm_model_tflops"] == pytest.approx(flops * 100 / 8 / 1e12)
+    assert "model TFLOP/s" in (out / "bench_trtllm_matrix.md").read_text()
