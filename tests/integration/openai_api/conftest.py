@@ -22,7 +22,7 @@ from tests.conftest import SMOLLM_ENGINE_OVERRIDES, make_spec
 
 API_KEY = "test-key-1234"
 KEY_ENV = "PIPELINE_TEST_OPENAI_API_KEY"
-MAX_IN_FLIGHT = 4
+MAX_IN_FLIGHT = 8  # the engine's max_batch_size: guided answers fill its batch
 MAX_TOKENS = 12
 PROMPTS = ["The capital of France is", "Water boils at"]
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
