@@ -1,7 +1,7 @@
 """TensorRT-LLM's published H100 workload matrix, run on the torch engine, in one command.
 
     python -m scripts.bench_trtllm_matrix --out $OUT [--rows 128x128,2048x128]
-        [--dtypes fp8,bf16] [--previous FILE] [--budget-s 520] [--tiny]
+        [--dtypes fp8,bf16] [--previous FILE] [--budget-s 520] [--profile-steps 8] [--tiny]
 
 Llama-3.1-8B shape, random weights (speed does not depend on the values; EOS is ignored), one
 GPU. Each row runs its requests all at t=0 and counts output tokens as trtllm-bench's "Total
@@ -16,6 +16,13 @@ the results: the steady window (from the step the running batch first reaches it
 step it falls below 90% of it, when the queue has drained), the rate inside it, and its share
 of the run.
 
+Where each row's time goes: --profile-steps steps of it run under torch.profiler once its batch
+is steady (90% of what the KV cache and max_batch_size let run at once), each with a device sync
+after it; the report gives each kernel class's device time (scripts.profile_report's classes:
+GEMM, prompt and decode attention, ...) and the GPU's idle time as shares of a step. Each row
+also reports its model TFLOP/s (request_flops over the wall time), and TensorRT-LLM's at its
+published rate.
+
 A matrix does not fit one call: rows run in order until the next would pass --budget-s, then
 the results so far are written. Pass the earlier bench_trtllm_matrix.json as --previous and the
 rows it holds are kept, not run again.
@@ -29,12 +36,14 @@ import time
 from pathlib import Path
 
 import torch
+from torch.profiler import ProfilerActivity, profile, record_function
 
 from pipeline.bench.metrics import percentiles
 from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.synthetic.shapes import LLAMA_8B, TINY
 from scripts.engine_run import Workload, free_memory, sync
 from scripts.model_shapes import build_engine, random_hf_model, write_checkpoint, write_tokenizer
+from scripts.profile_report import KERNEL_CLASS_NAMES, STEP_RANGE, summarize_trace
 from scripts.quant_checkpoints import activation_amax, write_quantized_checkpoint
 
 log = logging.getLogger("bench_trtllm_matrix")
@@ -92,8 +101,43 @@ def steady_window(trace: list[tuple[float, int, int]]) -> dict:
     }
 
 
-def run_row(engine: LLMEngine, vocab: int, row: tuple[int, int], count: int) -> dict:
-    """All `count` requests of `row` at t=0, stepped to the end."""
+def profile_steps(engine: LLMEngine, device: torch.device, num_steps: int) -> tuple[list, dict]:
+    """num_steps engine steps under torch.profiler, each in its own range with a device sync
+    after it (so each step's kernels fall inside it): the steps' deltas and where their time
+    went (scripts.profile_report's per-step means, plus each step's wall ms)."""
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    deltas, wall_ms = [], []
+    with profile(activities=activities) as prof:
+        for _ in range(num_steps):
+            if not engine.has_unfinished():
+                break
+            start = time.perf_counter()
+            with record_function(STEP_RANGE):
+                deltas += engine.step()
+            sync(device)
+            wall_ms.append(1e3 * (time.perf_counter() - start))
+    with tempfile.TemporaryDirectory(prefix="trtllm_matrix_trace_") as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        summary = summarize_trace(json.loads(path.read_text())["traceEvents"])
+    wall = sum(wall_ms) / len(wall_ms)
+    summary |= {"wall_ms": wall, "gpu_idle_share": 1 - summary["gpu_busy_ms"] / wall}
+    return deltas, summary
+
+
+def run_row(
+    engine: LLMEngine,
+    device: torch.device,
+    vocab: int,
+    row: tuple[int, int],
+    count: int,
+    num_profile_steps: int = 0,
+    profile_at: int = 1,
+) -> dict:
+    """All `count` requests of `row` at t=0, stepped to the end; with num_profile_steps, that
+    many steps are profiled once profile_at requests run at once (the steady batch)."""
     isl, osl = row
     g = torch.Generator().manual_seed(isl * 7919 + osl)
     prompts = torch.randint(0, vocab, (count, isl), generator=g).tolist()
@@ -101,9 +145,12 @@ def run_row(engine: LLMEngine, vocab: int, row: tuple[int, int], count: int) -> 
     start = time.perf_counter()
     for prompt in prompts:
         engine.add_request(prompt, params)
-    first, last, num_out, trace = {}, {}, 0, []
+    first, last, num_out, trace, profiled = {}, {}, 0, [], None
     while engine.has_unfinished():
-        deltas = engine.step()
+        if profiled is None and num_profile_steps and len(engine.scheduler.running) >= profile_at:
+            deltas, profiled = profile_steps(engine, device, num_profile_steps)
+        else:
+            deltas = engine.step()
         now = time.perf_counter() - start
         for delta in deltas:
             if delta.token_ids:
@@ -124,7 +171,7 @@ def run_row(engine: LLMEngine, vocab: int, row: tuple[int, int], count: int) -> 
         "itl_p50_s": itl_p["p50"],
         "itl_p99_s": itl_p["p99"],
         **steady_window(trace),
-    }
+    } | ({"profile": profiled} if profiled else {})
 
 
 def request_flops(shape: dict, row: tuple[int, int]) -> float:
@@ -219,10 +266,36 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def profile_table(results: dict) -> str:
+    """Where a profiled step's time went, a row per profiled ISL/OSL and format: device ms of
+    each kernel class as a share of the step's wall time, and the GPU's idle share."""
+    lines = [
+        "Profiled steps (steady batch): mean wall ms a step, then each kernel class's device "
+        "time and the GPU's idle time as shares of it.",
+        "",
+        "| ISL/OSL | format | steps | wall ms | "
+        + " | ".join(KERNEL_CLASS_NAMES)
+        + " | GPU idle |",
+        "|---|---|---|---|" + "---|" * len(KERNEL_CLASS_NAMES) + "---|",
+    ]
+    for name, row in results["rows"].items():
+        for side in FORMATS:
+            prof = row.get(side, {}).get("profile")
+            if not prof:
+                continue
+            wall = prof["wall_ms"]
+            shares = " | ".join(f"{prof['gpu_ms'][c] / wall:.0%}" for c in KERNEL_CLASS_NAMES)
+            lines.append(
+                f"| {name} | {side} | {prof['num_profiled_steps']} | {wall:.1f} | {shares} "
+                f"| {prof['gpu_idle_share']:.0%} |"
+            )
+    return "\n".join(lines) if len(lines) > 4 else ""
+
+
 def write_results(results: dict, out_dir: Path) -> str:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench_trtllm_matrix.json").write_text(json.dumps(results, indent=2))
-    text = table(results)
+    text = "\n\n".join(part for part in (table(results), profile_table(results)) if part)
     (out_dir / "bench_trtllm_matrix.md").write_text(text + "\n")
     return text
 
@@ -263,7 +336,17 @@ def run(args: argparse.Namespace) -> dict:
                     log.info("%s %s: left for the next call (budget)", dtype_key, row_name(row))
                     continue
                 log.info("%s %s: %d requests", dtype_key, row_name(row), count)
-                result = run_row(engine, shape["vocab_size"], row, count)
+                # profiled at 90% of the batch the KV cache and the engine let run at once
+                in_flight = min(args.max_batch_size, kv_tokens // sum(row))
+                result = run_row(
+                    engine,
+                    device,
+                    shape["vocab_size"],
+                    row,
+                    count,
+                    args.profile_steps,
+                    max(1, int(0.9 * min(in_flight, count))),
+                )
                 entry = results["rows"].setdefault(row_name(row), published_row(row))
                 entry[dtype_key] = result | {"kv_tokens": kv_tokens}
                 add_compute(entry, shape, row)
@@ -286,6 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=520)
     parser.add_argument("--row-s", type=float, default=30, help="work per row, in seconds")
     parser.add_argument("--max-batch-size", type=int, default=1024)
+    parser.add_argument(
+        "--profile-steps",
+        type=int,
+        default=8,
+        help="steps of each row profiled once its batch is steady (0: none)",
+    )
     parser.add_argument("--tiny", action="store_true", help="CPU, tiny model: tests the script")
     args = parser.parse_args(argv)
     if args.tiny:

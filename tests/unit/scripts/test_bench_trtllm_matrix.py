@@ -10,7 +10,9 @@ from scripts import bench_trtllm_matrix as matrix
 @pytest.fixture(scope="module")
 def first_call(tmp_path_factory):
     out = tmp_path_factory.mktemp("matrix")
-    matrix.main(["--out", str(out), "--tiny", "--rows", "16x8", "--dtypes", "bf16"])
+    matrix.main(
+        ["--out", str(out), "--tiny", "--rows", "16x8", "--dtypes", "bf16", "--profile-steps", "2"]
+    )
     return out, json.loads((out / "bench_trtllm_matrix.json").read_text())
 
 
@@ -71,3 +73,14 @@ def test_each_row_reports_the_arithmetic_rate_of_both_sides(first_call):
     )
     assert row["trtllm_model_tflops"] == pytest.approx(flops * 100 / 8 / 1e12)
     assert "model TFLOP/s" in (out / "bench_trtllm_matrix.md").read_text()
+
+
+def test_a_row_profiles_its_steady_steps_and_reports_where_their_time_went(first_call):
+    out, results = first_call
+    row = results["rows"]["16x8"]["bf16"]
+    prof = row["profile"]
+    assert prof["num_profiled_steps"] == 2  # the steps the run took under the profiler
+    assert prof["wall_ms"] > 0 and set(prof["gpu_ms"]) == set(matrix.KERNEL_CLASS_NAMES)
+    assert row["num_out_tokens"] == row["num_requests"] * 8  # profiled steps' tokens counted
+    text = (out / "bench_trtllm_matrix.md").read_text()
+    assert "| 16x8 | bf16 | 2 |" in text and "| GPU idle |" in text
