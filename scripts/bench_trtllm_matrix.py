@@ -16,12 +16,11 @@ the results: the steady window (from the step the running batch first reaches it
 step it falls below 90% of it, when the queue has drained), the rate inside it, and its share
 of the run.
 
-Where each row's time goes: --profile-steps steps of it run under torch.profiler once its batch
-is steady (90% of what the KV cache and max_batch_size let run at once), each with a device sync
-after it; the report gives each kernel class's device time (scripts.profile_report's classes:
-GEMM, prompt and decode attention, ...) and the GPU's idle time as shares of a step. Each row
-also reports its model TFLOP/s (request_flops over the wall time), and TensorRT-LLM's at its
-published rate.
+Where each row's time goes: --profile-steps steps of it run under torch.profiler mid-run (once
+40% of its output tokens are out), each with a device sync after it; the report gives each
+kernel class's device time (scripts.profile_report's classes: GEMM, prompt and decode
+attention, ...) and the GPU's idle time as shares of a step. Each row also reports its model
+TFLOP/s (request_flops over the wall time), and TensorRT-LLM's at its published rate.
 
 A matrix does not fit one call: rows run in order until the next would pass --budget-s, then
 the results so far are written. Pass the earlier bench_trtllm_matrix.json as --previous and the
@@ -64,6 +63,9 @@ PUBLISHED = {
 }
 TINY_ROWS = {(16, 8): (None, 100, 24), (48, 4): (None, 50, 16)}
 FORMATS = {"fp8": "fp8_kv", "bf16": None}  # matrix dtype -> scripts.quant_checkpoints format
+# --profile-steps start this far into a row's output: mid-run, where the batch is whatever the
+# row settles at (the KV cache bounds a long row's; the step's token budget a prompt-heavy one's)
+PROFILE_AT = 0.4
 
 
 def row_name(row: tuple[int, int]) -> str:
@@ -134,10 +136,9 @@ def run_row(
     row: tuple[int, int],
     count: int,
     num_profile_steps: int = 0,
-    profile_at: int = 1,
 ) -> dict:
     """All `count` requests of `row` at t=0, stepped to the end; with num_profile_steps, that
-    many steps are profiled once profile_at requests run at once (the steady batch)."""
+    many steps are profiled mid-run, once PROFILE_AT of the run's output tokens are out."""
     isl, osl = row
     g = torch.Generator().manual_seed(isl * 7919 + osl)
     prompts = torch.randint(0, vocab, (count, isl), generator=g).tolist()
@@ -147,7 +148,7 @@ def run_row(
         engine.add_request(prompt, params)
     first, last, num_out, trace, profiled = {}, {}, 0, [], None
     while engine.has_unfinished():
-        if profiled is None and num_profile_steps and len(engine.scheduler.running) >= profile_at:
+        if profiled is None and num_profile_steps and num_out >= PROFILE_AT * count * osl:
             deltas, profiled = profile_steps(engine, device, num_profile_steps)
         else:
             deltas = engine.step()
@@ -270,7 +271,7 @@ def profile_table(results: dict) -> str:
     """Where a profiled step's time went, a row per profiled ISL/OSL and format: device ms of
     each kernel class as a share of the step's wall time, and the GPU's idle share."""
     lines = [
-        "Profiled steps (steady batch): mean wall ms a step, then each kernel class's device "
+        "Profiled steps (mid-run): mean wall ms a step, then each kernel class's device "
         "time and the GPU's idle time as shares of it.",
         "",
         "| ISL/OSL | format | steps | wall ms | "
@@ -336,16 +337,8 @@ def run(args: argparse.Namespace) -> dict:
                     log.info("%s %s: left for the next call (budget)", dtype_key, row_name(row))
                     continue
                 log.info("%s %s: %d requests", dtype_key, row_name(row), count)
-                # profiled at 90% of the batch the KV cache and the engine let run at once
-                in_flight = min(args.max_batch_size, kv_tokens // sum(row))
                 result = run_row(
-                    engine,
-                    device,
-                    shape["vocab_size"],
-                    row,
-                    count,
-                    args.profile_steps,
-                    max(1, int(0.9 * min(in_flight, count))),
+                    engine, device, shape["vocab_size"], row, count, args.profile_steps
                 )
                 entry = results["rows"].setdefault(row_name(row), published_row(row))
                 entry[dtype_key] = result | {"kv_tokens": kv_tokens}
