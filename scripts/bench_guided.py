@@ -170,10 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         # as the served engine process: a full collection over the whole load is a pause of
         # tens of ms, in whichever run (free or guided) it lands
         freeze_loaded()
-        # random prompts avoid the end token (the vocabulary's last)
-        results["models"][name] = measure(engine, vocab - 1, work, batches, args.repeats)
-        thaw()
-        engine.close()
+        try:  # random prompts avoid the end token (the vocabulary's last)
+            results["models"][name] = measure(engine, vocab - 1, work, batches, args.repeats)
+        finally:
+            thaw()
+            engine.close()
         del engine
         free_memory()
         shutil.rmtree(work_dir, ignore_errors=True)

@@ -139,9 +139,11 @@ def unique_prompts(engine: LLMEngine, plan: Plan, vocab: int) -> dict:
         run = offline_throughput(engine, prompts, work, None)
         after = engine.stats()  # the engine thread's split says whether a slow run waited on it
         launches = after["num_launches"] - before["num_launches"]
-        steps = after["num_scheduler_steps"]
+        steps = after["num_scheduler_steps"]  # the pacer's steps a launch at the run's end
         runs.append(
-            run | ms_per_launch(after, before) | {"num_launches": launches, "num_steps": steps}
+            run
+            | ms_per_launch(after, before)
+            | {"num_launches": launches, "num_steps_a_launch": steps}
         )
     each = sorted(round(run["throughput_out_tok_s"]) for run in runs)
     median = median_run(runs, key=itemgetter("throughput_out_tok_s"))
