@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from pipeline.engine import LLMEngine, SamplingParams
-from pipeline.engine.core.heap import freeze_loaded, thaw
+from pipeline.engine.core.heap import frozen
 from pipeline.request.guided import json_schema_guide
 from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2, TINY
 from scripts.byte_tokenizer import write_byte_tokenizer
@@ -169,11 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         engine = LLMEngine.from_engine_dir(engine_dir, device=device, dtype=dtype)
         # as the served engine process: a full collection over the whole load is a pause of
         # tens of ms, in whichever run (free or guided) it lands
-        freeze_loaded()
-        try:  # random prompts avoid the end token (the vocabulary's last)
-            results["models"][name] = measure(engine, vocab - 1, work, batches, args.repeats)
+        try:
+            with frozen():  # random prompts avoid the end token (the vocabulary's last)
+                results["models"][name] = measure(engine, vocab - 1, work, batches, args.repeats)
         finally:
-            thaw()
             engine.close()
         del engine
         free_memory()

@@ -26,7 +26,7 @@ import torch
 
 from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.engine.core.engine_times import ms_per_launch
-from pipeline.engine.core.heap import freeze_loaded, thaw
+from pipeline.engine.core.heap import frozen
 from pipeline.synthetic.shapes import TINY
 from scripts.engine_run import Workload
 from scripts.model_shapes import (
@@ -134,12 +134,11 @@ def main(argv: list[str] | None = None) -> int:
             num_kv_blocks=max_batch * -(-(args.input_len + args.output_len + args.steps) // 32),
         )
         stub_forward(engine)
-        freeze_loaded()  # as the served engine process does
-        for batch in args.batch:
-            for shape in SHAPES:
-                rows.append(run_shape(engine, shape, batch, args))
-                print(markdown(rows[-1:]).splitlines()[-1], flush=True)
-        thaw()
+        with frozen():  # as the served engine process does
+            for batch in args.batch:
+                for shape in SHAPES:
+                    rows.append(run_shape(engine, shape, batch, args))
+                    print(markdown(rows[-1:]).splitlines()[-1], flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "host_step.json").write_text(json.dumps(rows, indent=2))
     (args.out / "host_step.md").write_text(markdown(rows))

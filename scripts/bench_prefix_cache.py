@@ -36,7 +36,7 @@ import torch
 from pipeline.bench.metrics import percentiles
 from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.engine.core.engine_times import ms_per_launch
-from pipeline.engine.core.heap import freeze_loaded, thaw
+from pipeline.engine.core.heap import frozen
 from pipeline.engine.scheduling.prefix_cache import host_slot_ref
 from pipeline.specs.build import BuildSpec
 from pipeline.synthetic.shapes import LLAMA_8B, SMOLLM2, TINY
@@ -102,17 +102,7 @@ def random_ids(rng: np.random.Generator, vocab: int, n: int) -> list[int]:
 
 
 def engine_for(engine_dir: Path, device: torch.device, **runtime) -> LLMEngine:
-    """The engine with its load out of garbage collection, as the served engine process has it:
-    otherwise a full collection walks the whole load, a pause of tens of ms in whichever run it
-    lands (one (c) run at the SmolLM2 shape lasts ~0.35 s). close_engine() undoes it."""
-    engine = LLMEngine.from_engine_dir(engine_dir, str(device), weights_loader=HOOK, **runtime)
-    freeze_loaded()
-    return engine
-
-
-def close_engine(engine: LLMEngine) -> None:
-    thaw()
-    engine.close()
+    return LLMEngine.from_engine_dir(engine_dir, str(device), weights_loader=HOOK, **runtime)
 
 
 def shared_prefix(engine: LLMEngine, plan: Plan, vocab: int) -> dict:
@@ -253,13 +243,17 @@ def run_model(name: str, shape: dict, plan: Plan, device, dtype: str, scratch: P
     result, chats = {}, None
     for label, caching in (("off", False), ("on", True)):
         engine = engine_for(engine_dir, device, enable_prefix_caching=caching)
+        # the load out of garbage collection, as the served engine process has it: a full
+        # collection over it is a pause of tens of ms in whichever run it lands (one (c) run
+        # at the SmolLM2 shape lasts ~0.35 s)
         try:
-            if chats is None:  # both (b) runs: the same think times, in seconds
-                chats = chat_plan(plan, reply_seconds(engine, plan, vocab))
-            result[f"shared_prefix_{label}"] = shared_prefix(engine, plan, vocab)
-            result[f"unique_{label}"] = unique_prompts(engine, plan, vocab)
+            with frozen():
+                if chats is None:  # both (b) runs: the same think times, in seconds
+                    chats = chat_plan(plan, reply_seconds(engine, plan, vocab))
+                result[f"shared_prefix_{label}"] = shared_prefix(engine, plan, vocab)
+                result[f"unique_{label}"] = unique_prompts(engine, plan, vocab)
         finally:
-            close_engine(engine)
+            engine.close()
             del engine
             free_memory()
     # (b): the pool a third of the working set, the host tier room for all of it (+ a margin)
@@ -271,11 +265,12 @@ def run_model(name: str, shape: dict, plan: Plan, device, dtype: str, scratch: P
     for label, gb in (("off", 0.0), ("on", host_gb)):
         engine = engine_for(engine_dir, device, num_kv_blocks=num_kv_blocks, host_kv_cache_gb=gb)
         try:
-            result[f"multi_turn_host_{label}"] = multi_turn(engine, chats, vocab)
-            if gb:
-                result["pcie"] = pcie_gb_s(engine, plan.num_swap_blocks)
+            with frozen():
+                result[f"multi_turn_host_{label}"] = multi_turn(engine, chats, vocab)
+                if gb:
+                    result["pcie"] = pcie_gb_s(engine, plan.num_swap_blocks)
         finally:
-            close_engine(engine)
+            engine.close()
             del engine
             free_memory()
     result["working_set_blocks"] = working_set

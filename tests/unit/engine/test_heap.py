@@ -1,6 +1,8 @@
 import gc
 
-from pipeline.engine.core.heap import freeze_loaded, thaw
+import pytest
+
+from pipeline.engine.core.heap import freeze_loaded, frozen, thaw
 
 
 def test_freeze_exempts_what_is_alive_and_thaw_gives_it_back():
@@ -10,4 +12,12 @@ def test_freeze_exempts_what_is_alive_and_thaw_gives_it_back():
         assert gc.get_freeze_count() >= len(kept)
     finally:
         thaw()
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_frozen_block_thaws_however_it_ends():
+    kept = [[i] for i in range(100)]
+    with pytest.raises(RuntimeError), frozen():
+        assert gc.get_freeze_count() >= len(kept)
+        raise RuntimeError("a failed run")
     assert gc.get_freeze_count() == 0
