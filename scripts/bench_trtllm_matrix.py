@@ -35,13 +35,14 @@ import time
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile, record_function
+from torch.profiler import record_function
 
 from pipeline.bench.metrics import percentiles
 from pipeline.engine import LLMEngine, SamplingParams
 from pipeline.synthetic.shapes import LLAMA_8B, TINY
 from scripts.engine_run import Workload, free_memory, sync
 from scripts.model_shapes import build_engine, random_hf_model, write_checkpoint, write_tokenizer
+from scripts.profile_engine import profiling
 from scripts.profile_report import KERNEL_CLASS_NAMES, STEP_RANGE, summarize_trace
 from scripts.quant_checkpoints import activation_amax, write_quantized_checkpoint
 
@@ -107,22 +108,18 @@ def profile_steps(engine: LLMEngine, device: torch.device, num_steps: int) -> tu
     """num_steps engine steps under torch.profiler, each in its own range with a device sync
     after it (so each step's kernels fall inside it): the steps' deltas and where their time
     went (scripts.profile_report's per-step means, plus each step's wall ms)."""
-    activities = [ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
     deltas, wall_ms = [], []
-    with profile(activities=activities) as prof:
-        for _ in range(num_steps):
-            if not engine.has_unfinished():
-                break
-            start = time.perf_counter()
-            with record_function(STEP_RANGE):
-                deltas += engine.step()
-            sync(device)
-            wall_ms.append(1e3 * (time.perf_counter() - start))
     with tempfile.TemporaryDirectory(prefix="trtllm_matrix_trace_") as tmp:
         path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
+        with profiling(device, path):
+            for _ in range(num_steps):
+                if not engine.has_unfinished():
+                    break
+                start = time.perf_counter()
+                with record_function(STEP_RANGE):
+                    deltas += engine.step()
+                sync(device)
+                wall_ms.append(1e3 * (time.perf_counter() - start))
         summary = summarize_trace(json.loads(path.read_text())["traceEvents"])
     wall = sum(wall_ms) / len(wall_ms)
     summary |= {"wall_ms": wall, "gpu_idle_share": 1 - summary["gpu_busy_ms"] / wall}
@@ -132,7 +129,7 @@ def profile_steps(engine: LLMEngine, device: torch.device, num_steps: int) -> tu
 def run_row(
     engine: LLMEngine,
     device: torch.device,
-    vocab: int,
+    shape: dict,
     row: tuple[int, int],
     count: int,
     num_profile_steps: int = 0,
@@ -141,7 +138,7 @@ def run_row(
     many steps are profiled mid-run, once PROFILE_AT of the run's output tokens are out."""
     isl, osl = row
     g = torch.Generator().manual_seed(isl * 7919 + osl)
-    prompts = torch.randint(0, vocab, (count, isl), generator=g).tolist()
+    prompts = torch.randint(0, shape["vocab_size"], (count, isl), generator=g).tolist()
     params = SamplingParams(max_tokens=osl, ignore_eos=True)
     start = time.perf_counter()
     for prompt in prompts:
@@ -171,6 +168,8 @@ def run_row(
         "ttft_p99_s": ttft["p99"],
         "itl_p50_s": itl_p["p50"],
         "itl_p99_s": itl_p["p99"],
+        # the arithmetic rate reached: for a prompt-heavy row, how fast its GEMMs ran
+        "model_tflops": request_flops(shape, row) * count / wall_s / 1e12,
         **steady_window(trace),
     } | ({"profile": profiled} if profiled else {})
 
@@ -218,22 +217,17 @@ def make_engine_dir(
     return build_engine(ckpt, tokenizer, scratch / f"engine-{fmt or 'bf16'}", limits)
 
 
-def add_compute(entry: dict, shape: dict, row: tuple[int, int]) -> None:
-    """The arithmetic rate each side reached: the model's FLOPs over the run's wall time, ours
-    and TensorRT-LLM's (its published count at its published rate): a prompt-heavy row at the
-    same rate on the same GPU ran its GEMMs as fast."""
-    flops = request_flops(shape, row)
-    best = max(r for r in (entry["trtllm_v0_17"], entry["trtllm_current"]) if r)
-    entry["trtllm_model_tflops"] = flops * best / row[1] / 1e12
-    for side in FORMATS:
-        if side in entry:
-            result = entry[side]
-            result["model_tflops"] = flops * result["num_requests"] / result["wall_s"] / 1e12
-
-
-def published_row(row: tuple[int, int]) -> dict:
+def published_row(row: tuple[int, int], shape: dict) -> dict:
+    """TensorRT-LLM's numbers for the row, and the arithmetic rate its better one means (its
+    published requests at its published rate)."""
     v017, current, count = PUBLISHED.get(row) or TINY_ROWS[row]
-    return {"trtllm_v0_17": v017, "trtllm_current": current, "trtllm_requests": count}
+    best = max(r for r in (v017, current) if r)
+    return {
+        "trtllm_v0_17": v017,
+        "trtllm_current": current,
+        "trtllm_requests": count,
+        "trtllm_model_tflops": request_flops(shape, row) * best / row[1] / 1e12,
+    }
 
 
 def table(results: dict) -> str:
@@ -337,18 +331,13 @@ def run(args: argparse.Namespace) -> dict:
                     log.info("%s %s: left for the next call (budget)", dtype_key, row_name(row))
                     continue
                 log.info("%s %s: %d requests", dtype_key, row_name(row), count)
-                result = run_row(
-                    engine, device, shape["vocab_size"], row, count, args.profile_steps
-                )
-                entry = results["rows"].setdefault(row_name(row), published_row(row))
+                result = run_row(engine, device, shape, row, count, args.profile_steps)
+                entry = results["rows"].setdefault(row_name(row), published_row(row, shape))
                 entry[dtype_key] = result | {"kv_tokens": kv_tokens}
-                add_compute(entry, shape, row)
                 write_results(results, args.out)  # a later failure keeps this row
             del engine
             sync(device)
             free_memory()
-    for name, entry in results["rows"].items():  # rows of a --previous file written before
-        add_compute(entry, shape, parse_row(name))
     results["rows"] = dict(sorted(results["rows"].items(), key=lambda kv: parse_row(kv[0])))
     return results
 
